@@ -1,0 +1,167 @@
+"""What an op must compute, as data: arguments, the in-contract predicate, output cells.
+
+One `Contract` record per op (in `kvfuzz.ops`), in the manner of PyTorch's OpInfo: the
+arguments a reader can scan, and behaviour hung off it as functions of a `Case`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from .case import Case
+
+if TYPE_CHECKING:  # torch stays out of the import path of plain data
+    pass
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A tensor argument. `shape` uses the op's size names, e.g. "B,W"."""
+
+    name: str
+    role: str  # "in" or "out"
+    dtypes: tuple[str, ...]
+    shape: str
+    optional: bool = False
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role not in ("in", "out"):
+            raise AssertionError(f"Arg {self.name}: role must be 'in' or 'out'")
+        if not self.dtypes:
+            raise AssertionError(f"Arg {self.name} has no dtypes")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Cells:
+    """For one output: which cells must be written (with the oracle's value), may be written,
+    and (the rest) must stay as they were."""
+
+    required: np.ndarray
+    may_write: np.ndarray
+
+    @property
+    def untouched(self) -> np.ndarray:
+        return ~(self.required | self.may_write)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """An oracle's answer. `values[name]` is meaningful on the required cells only.
+
+    `alternatives` are further accepted answers: a case on a floating-point rounding
+    boundary has more than one right result, and `boundary` says why."""
+
+    values: Mapping[str, np.ndarray]
+    alternatives: tuple[Mapping[str, np.ndarray], ...] = ()
+    boundary: str | None = None
+
+    def accepted(self) -> tuple[Mapping[str, np.ndarray], ...]:
+        return (self.values, *self.alternatives)
+
+
+class OutOfContract(Exception):
+    """Raised by an oracle when the case leaves the contract (e.g. int32 overflow)."""
+
+    def __init__(self, *reasons: str) -> None:
+        super().__init__("; ".join(reasons))
+        self.reasons = list(reasons)
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str  # kvfuzz's op name
+    entry: str  # the entry point's name in SGLang (what a target must provide)
+    doc: str
+    args: tuple[Arg, ...]
+    scalars: tuple[Scalar, ...]
+    variants: Mapping[str, str]  # contract variant -> what differs; the first is the default
+    paths: Mapping[str, str]  # kernel paths behind the entry point -> when taken
+    kernel_path: Callable[[Case], str]
+    structural_reasons: Callable[[Case], list[str]]  # out-of-contract reasons, oracle aside
+    must_refuse: Callable[[Case], list[str]]  # reasons the target must raise before launching
+    cells: Callable[[Case], dict[str, Cells]]
+    numpy_ref: Callable[[Case], Expected]  # raises OutOfContract
+    torch_ref: Callable[[Case, Any], dict[str, np.ndarray]]  # (case, torch device) -> outputs
+    block_sizes: tuple[int, ...] = field(default=())  # the seed's column blocks: edges to fuzz
+
+    def __post_init__(self) -> None:
+        if not self.args or not self.variants or not self.paths:
+            raise AssertionError(f"Contract {self.name} needs args, variants and paths")
+
+    @property
+    def default_variant(self) -> str:
+        return next(iter(self.variants))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.role == "out")
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.role == "in")
+
+    def arg(self, name: str) -> Arg:
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def out_of_contract(self, case: Case) -> list[str]:
+        """Every reason the case is outside the contract; [] means in contract."""
+        if case.variant not in self.variants:
+            return [f"unknown contract variant {case.variant!r}"]
+        reasons = self.structural_reasons(case)
+        if not reasons:
+            try:
+                self.numpy_ref(case)
+            except OutOfContract as exc:
+                reasons = exc.reasons
+        return reasons
+
+
+# Shared checks the op modules build their predicates from -------------------------------
+
+
+def dtype_and_layout_reasons(contract: Contract, case: Case) -> list[str]:
+    """Missing/unknown tensors, wrong dtypes, outputs whose elements overlap."""
+    reasons = []
+    for a in contract.args:
+        spec = case.tensors.get(a.name)
+        if spec is None:
+            if not a.optional:
+                reasons.append(f"{a.name} is missing")
+            continue
+        if spec.dtype not in a.dtypes:
+            reasons.append(f"{a.name} dtype {spec.dtype} not in {a.dtypes}")
+        if a.role == "in" and a.name not in case.values:
+            reasons.append(f"{a.name} has no values")
+        if a.role == "out" and spec.overlaps_itself():
+            reasons.append(f"output {a.name} has overlapping elements")
+    for name in case.tensors:
+        if not any(a.name == name for a in contract.args):
+            reasons.append(f"unknown tensor {name!r}")
+    return reasons
+
+
+def is_power_of_two(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and n & (n - 1) == 0
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def fits_int32(x: Any) -> bool:
+    arr = np.asarray(x)
+    if arr.size == 0:
+        return True
+    return bool(arr.min() >= INT32_MIN and arr.max() <= INT32_MAX)

@@ -1,0 +1,55 @@
+"""The vocabulary of findings: what kind of wrong, where, and a signature for dedup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = (
+    "mismatch",  # a required output cell differs from both oracles
+    "out_of_bounds_write",  # a byte outside every tensor's elements changed (guard band, stride gap)
+    "untouched_write",  # an output cell the contract says must stay untouched changed
+    "input_modified",  # an input tensor's element changed
+    "crash",  # the target raised on an in-contract case
+    "invalid_accepted",  # the target ran a case it must refuse
+    "oracle_disagreement",  # the NumPy and torch oracles disagree (a kvfuzz bug or a torch bug)
+    "nondeterministic",  # two runs of the same case differ
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One defect seen on one case. `signature` is what dedup and the corpus key on."""
+
+    kind: str
+    op: str
+    path: str  # kernel path inside the op (decode: ps1 / general / swa)
+    tensor: str  # the output (or input) concerned; "-" when none
+    where: str  # coarse class of where: all / partial / before / after / gap / an error type
+    message: str
+    cells: tuple[dict[str, Any], ...] = field(default=(), compare=False)  # first differing cells
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+
+    @property
+    def signature(self) -> str:
+        return f"{self.op}:{self.path}:{self.kind}:{self.tensor}:{self.where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "op": self.op,
+            "path": self.path,
+            "tensor": self.tensor,
+            "where": self.where,
+            "signature": self.signature,
+            "message": self.message,
+            "cells": [dict(c) for c in self.cells],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Finding":
+        return cls(d["kind"], d["op"], d["path"], d["tensor"], d["where"], d["message"],
+                   tuple(d.get("cells", ())))

@@ -1,0 +1,178 @@
+"""Outcome + oracles -> Verdict: the findings of one case, each with a signature.
+
+The contract decides what is checked: an in-contract case must match the oracles on its
+required cells and leave its untouched cells alone; an out-of-contract case may be refused
+(any exception) or run, but must never write outside its tensors or change its inputs; a
+must-refuse case that runs is `invalid_accepted`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from .case import Case
+from .contract import Cells, Contract, Expected
+from .execute import Outcome, RunResult
+from .findings import Finding
+from .materialize import NOBODY, Plan, plan as make_plan
+from .ops import CONTRACTS
+
+MAX_CELLS = 8  # differing cells kept per finding
+
+
+@dataclass
+class Verdict:
+    status: str  # "in_contract" | "out_of_contract" | "must_refuse"
+    reasons: list[str]
+    findings: list[Finding] = field(default_factory=list)
+    expected: Expected | None = None
+    refused: str | None = None  # the error the target raised, if it raised one
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.findings)
+
+    def signatures(self) -> list[str]:
+        return [f.signature for f in self.findings]
+
+
+def classify(case: Case) -> tuple[str, list[str]]:
+    contract = CONTRACTS[case.op]
+    refuse = contract.must_refuse(case)
+    if refuse:
+        return "must_refuse", refuse
+    reasons = contract.out_of_contract(case)
+    return ("out_of_contract", reasons) if reasons else ("in_contract", [])
+
+
+def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
+    contract = CONTRACTS[case.op]
+    p = plan or make_plan(case, contract.outputs)
+    path = contract.kernel_path(case)
+    status, reasons = classify(case)
+    verdict = Verdict(status, reasons)
+    first = outcome.runs[0]
+    verdict.refused = first.error
+
+    def finding(kind, tensor, where, message, cells=()):
+        return Finding(kind, case.op, path, tensor, where, message, tuple(cells))
+
+    if status == "must_refuse" and first.error is None:
+        verdict.findings.append(finding("invalid_accepted", "-", reasons[0].split()[0],
+                                        f"ran a case it must refuse: {reasons[0]}"))
+    if status == "in_contract" and first.error is not None:
+        verdict.findings.append(finding("crash", "-", first.error_type or "Exception",
+                                        f"raised on an in-contract case: {first.error}"))
+    if first.after is None:
+        return verdict
+
+    changed = first.after != p.image
+    verdict.findings += _memory_findings(contract, p, changed, finding)
+    if status == "in_contract" and first.error is None:
+        expected = contract.numpy_ref(case)
+        verdict.expected = expected
+        verdict.findings += _output_findings(contract, case, p, first, expected, outcome, finding)
+    elif status == "must_refuse" and first.error is not None:
+        # refused: it must have refused before touching anything, outputs included
+        for name in contract.outputs:
+            if name in p.regions:
+                r = p.regions[name]
+                got, before = r.elements(first.after), r.elements(p.image)
+                hit = got != before
+                if hit.any():
+                    verdict.findings.append(finding(
+                        "untouched_write", name, "after_error",
+                        f"{name}: {int(hit.sum())} cells changed although the target raised {first.error_type}",
+                        _cells(hit, got=got)))
+    for later in outcome.runs[1:]:
+        if later.after is not None and (later.error != first.error or not np.array_equal(later.after, first.after)):
+            diff = later.after != first.after
+            owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner[diff])})
+            verdict.findings.append(finding(
+                "nondeterministic", owners[0] if owners else "-", "rerun",
+                f"a second run of the same case differs ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'})"))
+    return verdict
+
+
+def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, finding) -> Iterator[Finding]:
+    """Bytes outside every element (guards, gaps) and input elements that changed."""
+    stray = changed & (p.owner == NOBODY)
+    if stray.any():
+        by_place: dict[tuple[str, str], list[int]] = {}
+        for b in np.flatnonzero(stray):
+            by_place.setdefault(p.region_of_byte(int(b)), []).append(int(b))
+        for (tensor, where), bytes_ in sorted(by_place.items()):
+            r = p.regions.get(tensor)
+            rel = [b - r.start for b in bytes_[:MAX_CELLS]] if r else bytes_[:MAX_CELLS]
+            yield finding("out_of_bounds_write", tensor, where,
+                          f"{len(bytes_)} bytes {where} {tensor}'s elements changed "
+                          f"(byte offsets from its storage start: {rel})",
+                          [{"byte": x} for x in rel])
+    for i, name in enumerate(p.names):
+        if name in contract.outputs:
+            continue
+        hit = changed & (p.owner == i)
+        if hit.any():
+            r = p.regions[name]
+            yield finding("input_modified", name, "elements",
+                          f"input {name} changed ({int(hit.sum())} bytes)")
+
+
+def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, expected: Expected,
+                     outcome: Outcome, finding) -> Iterator[Finding]:
+    cells: Mapping[str, Cells] = contract.cells(case)
+    torch_vals = outcome.torch_ref
+    accepted = expected.accepted()
+    for name in contract.outputs:
+        if name not in p.regions:
+            continue
+        c = cells[name]
+        r = p.regions[name]
+        got = r.elements(run.after).astype(np.int64)
+        before = r.elements(p.image).astype(np.int64)
+        want = np.asarray(expected.values[name])
+        tv = None if torch_vals is None else np.asarray(torch_vals[name])
+
+        if tv is not None and not any(_same(tv, np.asarray(a[name]), c.required) for a in accepted):
+            bad = c.required & (tv != want)
+            yield finding("oracle_disagreement", name, _extent(bad, c.required),
+                          f"{name}: NumPy and torch oracles disagree on {int(bad.sum())} required cells",
+                          _cells(bad, numpy=want, torch=tv))
+        if not any(_same(got, np.asarray(a[name]), c.required) for a in accepted):
+            bad = c.required & (got != want)
+            lost = bad & (got == before)
+            note = f" ({int(lost.sum())} never written)" if lost.any() else ""
+            yield finding("mismatch", name, _extent(bad, c.required),
+                          f"{name}: {int(bad.sum())} of {int(c.required.sum())} required cells differ{note}",
+                          _cells(bad, numpy=want, torch=tv, got=got))
+        hit = c.untouched & (got != before)
+        if hit.any():
+            yield finding("untouched_write", name, "cells",
+                          f"{name}: {int(hit.sum())} cells the contract leaves untouched changed",
+                          _cells(hit, got=got, before=before))
+    if outcome.torch_ref_error:
+        yield finding("oracle_disagreement", "-", "torch_error",
+                      f"the torch oracle raised on an in-contract case: {outcome.torch_ref_error}")
+
+
+def _same(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> bool:
+    return bool(np.array_equal(a[mask], b[mask]))
+
+
+def _extent(bad: np.ndarray, required: np.ndarray) -> str:
+    return "all" if bad.sum() == required.sum() else "partial"
+
+
+def _cells(mask: np.ndarray, **arrays: np.ndarray | None) -> list[dict]:
+    out = []
+    for idx in np.argwhere(mask)[:MAX_CELLS]:
+        key = tuple(int(i) for i in idx)
+        row = {"index": list(key)}
+        for label, arr in arrays.items():
+            if arr is not None:
+                row[label] = int(arr[key])
+        out.append(row)
+    return out

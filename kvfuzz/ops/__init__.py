@@ -1,0 +1,17 @@
+"""One contract per op; `CONTRACTS` is the registry every generic test and engine walks."""
+
+from . import decode_metadata, num_kv_splits, swa_spec_page_table
+from ..contract import Contract
+
+CONTRACTS: dict[str, Contract] = {
+    m.CONTRACT.name: m.CONTRACT for m in (decode_metadata, swa_spec_page_table, num_kv_splits)
+}
+
+
+def get_contract(name: str) -> Contract:
+    try:
+        return CONTRACTS[name]
+    except KeyError:
+        from ..errors import BadInput
+
+        raise BadInput(f"unknown op {name!r}; known ops: {', '.join(CONTRACTS)}") from None

@@ -1,0 +1,191 @@
+"""The NumPy oracle: one pure function per op, independent of torch.
+
+Integer arithmetic is exact (Python ints or int64 with explicit range checks): a value that
+would leave int32 where the kernel computes in int32 raises `OutOfContract`, never wraps.
+The float32 step of `num_kv_splits` is followed exactly, and a case whose result depends on
+how the device rounds that step gets the other possible answers as `alternatives`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..case import Case
+from ..contract import INT32_MAX, INT32_MIN, Expected, OutOfContract, fits_int32
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _check32(what: str, x: int) -> int:
+    if not INT32_MIN <= x <= INT32_MAX:
+        raise OutOfContract(f"{what} = {x} does not fit int32")
+    return x
+
+
+def cdiv32(what: str, a: int, b: int) -> int:
+    """cdiv as a kernel computes it in int32: the numerator a + b - 1 must fit."""
+    _check32(f"{what} numerator", a + b - 1)
+    return cdiv(a, b)
+
+
+def _empty_out(case: Case, name: str) -> np.ndarray:
+    return np.zeros(case.tensors[name].shape, dtype=np.int64)
+
+
+# 1. decode_metadata -------------------------------------------------------------------
+
+
+def decode_metadata(case: Case) -> Expected:
+    s, v = case.scalars, case.values
+    ps, delta, P = s["page_size"], s["seq_len_delta"], s["max_seq_pages"]
+    seq_lens = [int(x) for x in v["seq_lens"]]
+    out = {n: _empty_out(case, n) for n in ("cache_seqlens_int32", "cu_seqlens_k", "page_table")}
+
+    acc = 0
+    for i, sl in enumerate(seq_lens):
+        length = _check32(f"seq_lens[{i}] + seq_len_delta", sl + delta)
+        if length < 0:
+            raise OutOfContract(f"seq_lens[{i}] + seq_len_delta = {length} is negative")
+        out["cache_seqlens_int32"][i] = length
+        out["cu_seqlens_k"][i] = acc
+        acc = _check32(f"cu_seqlens_k[{i + 1}]", acc + length)
+    out["cu_seqlens_k"][len(seq_lens)] = acc
+
+    if P > 0:
+        rtt = v["req_to_token"].astype(np.int64)
+        rows = v["req_pool_indices"].astype(np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= rtt.shape[0]):
+            raise OutOfContract(f"req_pool_indices outside [0, {rtt.shape[0]})")
+        cols = np.arange(P, dtype=np.int64) * ps
+        if cols[-1] >= rtt.shape[1]:
+            raise OutOfContract(f"(max_seq_pages - 1) * page_size = {cols[-1]} >= req_to_token width {rtt.shape[1]}")
+        tokens = rtt[rows[:, None], cols[None, :]]
+        pages = np.floor_divide(tokens, ps)
+        if not fits_int32(pages):
+            raise OutOfContract("a page_table value does not fit int32")
+        out["page_table"][:, :P] = pages
+        if "swa_page_table" in case.tensors:
+            mapping = v["full_to_swa_index_mapping"].astype(np.int64)
+            if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
+                raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
+            swa = np.floor_divide(mapping[tokens], ps)
+            if not fits_int32(swa):
+                raise OutOfContract("a swa_page_table value does not fit int32")
+            out["swa_page_table"] = _empty_out(case, "swa_page_table")
+            out["swa_page_table"][:, :P] = swa
+    elif "swa_page_table" in case.tensors:
+        out["swa_page_table"] = _empty_out(case, "swa_page_table")
+    return Expected(out)
+
+
+# 2. swa_spec_page_table -----------------------------------------------------------------
+
+
+def swa_spec_page_table(case: Case) -> Expected:
+    v, R = case.values, case.scalars["speculative_num_draft_tokens"]
+    a, b = v["page_table_a"].astype(np.int64), v["page_table_b"].astype(np.int64)
+    la_all, lb_all = v["seq_len_a"].astype(np.int64), v["seq_len_b"].astype(np.int64)
+    dst = _empty_out(case, "page_table_dst")
+    width = dst.shape[1]
+    for m in range(la_all.size * R):
+        la, lb = int(la_all[m // R]), int(lb_all[m])
+        if not 0 <= la <= a.shape[1]:
+            raise OutOfContract(f"seq_len_a[{m // R}] = {la} outside [0, {a.shape[1]}]")
+        if not 0 <= lb <= b.shape[1]:
+            raise OutOfContract(f"seq_len_b[{m}] = {lb} outside [0, {b.shape[1]}]")
+        if la + lb > width:
+            raise OutOfContract(f"row {m}: la + lb = {la + lb} > page_table_dst width {width}")
+        dst[m, :la] = a[m // R, :la]
+        dst[m, la : la + lb] = b[m, :lb]
+    return Expected({"page_table_dst": dst})
+
+
+# 3. num_kv_splits ---------------------------------------------------------------------
+
+# How far a device's float32 log2 may stray from the correctly rounded one: PTX lg2.approx
+# is documented within 2^-22.6 absolute on its reduced range; allow a few ulp more.
+LOG2_ABS_TOL = 2.0**-20
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def num_kv_splits_stats(case: Case) -> tuple[int, int]:
+    """(mx, mn) as the op defines them; kvfuzz's default variant defines zero lengths:
+    only rows with length >= 1 take part, and with none, mx = mn = 1."""
+    lens = [int(x) for x in case.values["seq_lens"][: case.scalars["num_seq"]]]
+    live = [x for x in lens if x >= 1] if case.variant == "default" else lens
+    if not live:
+        return 1, 1
+    return max(live), min(live)
+
+
+def ext_core_count_range(mx: int, device_core_count: int) -> tuple[int, int, int]:
+    """The float32 step: (exact, lowest possible, highest possible) over device log2 error."""
+    x = np.float32(np.float32(mx) / np.float32(64.0))
+    lg = np.log2(x, dtype=np.float32)
+    dcc = np.float32(device_core_count)
+
+    def step(l: float) -> int:
+        return int(math.trunc(_f32(dcc * np.float32(max(_f32(l), 1.0)))))
+
+    exact = int(math.trunc(float(dcc * np.maximum(lg, np.float32(1.0)))))
+    lo = step(float(lg) - LOG2_ABS_TOL - 4 * float(np.spacing(np.float32(abs(lg)))))
+    hi = step(float(lg) + LOG2_ABS_TOL + 4 * float(np.spacing(np.float32(abs(lg)))))
+    return exact, min(lo, exact), max(hi, exact)
+
+
+def _splits_for(case: Case, mx: int, mn: int, e: int) -> np.ndarray:
+    s = case.scalars
+    num_seq, num_group = s["num_seq"], s["num_group"]
+    num_head, num_kv_head, mks = s["num_head"], s["num_kv_head"], s["max_kv_splits"]
+    _check32("max_seq_len * 8", mx * 8)
+    _check32("min_seq_len * 10", mn * 10)
+    if mx * 8 < mn * 10:
+        mn = mx
+    s1 = min(cdiv32("cdiv(max_seq_len, min_seq_len)", mx, mn), mks)
+    c1 = cdiv32("cdiv(max_seq_len, max_kv_splits_1)", mx, s1)
+    g = num_head // num_kv_head
+    per_seq = num_head if g == 1 else cdiv(num_head, min(16, g))
+    tg = _check32("token_grid", _check32("num_seq * num_group", num_seq * num_group) * per_seq)
+    s2 = min(cdiv32("cdiv(ext_device_core_count, token_grid)", e, tg), mks)
+    c2 = cdiv32("cdiv(max_seq_len, max_kv_splits_2)", mx, s2)
+    out = np.zeros(case.tensors["num_kv_splits"].shape, dtype=np.int64)
+    for i, sl in enumerate(int(x) for x in case.values["seq_lens"][:num_seq]):
+        val = max(cdiv32(f"cdiv(seq_lens[{i}], chunk_1)", sl, c1), cdiv32(f"cdiv(seq_lens[{i}], chunk_2)", sl, c2))
+        out[i * num_group : (i + 1) * num_group] = val
+    return out
+
+
+def num_kv_splits(case: Case) -> Expected:
+    s = case.scalars
+    for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits", "device_core_count"):
+        if s[name] < 1:
+            raise OutOfContract(f"{name} = {s[name]} < 1")
+    if s["num_head"] // s["num_kv_head"] == 0:
+        raise OutOfContract(f"num_kv_head {s['num_kv_head']} > num_head {s['num_head']}: the head-group size is 0")
+    lens = case.values["seq_lens"]
+    floor = 0 if case.variant == "default" else 1
+    if lens.size and int(lens.min()) < floor:
+        raise OutOfContract(f"a seq_len is below {floor}")
+    if not fits_int32(lens):
+        raise OutOfContract("a seq_len does not fit int32")
+    mx, mn = num_kv_splits_stats(case)
+    exact, lo, hi = ext_core_count_range(mx, s["device_core_count"])
+    main = _splits_for(case, mx, mn, exact)
+    alts = []
+    for e in range(lo, hi + 1):
+        if e != exact:
+            alt = _splits_for(case, mx, mn, e)
+            if not np.array_equal(alt, main) and not any(np.array_equal(alt, x["num_kv_splits"]) for x in alts):
+                alts.append({"num_kv_splits": alt})
+    boundary = None
+    if alts:
+        boundary = (f"float32 step on a rounding boundary: device_core_count * max(log2(max_seq_len/64), 1) "
+                    f"truncates to {lo}..{hi} within log2 error; {len(alts) + 1} results accepted")
+    return Expected({"num_kv_splits": main}, tuple(alts), boundary)

@@ -1,0 +1,107 @@
+"""The torch oracle: the unfused torch operations each fused kernel replaced.
+
+Runs on the device of the kernel under test (so it exercises that device's torch), from
+plain contiguous copies of the case's input values. Returns NumPy arrays shaped like the
+outputs; only the contract's required cells are meaningful.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..case import Case
+
+
+def _t(case: Case, name: str, device) -> torch.Tensor:
+    return torch.from_numpy(np.array(case.values[name])).to(device)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy().astype(np.int64)
+
+
+def decode_metadata(case: Case, device) -> dict[str, np.ndarray]:
+    s = case.scalars
+    ps, delta, P = s["page_size"], s["seq_len_delta"], s["max_seq_pages"]
+    seq_lens = _t(case, "seq_lens", device)
+    B = seq_lens.shape[0]
+    # SGLang's unfused sequence (flashattention_backend before the fused kernel):
+    cache_seqlens = (seq_lens + delta).to(torch.int32)
+    cu_seqlens_k = torch.zeros(B + 1, dtype=torch.int32, device=device)
+    cu_seqlens_k[1:].copy_(torch.cumsum(cache_seqlens, 0, dtype=torch.int32))
+    out = {"cache_seqlens_int32": _np(cache_seqlens), "cu_seqlens_k": _np(cu_seqlens_k)}
+
+    pt_shape = case.tensors["page_table"].shape
+    page_table = torch.zeros(pt_shape, dtype=torch.int64, device=device)
+    swa = "swa_page_table" in case.tensors
+    if swa:
+        swa_table = torch.zeros(case.tensors["swa_page_table"].shape, dtype=torch.int64, device=device)
+    if P > 0:
+        req_to_token = _t(case, "req_to_token", device)
+        pool = _t(case, "req_pool_indices", device).long()
+        strided = _t(case, "strided_indices", device).long()
+        tokens = req_to_token[pool[:, None], strided[:P][None, :]]
+        page_table[:, :P] = tokens // ps
+        if swa:
+            mapping = _t(case, "full_to_swa_index_mapping", device)
+            swa_table[:, :P] = mapping[tokens.long()] // ps
+    out["page_table"] = _np(page_table)
+    if swa:
+        out["swa_page_table"] = _np(swa_table)
+    return out
+
+
+def swa_spec_page_table(case: Case, device) -> dict[str, np.ndarray]:
+    R = case.scalars["speculative_num_draft_tokens"]
+    a = _t(case, "page_table_a", device).long()
+    b = _t(case, "page_table_b", device).long()
+    la = _t(case, "seq_len_a", device).long()
+    lb = _t(case, "seq_len_b", device).long()
+    M, W = case.tensors["page_table_dst"].shape
+    rows = la.shape[0] * R
+    col = torch.arange(W, device=device)[None, :]
+    la_m = la.repeat_interleave(R)[:, None]  # la for each expanded row
+    lb_m = lb[:rows, None]
+    a_rows = a.repeat_interleave(R, dim=0)[:rows]
+    a_part = torch.gather(a_rows, 1, col.clamp(max=a.shape[1] - 1).expand(rows, W)) if a.shape[1] else None
+    b_idx = (col - la_m).clamp(min=0, max=max(b.shape[1] - 1, 0))
+    b_part = torch.gather(b[:rows], 1, b_idx) if b.shape[1] else None
+    dst = torch.zeros((M, W), dtype=torch.int64, device=device)
+    if a_part is not None:
+        dst[:rows] = torch.where(col < la_m, a_part, dst[:rows])
+    if b_part is not None:
+        in_b = (col >= la_m) & (col < la_m + lb_m)
+        dst[:rows] = torch.where(in_b, b_part, dst[:rows])
+    return {"page_table_dst": _np(dst)}
+
+
+def num_kv_splits(case: Case, device) -> dict[str, np.ndarray]:
+    s = case.scalars
+    num_seq, num_group = s["num_seq"], s["num_group"]
+    lens = _t(case, "seq_lens", device).long()[:num_seq]
+    live = lens >= 1 if case.variant == "default" else torch.ones_like(lens, dtype=torch.bool)
+    one = torch.ones((), dtype=torch.long, device=device)
+    if bool(live.any()):
+        mx = torch.where(live, lens, torch.zeros_like(lens)).max()
+        mn = torch.where(live, lens, torch.full_like(lens, torch.iinfo(torch.int64).max)).min()
+    else:
+        mx = mn = one
+    mn = torch.where(mx * 8 < mn * 10, mx, mn)
+
+    def cdiv(a, b):
+        return (a + b - 1) // b
+
+    s1 = torch.clamp(cdiv(mx, mn), max=s["max_kv_splits"])
+    c1 = cdiv(mx, s1)
+    ext = torch.log2(mx.to(torch.float32) / 64.0).clamp(min=1.0)
+    e = (torch.tensor(s["device_core_count"], dtype=torch.float32, device=device) * ext).to(torch.int32).long()
+    g = s["num_head"] // s["num_kv_head"]
+    per_seq = s["num_head"] if g == 1 else -(-s["num_head"] // min(16, g))
+    tg = num_seq * num_group * per_seq
+    s2 = torch.clamp(cdiv(e, tg), max=s["max_kv_splits"])
+    c2 = cdiv(mx, s2)
+    per_row = torch.maximum(cdiv(lens, c1), cdiv(lens, c2))
+    out = torch.zeros(case.tensors["num_kv_splits"].shape, dtype=torch.int64, device=device)
+    out[: num_seq * num_group] = per_row.repeat_interleave(num_group)
+    return {"num_kv_splits": _np(out)}

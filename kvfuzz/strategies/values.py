@@ -1,0 +1,56 @@
+"""Array values from a small recipe (pattern + RNG seed), so that large tables cost one draw
+and shrink toward the simplest pattern and seed 0."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+INT32_MAX = 2**31 - 1
+
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+seeds = st.integers(0, 2**32 - 1)
+
+# token ids for req_to_token: simplest first
+TOKEN_PATTERNS = ("arange", "permuted", "repeated", "random", "large", "negative", "zeros")
+SWA_TOKEN_PATTERNS = ("arange", "permuted", "repeated", "random", "zeros")  # all inside [0, high)
+
+
+def tokens(pattern: str, seed: int, shape: tuple[int, ...], high: int) -> np.ndarray:
+    """Token ids in [0, high) (or around int32's edges for `large`/`negative`)."""
+    n = int(np.prod(shape))
+    g = rng(seed)
+    if pattern == "arange":
+        flat = np.arange(n, dtype=np.int64) % max(high, 1)
+    elif pattern == "permuted":
+        flat = g.permutation(max(high, n))[:n] % max(high, 1)
+    elif pattern == "repeated":
+        flat = g.choice(g.integers(0, max(high, 1), size=3), size=n)
+    elif pattern == "random":
+        flat = g.integers(0, max(high, 1), size=n)
+    elif pattern == "large":
+        flat = INT32_MAX - g.integers(0, 4096, size=n)
+    elif pattern == "negative":
+        flat = g.integers(-(2**31), 2**20, size=n)
+    else:
+        flat = np.zeros(n, dtype=np.int64)
+    return flat.reshape(shape).astype(np.int64)
+
+
+def pick(seed: int, n: int, high: int, pattern: str) -> np.ndarray:
+    """n indices in [0, high): a permutation when possible, all equal, or random with repeats."""
+    g = rng(seed)
+    if pattern == "sequential":
+        return np.arange(n) % high
+    if pattern == "permuted" and n <= high:
+        return g.permutation(high)[:n]
+    if pattern == "same":
+        return np.full(n, int(g.integers(0, high)))
+    return g.integers(0, high, size=n)
+
+
+INDEX_PATTERNS = ("sequential", "permuted", "same", "random")
