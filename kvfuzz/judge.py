@@ -21,6 +21,7 @@ from .materialize import NOBODY, Plan, plan as make_plan
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
+LOST = ("WorkerDied", "Timeout")  # error types of a worker process that died or hung
 
 
 @dataclass
@@ -63,7 +64,10 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
     if status == "must_refuse" and first.error is None:
         verdict.findings.append(finding("invalid_accepted", "-", reasons[0].split()[0],
                                         f"ran a case it must refuse: {reasons[0]}"))
-    if status == "in_contract" and first.error is not None:
+    if first.error_type in LOST:  # the process died or hung: never acceptable, in contract or not
+        where = first.error.split(": ", 1)[-1].split()[-1] if first.error_type == "WorkerDied" else "timeout"
+        verdict.findings.append(finding("crash", "-", where, f"the target took its process down: {first.error}"))
+    elif status == "in_contract" and first.error is not None:
         verdict.findings.append(finding("crash", "-", first.error_type or "Exception",
                                         f"raised on an in-contract case: {first.error}"))
     if first.after is None:

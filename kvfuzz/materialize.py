@@ -55,16 +55,16 @@ class Plan:
     names: tuple[str, ...]
 
     def region_of_byte(self, b: int) -> tuple[str, str]:
-        """(tensor, before|after|gap) for a byte that belongs to no element."""
-        best = None
+        """(tensor, before|after|gap) for a byte that belongs to no element: each tensor owns
+        the guard band on either side of its storage."""
         for r in self.regions.values():
-            lo, hi = r.start, r.start + r.nbytes
-            if lo <= b < hi:
+            if r.start - r.guard <= b < r.start:
+                return r.name, "before"
+            if r.start <= b < r.start + r.nbytes:
                 return r.name, "gap"
-            dist = lo - b if b < lo else b - hi + 1
-            if best is None or dist < best[0]:
-                best = (dist, r.name, "before" if b < lo else "after")
-        return (best[1], best[2]) if best else ("-", "after")
+            if r.start + r.nbytes <= b < r.start + r.nbytes + r.guard + ALIGN:
+                return r.name, "after"
+        return "-", "outside"
 
 
 def _round_up(n: int, a: int = ALIGN) -> int:
@@ -80,8 +80,8 @@ def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
         guard = _round_up(min(GUARD_MAX, max(GUARD_MIN, nbytes)))
         start = cursor + guard
         regions[name] = Region(name, spec, start, guard)
-        cursor = _round_up(start + nbytes)
-    total = cursor + (regions[names[-1]].guard if names else GUARD_MIN)
+        cursor = _round_up(start + nbytes) + guard  # the guard after is the tensor's own too
+    total = max(cursor, GUARD_MIN)
     image = np.full(total, CANARY_BYTE, dtype=np.uint8)
     owner = np.full(total, NOBODY, dtype=np.int16)
     for i, name in enumerate(names):

@@ -1,0 +1,262 @@
+"""kvfuzz: differential fuzzing of the Triton kernels that build KV-cache metadata.
+
+commands:
+  fuzz      generate cases, judge a target against the NumPy and torch oracles, save findings
+  replay    re-run one saved case and print what is wrong (or that it passes now)
+  minimize  shrink one saved case while its finding's signature holds
+  corpus    ls | merge SRC... DST | prune: manage saved cases
+  ops       list the ops, their entry points, kernel paths and contract variants
+
+Exit status: 0 clean, 1 findings (or the replayed case still fails), 2 bad usage or input.
+Only this module prints or exits; everything it calls is library code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import BadCaseFile, BadInput
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (exit 2), not usage + error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"kvfuzz: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kvfuzz", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    f = sub.add_parser("fuzz", help="fuzz a target (the main job)")
+    f.add_argument("--op", action="append", dest="ops", metavar="NAME",
+                   help="op to fuzz (repeatable; default: all)")
+    _target_device(f)
+    f.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
+                   help="generation time, split evenly over the ops (default 60)")
+    f.add_argument("--max-cases", type=int, default=1_000_000, metavar="N", help="at most N cases per op")
+    f.add_argument("--seed", type=int, default=0, help="same seed, same cases (default 0)")
+    f.add_argument("--corpus", type=Path, metavar="DIR", help="save each finding's minimized case here")
+    f.add_argument("--report", type=Path, metavar="FILE.json", help="write a JSON report")
+    f.add_argument("--in-contract-only", action="store_true", help="generate only in-contract cases")
+    f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
+    f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
+                   help="time to minimize each new finding (default 30; 0 to skip)")
+    f.set_defaults(run=cmd_fuzz)
+
+    r = sub.add_parser("replay", help="re-run one saved case")
+    r.add_argument("case", type=Path, help="a case directory (or its case.json)")
+    _target_device(r, default_target=None)
+    r.add_argument("--emit-repro", type=Path, metavar="FILE.py",
+                   help="also write a standalone script (torch + triton only) reproducing the case")
+    r.set_defaults(run=cmd_replay)
+
+    m = sub.add_parser("minimize", help="shrink one saved case")
+    m.add_argument("case", type=Path)
+    m.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="corpus to save the result in")
+    _target_device(m, default_target=None)
+    m.add_argument("--budget", type=float, default=30.0, metavar="SECONDS")
+    m.set_defaults(run=cmd_minimize)
+
+    c = sub.add_parser("corpus", help="ls | merge | prune")
+    csub = c.add_subparsers(dest="corpus_command", required=True, parser_class=_Parser)
+    ls = csub.add_parser("ls", help="list saved cases")
+    ls.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")])
+    ls.set_defaults(run=cmd_corpus_ls)
+    mg = csub.add_parser("merge", help="merge corpora into DST, one case per signature and target")
+    mg.add_argument("paths", nargs="+", type=Path, metavar="SRC... DST")
+    mg.set_defaults(run=cmd_corpus_merge)
+    pr = csub.add_parser("prune", help="report (or with --apply delete) xfail cases that no longer fail")
+    pr.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")])
+    pr.add_argument("--apply", action="store_true", help="delete them instead of only reporting")
+    pr.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    pr.set_defaults(run=cmd_corpus_prune)
+
+    o = sub.add_parser("ops", help="list the ops and their contracts")
+    o.set_defaults(run=cmd_ops)
+    return p
+
+
+def _target_device(p: argparse.ArgumentParser, default_target: str | None = "builtin") -> None:
+    p.add_argument("--target", default=default_target, metavar="SPEC",
+                   help="builtin | PATH.py | module:NAME | sglang==X.Y.Z" +
+                   (" (default builtin)" if default_target else " (default: the case's own)"))
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="cuda if present, else the CPU under Triton's interpreter (default auto)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the target in this process (faster; a crashing kernel ends the run)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except BadInput as exc:
+        print(f"kvfuzz: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvfuzz: interrupted", file=sys.stderr)
+        return 130
+
+
+# commands ---------------------------------------------------------------------------------
+
+
+def cmd_fuzz(args) -> int:
+    from .campaign import CampaignConfig, run_campaign, stderr_progress
+    from .ops import CONTRACTS
+
+    cfg = CampaignConfig(
+        ops=args.ops or list(CONTRACTS), target=args.target, device=args.device, budget_s=args.budget,
+        max_cases=args.max_cases, seed=args.seed, corpus=args.corpus, report=args.report,
+        in_contract_only=args.in_contract_only, isolate=not args.in_process,
+        minimize_budget_s=args.minimize_budget, variant=args.variant)
+    _check_writable(args.report)
+    result = run_campaign(cfg, progress=stderr_progress())
+    for s in result.stats:
+        status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s"
+        print(f"{s.op}: {status}")
+    for x in result.saved:
+        where = f" -> {x.path}" if x.path else ""
+        print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}")
+        print(f"  {x.found.finding.message}")
+    print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings, target {args.target} "
+          f"on {result.device_name} in {result.seconds:.1f} s")
+    return 1 if result.saved else 0
+
+
+def _check_writable(path: Path | None) -> None:
+    if path is not None and path.exists() and path.is_dir():
+        raise BadInput(f"--report {path} is a directory")
+
+
+def _read_case(path: Path):
+    from .corpus import read_case_dir
+
+    path = Path(path)
+    if path.name == "case.json":
+        path = path.parent
+    if not path.exists():
+        raise BadCaseFile(path, "no such case")
+    return read_case_dir(path)
+
+
+def cmd_replay(args) -> int:
+    from .replay import render, replay
+
+    saved = _read_case(args.case)
+    r = replay(saved, args.target, args.device, isolate=not args.in_process)
+    print(render(r))
+    if args.emit_repro:
+        from .repro import write_repro
+
+        write_repro(saved, args.emit_repro, device=r.device)
+        print(f"repro    wrote {args.emit_repro}: python {args.emit_repro} PATH/TO/KERNELS.py")
+    return 1 if r.fails else 0
+
+
+def cmd_minimize(args) -> int:
+    import dataclasses
+
+    from . import device as devmod
+    from .campaign import still_fails_fn
+    from .corpus import DirectoryCorpus
+    from .minimize import minimize
+    from .worker import make_executor
+
+    saved = _read_case(args.case)
+    if saved.finding is None:
+        raise BadInput(f"{args.case}: the case records no finding to keep while minimizing")
+    dev = devmod.select(args.device)
+    spec = args.target or saved.target
+    executor = make_executor(spec, dev, isolate=not args.in_process)
+    try:
+        sig = saved.finding.signature
+        check = still_fails_fn(executor, sig)
+        if not check(saved.case):
+            print(f"kvfuzz: {sig} does not show on {spec} now; nothing to minimize", file=sys.stderr)
+            return 1
+        m = minimize(saved.case, check, budget_s=args.budget)
+    finally:
+        executor.close()
+    out = dataclasses.replace(saved, case=m.case, minimized=True, origin="minimizer",
+                              minimize_log=tuple(saved.minimize_log) + tuple(m.log))
+    res = DirectoryCorpus(args.output).save(out)
+    for line in m.log:
+        print(f"  {line}")
+    print(f"kvfuzz: minimized in {m.seconds:.1f} s ({m.steps_tried} tries{'' if m.complete else ', budget ran out'})"
+          f" -> {res.path} ({res.status})")
+    return 0
+
+
+def cmd_corpus_ls(args) -> int:
+    from .corpus import list_cases
+
+    rows = list_cases(args.paths)
+    for row in rows:
+        print(_row(row))
+    print(f"{len(rows)} cases")
+    return 0
+
+
+def _row(row) -> str:
+    fields = [getattr(row, n, "") for n in ("op", "key", "kind", "expected", "target", "signature", "path")]
+    return "  ".join(str(x) for x in fields)
+
+
+def cmd_corpus_merge(args) -> int:
+    from .corpus import merge
+
+    if len(args.paths) < 2:
+        raise BadInput("corpus merge needs at least one SRC and a DST")
+    *src, dst = args.paths
+    for s in src:
+        if not s.exists():
+            raise BadInput(f"{s}: no such corpus")
+    results = merge(src, dst)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    print(f"merged into {dst}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts
+          else f"nothing to merge into {dst}")
+    return 0
+
+
+def cmd_corpus_prune(args) -> int:
+    from . import device as devmod
+    from .corpus import prune
+    from .replay import replay
+
+    dev = devmod.select(args.device)
+
+    def still_fails(saved) -> bool:
+        return replay(saved, None, dev).same_defect
+
+    actions = prune(args.paths, still_fails, apply=args.apply)
+    for path, action in actions:
+        print(f"{action}  {path}")
+    print(f"{len(actions)} xfail cases no longer fail" + ("" if args.apply else " (use --apply to delete)"))
+    return 0
+
+
+def cmd_ops(args) -> int:
+    from .ops import CONTRACTS
+
+    for c in CONTRACTS.values():
+        print(f"{c.name}  (entry point: {c.entry})")
+        for name, doc in c.paths.items():
+            print(f"  path {name}: {doc}")
+        for name, doc in c.variants.items():
+            print(f"  variant {name}: {doc}")
+        for a in c.args:
+            print(f"  {a.role:3} {a.name} {'|'.join(a.dtypes)} [{a.shape}]{' optional' if a.optional else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The Hypothesis engine: generate cases from `kvfuzz.strategies`, judge each, and let
+Hypothesis shrink every new finding while it keeps its exact signature.
+
+Hypothesis stops a test at its first failure, so a campaign runs in chunks of examples,
+each chunk under its own seed derived from the campaign's (same seed, same cases). Inside
+a chunk the test function records every finding; the first new signature raises, which
+makes Hypothesis shrink toward the smallest case with that same signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hyp_seed
+from hypothesis.errors import HypothesisException
+
+from .. import strategies
+from ..case import Case
+from ..findings import Finding
+from ..judge import Verdict, judge
+from ..worker import Executor
+
+CHUNK = 64  # examples per Hypothesis run
+
+
+@dataclass
+class Found:
+    finding: Finding
+    case: Case  # smallest case seen with this signature
+    first: Case  # the case it was first seen on
+    shrunk_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OpStats:
+    op: str
+    cases: int = 0
+    shrink_runs: int = 0
+    seconds: float = 0.0
+    by_status: dict[str, int] = field(default_factory=dict)
+    skipped: str | None = None
+
+
+class _NewFinding(Exception):
+    """Raised inside the Hypothesis test to make it shrink; never escapes the engine."""
+
+
+def chunk_seed(seed: int, op: str, chunk: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{op}:{chunk}".encode()).digest()[:8], "little")
+
+
+def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int,
+            in_contract_only: bool = False, variant: str | None = None, determinism_every: int = 10,
+            shrink_budget_s: float = 20.0, known: dict[str, Found] | None = None,
+            on_case: Callable[[OpStats, Verdict], None] | None = None) -> tuple[OpStats, dict[str, Found]]:
+    """Fuzz one op until the budget or the case count runs out. Returns stats and findings
+    keyed by signature (`known` is updated in place, so several ops can share it)."""
+    stats = OpStats(op)
+    found: dict[str, Found] = {} if known is None else known
+    t0 = time.monotonic()
+    deadline = t0 + budget_s
+    strategy = strategies.cases(op, in_contract_only)
+    if variant:
+        strategy = strategy.map(lambda c: c.replace(variant=variant))
+
+    def judged(case: Case) -> Verdict:
+        repeats = 2 if determinism_every and (stats.cases + stats.shrink_runs) % determinism_every == 0 else 1
+        return judge(case, executor.run(case, repeats=repeats))
+
+    chunk = 0
+    shrink_spent = 0.0  # shrinking does not eat the generation budget
+    while time.monotonic() < deadline + shrink_spent and stats.cases < max_cases:
+        state: dict = {"sig": None, "best": None, "shrink_deadline": None}
+
+        @hyp_seed(chunk_seed(seed, op, chunk))
+        @settings(max_examples=min(CHUNK, max_cases - stats.cases), deadline=None, database=None,
+                  phases=[Phase.generate, Phase.shrink], report_multiple_bugs=False,
+                  suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+        @given(strategy)
+        def test(case: Case) -> None:
+            # one raise site: Hypothesis tells failures apart by where they are raised
+            if interesting(case):
+                raise _NewFinding
+
+        def interesting(case: Case) -> bool:
+            if state["sig"] is None:  # generating
+                if time.monotonic() >= deadline + shrink_spent or stats.cases >= max_cases:
+                    return False
+                verdict = judged(case)
+                stats.cases += 1
+                stats.by_status[verdict.status] = stats.by_status.get(verdict.status, 0) + 1
+                if on_case:
+                    on_case(stats, verdict)
+                new = [f for f in verdict.findings if f.signature not in found]
+                for f in new:
+                    found[f.signature] = Found(f, case, case)
+                if new:
+                    state.update(sig=new[0].signature, best=case, found_at=time.monotonic(),
+                                 shrink_deadline=time.monotonic() + shrink_budget_s)
+                return bool(new)
+            # shrinking: only the exact signature counts; past the budget only the best does
+            if time.monotonic() >= state["shrink_deadline"]:
+                return case == state["best"]
+            stats.shrink_runs += 1
+            verdict = judged(case)
+            match = [f for f in verdict.findings if f.signature == state["sig"]]
+            if match:
+                state["best"] = case
+                found[state["sig"]].finding = match[0]
+            return bool(match)
+
+        t_chunk = time.monotonic()
+        try:
+            test()
+        except _NewFinding:
+            pass
+        except HypothesisException:  # e.g. flaky: the shrunk case did not replay; keep what we have
+            pass
+        if state["sig"] is not None:
+            shrink_spent += time.monotonic() - max(t_chunk, state["found_at"])
+        if state["sig"] is not None and state["best"] is not None:
+            entry = found[state["sig"]]
+            if state["best"] != entry.first:
+                entry.case = state["best"]
+                entry.shrunk_by.append("hypothesis")
+        chunk += 1
+    stats.seconds = time.monotonic() - t0
+    return stats, found

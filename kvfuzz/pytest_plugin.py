@@ -1,0 +1,160 @@
+"""pytest plugin: every saved case in a corpus is one test.
+
+`pytest corpora/` (or `pytest --kvfuzz-corpus DIR`) collects each `case.json` as a test with
+a readable id (`op:kind:key`). A case runs in a kvfuzz worker subprocess, so a crashing
+kernel fails one test; under `pytest -n auto` each xdist worker keeps its own kvfuzz worker,
+pinned to one GPU when there are several. A case whose target cannot be loaded here is
+skipped with the reason; `xfail` cases are strict: a fixed defect shows up as a failure.
+
+Cheap to load: nothing heavy is imported until a case runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+CORPUS_OPTION = "--kvfuzz-corpus"
+DEVICE_OPTION = "--kvfuzz-device"
+TARGET_OPTION = "--kvfuzz-target"
+CASE_FILE = "case.json"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvfuzz", "kvfuzz saved cases")
+    group.addoption(CORPUS_OPTION, action="append", default=[], metavar="DIR",
+                    help="collect the saved cases under DIR (repeatable)")
+    group.addoption(DEVICE_OPTION, default="auto", choices=("auto", "cpu", "cuda"),
+                    help="device to replay cases on (default: cuda if present, else cpu)")
+    group.addoption(TARGET_OPTION, default=None, metavar="SPEC",
+                    help="replay every case against this target instead of the case's own")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kvfuzz_case: a saved kvfuzz case replayed as a regression test")
+    for d in config.getoption(CORPUS_OPTION):
+        if not Path(d).is_dir():
+            raise pytest.UsageError(f"{CORPUS_OPTION} {d}: no such directory")
+        config.args.append(str(d))
+    config._kvfuzz_executors = {}  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for ex in getattr(config, "_kvfuzz_executors", {}).values():
+        if not isinstance(ex, str):
+            ex.close()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if file_path.name == CASE_FILE:
+        return CaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CaseFile(pytest.File):
+    def collect(self):
+        from .corpus import read_case_dir
+        from .errors import BadCaseFile
+
+        try:
+            saved = read_case_dir(self.path.parent)
+        except BadCaseFile as exc:
+            yield BadCaseItem.from_parent(self, name=f"unreadable:{self.path.parent.name}", why=str(exc))
+            return
+        kind = saved.finding.kind if saved.finding else "regression"
+        item = CaseItem.from_parent(self, name=f"{saved.case.op}:{kind}:{self.path.parent.name}", saved=saved)
+        item.add_marker("kvfuzz_case")
+        if saved.expected == "xfail":
+            item.add_marker(pytest.mark.xfail(reason=saved.reason or "", strict=True, raises=KnownDefect))
+        yield item
+
+
+class KnownDefect(AssertionError):
+    """The saved defect still shows (what an xfail case expects)."""
+
+
+class CaseFailed(AssertionError):
+    pass
+
+
+class BadCaseItem(pytest.Item):
+    def __init__(self, *, why: str, **kw) -> None:
+        super().__init__(**kw)
+        self.why = why
+
+    def runtest(self) -> None:
+        raise CaseFailed(self.why)
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        return self.why
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+def _gpu_env(config: pytest.Config, device: str) -> dict[str, str]:
+    """Under xdist with several GPUs, give each xdist worker its own GPU."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if device != "cuda" or not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {}
+    import torch
+
+    n = torch.cuda.device_count()
+    return {"CUDA_VISIBLE_DEVICES": str(int(worker[2:]) % n)} if n > 1 else {}
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, saved, **kw) -> None:
+        super().__init__(**kw)
+        self.saved = saved
+        self.rendered = ""
+
+    def _executor(self):
+        from . import device as devmod
+        from .errors import BadInput
+        from .worker import WorkerExecutor
+
+        config = self.config
+        device = devmod.select(config.getoption(DEVICE_OPTION))
+        spec = config.getoption(TARGET_OPTION) or self.saved.target
+        cache = config._kvfuzz_executors  # type: ignore[attr-defined]
+        key = (spec, device)
+        if key not in cache:
+            try:
+                cache[key] = WorkerExecutor(spec, device, env=_gpu_env(config, device))
+            except BadInput as exc:
+                cache[key] = f"target {spec} is not available here: {exc}"
+        ex = cache[key]
+        if isinstance(ex, str):
+            pytest.skip(ex)
+        if not ex.supported.get(self.saved.case.op):
+            pytest.skip(f"target {spec} has no {self.saved.case.op}: {ex.missing.get(self.saved.case.op)}")
+        return ex, spec, device
+
+    def runtest(self) -> None:
+        from .judge import judge
+        from .replay import Replayed, render
+
+        ex, spec, device = self._executor()
+        verdict = judge(self.saved.case, ex.run(self.saved.case, repeats=2))
+        r = Replayed(self.saved, spec, device, verdict, ex.description)
+        self.rendered = render(r)
+        if self.saved.expected == "xfail":
+            if r.same_defect:
+                raise KnownDefect(f"known defect still shows: {self.saved.finding.signature}")
+            if self.saved.device != device:  # e.g. a wild read that segfaults the interpreter only
+                pytest.skip(f"defect was seen on {self.saved.device}; it does not show on {device}")
+            raise CaseFailed("the known defect no longer shows (strict xfail): replace expected 'xfail' by "
+                             "'pass' or prune the case\n" + self.rendered)
+        if verdict.failed:
+            raise CaseFailed(self.rendered)
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        if isinstance(excinfo.value, (CaseFailed, KnownDefect)):
+            return str(excinfo.value) if isinstance(excinfo.value, CaseFailed) else self.rendered
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"kvfuzz case {self.name}"

@@ -1,0 +1,71 @@
+"""Re-run one saved case and say, for a kernel author, what is wrong with it now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import device as devmod
+from .corpus import SavedCase
+from .judge import Verdict, judge
+from .worker import make_executor
+
+
+@dataclass
+class Replayed:
+    saved: SavedCase
+    target: str
+    device: str
+    verdict: Verdict
+    description: str
+
+    @property
+    def fails(self) -> bool:
+        return self.verdict.failed
+
+    @property
+    def same_defect(self) -> bool:
+        return self.saved.finding is not None and self.saved.finding.signature in self.verdict.signatures()
+
+
+def replay(saved: SavedCase, target: str | None = None, device: str = "auto", isolate: bool = True) -> Replayed:
+    dev = devmod.select(device)
+    spec = target or saved.target
+    executor = make_executor(spec, dev, isolate=isolate)
+    try:
+        if not executor.supported.get(saved.case.op):
+            from .errors import TargetLoadError
+
+            raise TargetLoadError(f"target {spec} has no {saved.case.op}: {executor.missing.get(saved.case.op)}")
+        verdict = judge(saved.case, executor.run(saved.case, repeats=2))
+        return Replayed(saved, spec, dev, verdict, executor.description)
+    finally:
+        executor.close()
+
+
+def render(r: Replayed) -> str:
+    c, v = r.saved.case, r.verdict
+    lines = [f"case     {c.op} [{c.variant}] {c.digest()}  ({v.status.replace('_', ' ')})",
+             f"target   {r.target}  ({r.description}) on {devmod.describe(r.device)}"]
+    if r.saved.finding is not None:
+        lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
+    if v.reasons:
+        lines.append(f"contract out of contract: {'; '.join(v.reasons[:3])}")
+    if v.expected is not None and v.expected.boundary:
+        lines.append(f"boundary {v.expected.boundary}")
+    if v.refused:
+        lines.append(f"raised   {v.refused}")
+    lines.append("scalars  " + ", ".join(f"{k}={val}" for k, val in sorted(c.scalars.items())))
+    lines.append("layouts")
+    for name, spec in sorted(c.tensors.items()):
+        role = "in " if name in c.values else "out"
+        lines.append(f"  {role} {name}: {spec.describe()}")
+    if not v.findings:
+        lines.append("verdict  PASS: no findings")
+        return "\n".join(lines)
+    lines.append(f"verdict  FAIL: {len(v.findings)} finding(s)")
+    for f in v.findings:
+        lines.append(f"  {f.kind}: {f.signature}")
+        lines.append(f"    {f.message}")
+        for cell in f.cells:
+            lines.append("    " + "  ".join(f"{k}={val}" for k, val in cell.items()))
+    return "\n".join(lines)

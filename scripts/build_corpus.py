@@ -1,0 +1,63 @@
+"""Rebuild corpora/: SGLang 0.5.14's defects (xfail) and the same cases against builtin (pass).
+
+    python scripts/build_corpus.py [--budget 180] [--seed 0] [--out corpora]
+
+Fuzzes the real sglang==0.5.14 wheel from PyPI (on the CPU under Triton's interpreter unless
+a GPU is present), minimizes each finding, saves it as an xfail case for that target, and
+saves the same minimized case as a must-pass regression case for kvfuzz's builtin kernels.
+Also adds hand-written must-refuse cases (invalid page sizes) for the builtin target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kvfuzz.campaign import CampaignConfig, run_campaign, stderr_progress
+from kvfuzz.case import Case, TensorSpec
+from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions, read_case_dir
+
+SGLANG = "sglang==0.5.14"
+
+
+def invalid_page_size_case(ps: int) -> Case:
+    C = TensorSpec.contiguous
+    B, R, T = 2, 2, 64
+    tensors = {"cache_seqlens_int32": C("int32", (B,)), "cu_seqlens_k": C("int32", (B + 1,)),
+               "page_table": C("int32", (B, 4)), "req_to_token": C("int32", (R, T)),
+               "req_pool_indices": C("int64", (B,)), "strided_indices": C("int64", (4,)),
+               "seq_lens": C("int64", (B,))}
+    values = {"req_to_token": np.arange(R * T).reshape(R, T), "req_pool_indices": np.array([1, 0]),
+              "strided_indices": np.arange(4) * 16, "seq_lens": np.array([40, 7])}
+    return Case("decode_metadata", {"max_seq_pages": 3, "seq_len_delta": 0, "page_size": ps}, tensors, values)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=180.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("corpora"))
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args()
+    cfg = CampaignConfig(ops=["decode_metadata", "swa_spec_page_table", "num_kv_splits"], target=SGLANG,
+                         device=args.device, budget_s=args.budget, seed=args.seed, corpus=args.out,
+                         minimize_budget_s=30.0)
+    result = run_campaign(cfg, progress=stderr_progress())
+    store = DirectoryCorpus(args.out)
+    for x in result.saved:
+        saved = read_case_dir(x.path)
+        builtin = dataclasses.replace(saved, target="builtin", expected="pass", reason=None)
+        print(store.save(builtin).path)
+    versions = environment_versions(None if result.device == "cpu" else result.device_name)
+    for ps in (48, 3, 0):
+        print(store.save(SavedCase(case=invalid_page_size_case(ps), finding=None, target="builtin",
+                                   device=result.device, versions=versions, origin="hand")).path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Hand-chosen cases for the tests: small, readable, one per kernel path and edge."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvfuzz.case import Case, TensorSpec
+
+C = TensorSpec.contiguous
+
+
+def decode(ps: int = 1, swa: bool = False, B: int = 3, P: int | None = None, delta: int = 0,
+           dtype: str = "int64", page_table: TensorSpec | None = None, swa_table: TensorSpec | None = None,
+           variant: str = "default") -> Case:
+    lens = np.array([5, 17, 9, 1, 30, 2][:B]) * ps // max(ps // 4, 1)
+    P = -(-(int(lens.max()) + delta) // ps) if P is None else P
+    R, W = 4, max(P, 1) + 2
+    T = max(P, 1) * ps + ps
+    tensors = {"cache_seqlens_int32": C("int32", (B,)), "cu_seqlens_k": C("int32", (B + 1,)),
+               "page_table": page_table or C("int32", (B, W)), "req_to_token": C(dtype, (R, T)),
+               "req_pool_indices": C(dtype, (B,)), "strided_indices": C("int64", (-(-T // ps),)),
+               "seq_lens": C(dtype, (B,))}
+    rng = np.random.default_rng(7)
+    values = {"req_to_token": rng.permutation(R * T).reshape(R, T), "req_pool_indices": (np.arange(B) * 3 + 1) % R,
+              "strided_indices": np.arange(0, T, ps), "seq_lens": lens}
+    if swa:
+        tensors["swa_page_table"] = swa_table or C("int32", (B, W))
+        tensors["full_to_swa_index_mapping"] = C("int64", (R * T,))
+        values["full_to_swa_index_mapping"] = rng.integers(0, 1 << 20, size=R * T)
+    return Case("decode_metadata", {"max_seq_pages": P, "seq_len_delta": delta, "page_size": ps}, tensors, values,
+                variant=variant)
+
+
+def spec(la=(3, 300), R: int = 2, WB: int = 2, extra: int = 0, dst: TensorSpec | None = None) -> Case:
+    bs = len(la)
+    M = bs * R
+    lb = np.array([(m % (WB + 1)) for m in range(M)])
+    WA = max(la)
+    W = int(max(np.repeat(la, R) + lb)) + extra
+    rng = np.random.default_rng(3)
+    tensors = {"page_table_dst": dst or C("int32", (M, W)), "page_table_a": C("int32", (bs, WA)),
+               "page_table_b": C("int32", (M, WB)), "seq_len_a": C("int32", (bs,)), "seq_len_b": C("int32", (M,))}
+    values = {"page_table_a": rng.integers(0, 1 << 20, size=(bs, WA)), "page_table_b": -1 - rng.integers(0, 99, size=(M, WB)),
+              "seq_len_a": np.array(la), "seq_len_b": lb}
+    return Case("swa_spec_page_table", {"speculative_num_draft_tokens": R}, tensors, values)
+
+
+def splits(lens, num_group: int = 1, num_head: int = 32, num_kv_head: int = 8, mks: int = 8, dcc: int = 132,
+           dtype: str = "int32", variant: str = "default") -> Case:
+    lens = np.asarray(lens)
+    n = lens.size
+    s = {"num_seq": n, "num_group": num_group, "num_head": num_head, "num_kv_head": num_kv_head,
+         "max_kv_splits": mks, "device_core_count": dcc}
+    return Case("num_kv_splits", s, {"num_kv_splits": C("int32", (n * num_group,)), "seq_lens": C(dtype, (n,))},
+                {"seq_lens": lens}, variant=variant)

@@ -1,0 +1,133 @@
+"""Both oracles agree with each other, with hand-computed values, and with the builtin
+kernels, on hand-chosen in-contract cases for every op and kernel path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvfuzz.case import TensorSpec
+from kvfuzz.contract import OutOfContract
+from kvfuzz.device import torch_device
+from kvfuzz.execute import run_case
+from kvfuzz.judge import classify, judge
+from kvfuzz.ops import CONTRACTS
+from kvfuzz.oracles import numpy_ref
+
+import cases
+
+HAND = {
+    "decode ps1": cases.decode(ps=1),
+    "decode ps1 P=0": cases.decode(ps=1, P=0),
+    "decode general ps16": cases.decode(ps=16, delta=3),
+    "decode general int32 inputs": cases.decode(ps=4, dtype="int32"),
+    "decode swa": cases.decode(ps=16, swa=True),
+    "decode swa ps1 P=0": cases.decode(ps=1, swa=True, P=0),
+    "decode ps1 one block+1": cases.decode(ps=1, B=1, P=257),
+    "decode strided page_table": cases.decode(ps=1, page_table=TensorSpec("int32", (3, 19), (1, 5), 2)),
+    "decode strided swa_page_table": cases.decode(ps=2, swa=True, swa_table=TensorSpec("int32", (3, 20), (48, 2), 1)),
+    "decode live_prefix": cases.decode(ps=4, variant="live_prefix"),
+    "spec mixed block": cases.spec(la=(3, 300)),
+    "spec block edges": cases.spec(la=(255, 256, 257), R=3, WB=4),
+    "spec empty A": cases.spec(la=(0, 0), R=1, WB=3),
+    "spec strided dst": cases.spec(la=(2, 5), dst=TensorSpec("int32", (4, 8), (1, 4))),
+    "splits equal": cases.splits([1000] * 4),
+    "splits spread int64": cases.splits([1, 50, 4000, 99], num_group=2, dtype="int64"),
+    "splits mha": cases.splits([300, 301, 5], num_head=16, num_kv_head=16),
+    "splits zero length (kvfuzz-defined)": cases.splits([0, 5, 9]),
+    "splits all zero": cases.splits([0, 0]),
+}
+
+
+@pytest.mark.parametrize("name", list(HAND))
+def test_hand_cases_are_in_contract(name):
+    assert classify(HAND[name]) == ("in_contract", [])
+
+
+@pytest.mark.parametrize("name", list(HAND))
+def test_numpy_and_torch_oracles_agree(name, device):
+    case = HAND[name]
+    c = CONTRACTS[case.op]
+    want = c.numpy_ref(case)
+    got = c.torch_ref(case, torch_device(device))
+    for out, cells in c.cells(case).items():
+        accepted = [np.asarray(a[out])[cells.required] for a in want.accepted()]
+        assert any(np.array_equal(np.asarray(got[out])[cells.required], a) for a in accepted), out
+
+
+@pytest.mark.parametrize("name", list(HAND))
+def test_builtin_kernels_agree_with_both_oracles(name, builtin_target, device):
+    case = HAND[name]
+    verdict = judge(case, run_case(builtin_target, case, device, repeats=2))
+    assert verdict.status == "in_contract"
+    assert verdict.findings == [], [f.message for f in verdict.findings]
+
+
+def test_decode_values_by_hand():
+    case = cases.decode(ps=4, B=2, delta=1)
+    v = case.values
+    exp = numpy_ref.decode_metadata(case).values
+    lens = v["seq_lens"] + 1
+    assert exp["cache_seqlens_int32"].tolist() == lens.tolist()
+    assert exp["cu_seqlens_k"].tolist() == [0, lens[0], lens[0] + lens[1]]
+    row = v["req_pool_indices"][1]
+    assert exp["page_table"][1, 2] == v["req_to_token"][row, 8] // 4
+
+
+def test_negative_token_ids_floor_divide():
+    case = cases.decode(ps=16, B=1)
+    rtt = np.array(case.values["req_to_token"])
+    rtt[:, 0] = -17
+    case = case.replace(values={**case.values, "req_to_token": rtt})
+    assert numpy_ref.decode_metadata(case).values["page_table"][0, 0] == -2  # floor, not truncation
+
+
+def test_spec_values_by_hand():
+    case = cases.spec(la=(3, 1), R=2, WB=2)
+    exp = numpy_ref.swa_spec_page_table(case).values["page_table_dst"]
+    a, b = case.values["page_table_a"], case.values["page_table_b"]
+    # row 3: request 1 (la = 1), lb = 3 % 3 = 0 -> only the A part
+    assert exp[3, 0] == a[1, 0]
+    # row 1: request 0 (la = 3), lb = 1 -> A[0, :3] then B[1, 0]
+    assert exp[1, :4].tolist() == [*a[0, :3].tolist(), b[1, 0]]
+
+
+def test_splits_values_by_hand():
+    # mx = mn = 1000: s1 = 1, c1 = 1000; e = int(132 * log2(1000 / 64)) = 523;
+    # tg = 4 * 1 * cdiv(32, min(16, 4)) = 32; s2 = min(cdiv(523, 32), 8) = 8; c2 = 125 -> 8 splits
+    exp = numpy_ref.num_kv_splits(cases.splits([1000] * 4)).values["num_kv_splits"]
+    assert exp.tolist() == [8, 8, 8, 8]
+    # zero lengths take no part in max/min and get 0 splits
+    assert numpy_ref.num_kv_splits(cases.splits([0, 5, 9])).values["num_kv_splits"][0] == 0
+
+
+def test_int32_overflow_is_out_of_contract_not_wrapped():
+    case = cases.decode(ps=1, B=2)
+    big = case.replace(values={**case.values, "seq_lens": np.array([2**31 - 10, 100])})
+    with pytest.raises(OutOfContract, match="does not fit int32"):
+        numpy_ref.decode_metadata(big)
+    assert classify(big)[0] == "out_of_contract"
+
+
+def test_rounding_boundary_is_recognised():
+    # dcc = 1, mx = 1024: e = trunc(log2(1024 / 64)) = trunc(4.0) = 4 exactly; a device log2 one
+    # ulp low gives 3, so s2 = 4 or 3 and the answer is cdiv(1024, 256) = 4 or cdiv(1024, 342) = 3
+    exp = numpy_ref.num_kv_splits(cases.splits([1024], num_head=1, num_kv_head=1, dcc=1))
+    assert exp.values["num_kv_splits"].tolist() == [4]
+    assert [a["num_kv_splits"].tolist() for a in exp.alternatives] == [[3]]
+    assert "rounding boundary" in exp.boundary
+    # away from a boundary there is one answer
+    assert numpy_ref.num_kv_splits(cases.splits([1000], num_head=1, num_kv_head=1, dcc=1)).alternatives == ()
+
+
+@pytest.mark.parametrize("written, kinds", [(4, []), (3, []), (5, ["mismatch"])])
+def test_boundary_alternatives_are_not_mismatches(written, kinds, tmp_path, device):
+    # a target that writes a fixed value: 4 (exact) and 3 (the other side of the float32
+    # step) are both right; 5 is a logic error
+    fake = tmp_path / f"splits_{written}.py"
+    fake.write_text(f"def get_num_kv_splits_triton(out, seq_lens, *args):\n    out.fill_({written})\n")
+    from kvfuzz.targets import load_target
+
+    case = cases.splits([1024], num_head=1, num_kv_head=1, dcc=1)
+    verdict = judge(case, run_case(load_target(str(fake), device), case, device))
+    assert [f.kind for f in verdict.findings] == kinds
