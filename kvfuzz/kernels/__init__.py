@@ -1,0 +1,20 @@
+"""kvfuzz's own Triton kernels for SGLang's KV-cache metadata ops (the ``builtin`` target).
+
+Hardened re-implementations, written from ``docs/contracts.md`` with SGLang's call
+signatures: they refuse bad arguments with ``ValueError``, honour any strides, keep every
+access inside its tensor whatever the tensor values, and stay CUDA-graph capturable (no host
+reads of tensor values). kvfuzz uses them as its reference target; SGLang can call them in
+place of its own (``metadata_kernels.py``).
+"""
+
+from .decode_metadata import normal_decode_set_metadata
+from .num_kv_splits import get_num_kv_splits, get_num_kv_splits_triton, sglang_max_num_seq
+from .swa_spec_page_table import prepare_swa_spec_page_table_triton
+
+__all__ = [
+    "get_num_kv_splits",
+    "get_num_kv_splits_triton",
+    "normal_decode_set_metadata",
+    "prepare_swa_spec_page_table_triton",
+    "sglang_max_num_seq",
+]

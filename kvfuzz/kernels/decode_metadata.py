@@ -1,0 +1,284 @@
+"""kvfuzz's own ``normal_decode_set_metadata``: the decode metadata op, hardened.
+
+Same call signature as SGLang's fused kernel (``metadata_kernels.py``), written from the
+contract in ``docs/contracts.md``. With ``B = cache_seqlens_int32.shape[0]`` and
+``P = max_seq_pages`` it writes, in place and nothing else:
+
+* ``cache_seqlens_int32[i] = int32(seq_lens[i] + seq_len_delta)``
+* ``cu_seqlens_k = [0, running int32 sum of cache_seqlens_int32]``
+* ``page_table[i, c] = req_to_token[req_pool_indices[i], c * page_size] // page_size``, ``c < P``
+* ``swa_page_table[i, c] = mapping[req_to_token[req_pool_indices[i], c * page_size]] // page_size``
+  for ``c < P``, when both ``swa_page_table`` and ``token_to_kv_pool`` are given.
+
+Differences from the seed, all on purpose:
+
+* bad arguments raise ``ValueError`` naming the argument (shapes, dtypes, devices, a
+  ``page_size`` that is not a power of two); the checks read metadata only, never tensor
+  values, so the call stays CUDA-graph capturable;
+* every tensor is used through its strides (no ``.contiguous()``: on an output it would
+  write into a temporary copy, on an input it would hide a copy);
+* every load and store is masked on the device so that no value can move an access outside
+  its tensor: a pool index outside ``req_to_token``'s rows skips that row's page cells, a
+  column past ``req_to_token``'s width is skipped, a token id outside the SWA mapping skips
+  that SWA cell;
+* ``seq_len_delta`` is a runtime scalar (one compiled kernel for every draft step);
+* the prefix sum is vectorised (``tl.cumsum`` over blocks, carrying the running total).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["normal_decode_set_metadata"]
+
+# Launch configuration: the seed's blocks and warps, which SGLang tuned on H100/H200. The
+# kernels read the block sizes as globals (fewer launch arguments to bind on every call).
+PS1_NUM_WARPS = 8
+GENERAL_NUM_WARPS = 4
+PS1_BLOCK_COLS = 256
+GENERAL_BLOCK_COLS = 128
+# Rows of seq_lens per step of the prefix sum: one per thread. Registers are allocated per
+# kernel, so a wider step (more registers) would lower the occupancy of every gather program;
+# at one row per thread both kernels stay at 32 registers (full occupancy on sm_90).
+PS1_SUM_BLOCK = 32 * PS1_NUM_WARPS
+GENERAL_SUM_BLOCK = 32 * GENERAL_NUM_WARPS
+_PS1_COLS = tl.constexpr(PS1_BLOCK_COLS)
+_GENERAL_COLS = tl.constexpr(GENERAL_BLOCK_COLS)
+_PS1_SUM = tl.constexpr(PS1_SUM_BLOCK)
+_GENERAL_SUM = tl.constexpr(GENERAL_SUM_BLOCK)
+
+_INT32 = (torch.int32,)
+_INDEX = (torch.int32, torch.int64)
+
+# Scalars that change from call to call: compiled as runtime values, never as constants.
+_RUNTIME_SCALARS = ["B", "n_cols", "seq_len_delta", "n_pool_rows", "n_map"]
+
+
+# --------------------------------------------------------------------------- device code
+
+
+@triton.jit
+def _seqlens_and_cumsum(
+    seq_lens, seq_lens_s,
+    cache_seqlens, cache_seqlens_s,
+    cu_seqlens, cu_seqlens_s,
+    B, seq_len_delta,
+    BLOCK: tl.constexpr,
+):
+    """cache_seqlens[i] = int32(seq_lens[i] + delta); cu_seqlens = [0, cumsum]. One program."""
+    tl.store(cu_seqlens, tl.zeros([], tl.int32))
+    # Summed in int64 and stored as int32: the low 32 bits are the wrapping int32 sum, and
+    # no intermediate overflows (the interpreter rejects int32 overflow in reductions).
+    running = tl.zeros([], tl.int64)
+    for start in range(0, B, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        inb = offs < B
+        offs64 = offs.to(tl.int64)
+        x = tl.load(seq_lens + offs64 * seq_lens_s, mask=inb, other=0)
+        v = tl.where(inb, (x + seq_len_delta).to(tl.int32), 0)
+        tl.store(cache_seqlens + offs64 * cache_seqlens_s, v, mask=inb)
+        v64 = v.to(tl.int64)
+        tl.store(cu_seqlens + (offs64 + 1) * cu_seqlens_s,
+                 (running + tl.cumsum(v64, axis=0)).to(tl.int32), mask=inb)
+        running += tl.sum(v64, axis=0)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_ps1_kernel(
+    seq_lens, seq_lens_s,
+    req_pool_indices, req_pool_indices_s,
+    req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+    cache_seqlens, cache_seqlens_s,
+    cu_seqlens, cu_seqlens_s,
+    page_table, page_table_s0, page_table_s1,
+    B, n_cols, seq_len_delta,
+):
+    """page_size == 1, no SWA. Grid (1 + B, column blocks), or (1, 1) when there is nothing
+    to gather: program (0, 0) writes the two sums, beside the gathers rather than before one
+    of them; program (1 + i, j) gathers row i's columns [j * BLOCK, (j + 1) * BLOCK)."""
+    pid_b = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    if pid_b == 0:
+        if pid_c == 0:
+            _seqlens_and_cumsum(seq_lens, seq_lens_s, cache_seqlens, cache_seqlens_s,
+                                cu_seqlens, cu_seqlens_s, B, seq_len_delta, _PS1_SUM)
+    else:
+        i = (pid_b - 1).to(tl.int64)  # the batch row this program gathers
+        row = tl.load(req_pool_indices + i * req_pool_indices_s)
+        row_ok = (row >= 0) & (row < n_pool_rows)
+        row64 = tl.where(row_ok, row, 0).to(tl.int64)
+        cols = pid_c * _PS1_COLS + tl.arange(0, _PS1_COLS)
+        m = (cols < n_cols) & row_ok
+        cols64 = cols.to(tl.int64)
+        tok = tl.load(req_to_token + (row64 * req_to_token_s0 + cols64 * req_to_token_s1),
+                      mask=m, other=0, cache_modifier=".cg")
+        tl.store(page_table + (i * page_table_s0 + cols64 * page_table_s1),
+                 tok.to(tl.int32), mask=m, cache_modifier=".cg")
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_general_kernel(
+    seq_lens, seq_lens_s,
+    req_pool_indices, req_pool_indices_s,
+    req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+    cache_seqlens, cache_seqlens_s,
+    cu_seqlens, cu_seqlens_s,
+    page_table, page_table_s0, page_table_s1,
+    swa_page_table, swa_page_table_s0, swa_page_table_s1,
+    swa_map, swa_map_s, n_map,
+    B, n_cols, seq_len_delta,
+    SHIFT: tl.constexpr,
+    USE_SWA: tl.constexpr,
+):
+    """Any power-of-two page size (``1 << SHIFT``), optional SWA. Same grid as the ps1 kernel."""
+    pid_b = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    if pid_b == 0:
+        if pid_c == 0:
+            _seqlens_and_cumsum(seq_lens, seq_lens_s, cache_seqlens, cache_seqlens_s,
+                                cu_seqlens, cu_seqlens_s, B, seq_len_delta, _GENERAL_SUM)
+    else:
+        i = (pid_b - 1).to(tl.int64)  # the batch row this program gathers
+        row = tl.load(req_pool_indices + i * req_pool_indices_s)
+        row_ok = (row >= 0) & (row < n_pool_rows)
+        row64 = tl.where(row_ok, row, 0).to(tl.int64)
+        cols = pid_c * _GENERAL_COLS + tl.arange(0, _GENERAL_COLS)
+        m = (cols < n_cols) & row_ok
+        cols64 = cols.to(tl.int64)
+        tok = tl.load(req_to_token + (row64 * req_to_token_s0 + (cols64 << SHIFT) * req_to_token_s1),
+                      mask=m, other=0, cache_modifier=".cg")
+        # >> on a signed integer is an arithmetic shift: floor division by the page size.
+        tl.store(page_table + (i * page_table_s0 + cols64 * page_table_s1),
+                 (tok >> SHIFT).to(tl.int32), mask=m, cache_modifier=".cg")
+        if USE_SWA:
+            tok_ok = m & (tok >= 0) & (tok < n_map)
+            tok64 = tl.where(tok_ok, tok, 0).to(tl.int64)
+            slot = tl.load(swa_map + tok64 * swa_map_s, mask=tok_ok, other=0, cache_modifier=".cg")
+            tl.store(swa_page_table + (i * swa_page_table_s0 + cols64 * swa_page_table_s1),
+                     (slot >> SHIFT).to(tl.int32), mask=tok_ok, cache_modifier=".cg")
+
+
+# --------------------------------------------------------------------------- host code
+
+
+def _int_arg(name, value):
+    """``value`` as a Python int, or ValueError. Never reads a tensor (no host sync)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, (bool, torch.Tensor)):
+        raise ValueError(f"{name} must be a Python int, got {type(value).__name__}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a Python int, got {type(value).__name__}") from None
+
+
+def _tensor_arg(name, t, ndim, dtypes, device):
+    """Check rank, dtype and device of ``t`` (metadata only); return its shape."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    shape = t.shape
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(shape)}")
+    if t.dtype not in dtypes:
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ValueError(f"{name} must be {want}, got {str(t.dtype).replace('torch.', '')}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device}, but the other tensors are on {device}")
+    return shape
+
+
+def normal_decode_set_metadata(
+    cache_seqlens_int32,
+    cu_seqlens_k,
+    page_table,
+    req_to_token,
+    req_pool_indices,
+    strided_indices,
+    max_seq_pages,
+    seq_lens,
+    seq_len_delta,
+    page_size,
+    swa_page_table=None,
+    token_to_kv_pool=None,
+):
+    """Fill the decode metadata in place (see the module docstring). One kernel launch.
+
+    ``strided_indices`` is accepted for SGLang compatibility and ignored. ``token_to_kv_pool``
+    is any object with a ``full_to_swa_index_mapping`` tensor; SWA is used only when it and
+    ``swa_page_table`` are both given. Raises ``ValueError`` on arguments outside the contract
+    that can be seen without reading tensor values.
+    """
+    page_size = _int_arg("page_size", page_size)
+    if page_size <= 0 or page_size & (page_size - 1):
+        raise ValueError(f"page_size must be a power of two, got {page_size}")
+    P = _int_arg("max_seq_pages", max_seq_pages)
+    if P < 0:
+        raise ValueError(f"max_seq_pages must be >= 0, got {P}")
+    seq_len_delta = _int_arg("seq_len_delta", seq_len_delta)
+
+    device = cache_seqlens_int32.device if isinstance(cache_seqlens_int32, torch.Tensor) else None
+    B = _tensor_arg("cache_seqlens_int32", cache_seqlens_int32, 1, _INT32, device)[0]
+    if _tensor_arg("cu_seqlens_k", cu_seqlens_k, 1, _INT32, device)[0] != B + 1:
+        raise ValueError(f"cu_seqlens_k must have B + 1 = {B + 1} elements, got {cu_seqlens_k.shape[0]}")
+    pt_rows, pt_width = _tensor_arg("page_table", page_table, 2, _INT32, device)
+    if pt_rows != B:
+        raise ValueError(f"page_table must have B = {B} rows, got {pt_rows}")
+    if P > pt_width:
+        raise ValueError(f"max_seq_pages = {P} exceeds page_table width {pt_width}")
+    pool_rows, pool_width = _tensor_arg("req_to_token", req_to_token, 2, _INDEX, device)
+    if _tensor_arg("req_pool_indices", req_pool_indices, 1, _INDEX, device)[0] != B:
+        raise ValueError(f"req_pool_indices must have B = {B} elements, got {req_pool_indices.shape[0]}")
+    if _tensor_arg("seq_lens", seq_lens, 1, _INDEX, device)[0] != B:
+        raise ValueError(f"seq_lens must have B = {B} elements, got {seq_lens.shape[0]}")
+
+    use_swa = swa_page_table is not None and token_to_kv_pool is not None
+    if use_swa:
+        swa_rows, swa_width = _tensor_arg("swa_page_table", swa_page_table, 2, _INT32, device)
+        if swa_rows != B:
+            raise ValueError(f"swa_page_table must have B = {B} rows, got {swa_rows}")
+        if P > swa_width:
+            raise ValueError(f"max_seq_pages = {P} exceeds swa_page_table width {swa_width}")
+        swa_map = getattr(token_to_kv_pool, "full_to_swa_index_mapping", None)
+        if swa_map is None:
+            raise ValueError("token_to_kv_pool must have a full_to_swa_index_mapping tensor")
+        n_map = _tensor_arg("token_to_kv_pool.full_to_swa_index_mapping", swa_map, 1, _INDEX, device)[0]
+
+    # Columns whose token c * page_size lies inside req_to_token; the rest are never touched.
+    # With nothing to gather the grid is the one program that writes the sums.
+    n_cols = min(P, -(-pool_width // page_size)) if B else 0
+
+    if page_size == 1 and not use_swa:
+        grid = (1 + B, -(-n_cols // PS1_BLOCK_COLS)) if n_cols else (1, 1)
+        _decode_metadata_ps1_kernel[grid](
+            seq_lens, *seq_lens.stride(),
+            req_pool_indices, *req_pool_indices.stride(),
+            req_to_token, *req_to_token.stride(), pool_rows,
+            cache_seqlens_int32, *cache_seqlens_int32.stride(),
+            cu_seqlens_k, *cu_seqlens_k.stride(),
+            page_table, *page_table.stride(),
+            B, n_cols, seq_len_delta,
+            num_warps=PS1_NUM_WARPS,
+        )
+        return
+
+    if use_swa:
+        swa_args = (swa_page_table, *swa_page_table.stride(), swa_map, *swa_map.stride(), n_map)
+    else:  # never dereferenced: USE_SWA is a compile-time False
+        swa_args = (page_table, 0, 0, req_to_token, 0, 0)
+    grid = (1 + B, -(-n_cols // GENERAL_BLOCK_COLS)) if n_cols else (1, 1)
+    _decode_metadata_general_kernel[grid](
+        seq_lens, *seq_lens.stride(),
+        req_pool_indices, *req_pool_indices.stride(),
+        req_to_token, *req_to_token.stride(), pool_rows,
+        cache_seqlens_int32, *cache_seqlens_int32.stride(),
+        cu_seqlens_k, *cu_seqlens_k.stride(),
+        page_table, *page_table.stride(),
+        *swa_args,
+        B, n_cols, seq_len_delta,
+        SHIFT=page_size.bit_length() - 1, USE_SWA=use_swa, num_warps=GENERAL_NUM_WARPS,
+    )

@@ -1,0 +1,202 @@
+"""kvfuzz's own ``get_num_kv_splits_triton``: how many KV splits each decode sequence gets.
+
+``get_num_kv_splits_triton`` has the seed's parameter list, so SGLang can launch it
+unchanged as ``get_num_kv_splits_triton[(1,)](..., MAX_NUM_SEQ=...)``; ``get_num_kv_splits``
+is the validating launcher (and handles strided tensors). The formula is the one in
+``docs/contracts.md``, with two definitions where the seed has none:
+
+* the statistics ``mx`` and ``mn`` are taken over rows with ``seq_len >= 1`` only, and are
+  both 1 when no row has ``seq_len >= 1``; the formula is then applied unchanged to every
+  row (a zero-length row gets ``cdiv(0, chunk) = 0``);
+* any ``num_seq`` is correct, also ``num_seq > MAX_NUM_SEQ``: the single program walks the
+  rows in chunks of ``MAX_NUM_SEQ`` (one pass for the statistics, one for the stores) and
+  never loads past ``num_seq``.
+
+The one floating-point step is float32, as in the contract:
+``e = int32(float32(device_core_count) * max(log2(float32(mx) / 64.0), 1.0))``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .decode_metadata import _int_arg, _tensor_arg
+
+__all__ = ["get_num_kv_splits", "get_num_kv_splits_triton", "sglang_max_num_seq"]
+
+# Largest chunk the launcher uses; longer batches loop inside the one program.
+MAX_CHUNK = 1024
+# SM count assumed when the tensors are not on a CUDA device (an H200 has 132).
+CPU_CORE_COUNT = 132
+
+_SCALARS = ["num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits", "device_core_count"]
+
+
+@triton.jit
+def _cdiv(a, b):
+    # Triton's integer // truncates toward zero (compiled and interpreted alike), so for a
+    # negative `a` (outside the contract) this is not the mathematical ceiling.
+    return (a + b - 1) // b
+
+
+@triton.jit
+def _chunk_sizes(mx, mn, max_splits, ext_cores, token_grid):
+    """c1 and c2 of the formula, in the integer type of mx and mn (both >= 1)."""
+    s1 = tl.maximum(tl.minimum(_cdiv(mx, mn), max_splits), 1).to(mx.dtype)
+    s2 = tl.maximum(tl.minimum(_cdiv(ext_cores.to(tl.int64), token_grid), max_splits), 1).to(mx.dtype)
+    return _cdiv(mx, s1), _cdiv(mx, s2)
+
+
+@triton.jit
+def _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, chunk_1, chunk_2,
+                  CHUNK: tl.constexpr):
+    """out[i * num_group + j] = max(cdiv(seq_lens[i], chunk_1), cdiv(seq_lens[i], chunk_2)),
+    computed in the integer type of the chunk sizes."""
+    for start in range(0, num_seq, CHUNK):
+        offs = (start + tl.arange(0, CHUNK)).to(tl.int64)
+        inb = offs < num_seq
+        x = tl.load(seq_lens + offs * seq_lens_s, mask=inb, other=0).to(chunk_1.dtype)
+        splits = tl.maximum(_cdiv(x, chunk_1), _cdiv(x, chunk_2)).to(tl.int32)
+        first = offs * num_group
+        for j in range(0, num_group):
+            tl.store(out + (first + j) * out_s, splits, mask=inb)
+
+
+@triton.jit
+def _num_kv_splits_body(
+    out, out_s, seq_lens, seq_lens_s,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    CHUNK: tl.constexpr,
+):
+    # Pass 1: max and min over the rows with seq_len >= 1, and the least value of all.
+    mx = tl.zeros([], tl.int64)
+    mn = tl.full([], 2**62, tl.int64)
+    lo = tl.zeros([], tl.int64)
+    for start in range(0, num_seq, CHUNK):
+        offs = (start + tl.arange(0, CHUNK)).to(tl.int64)
+        inb = offs < num_seq
+        x = tl.load(seq_lens + offs * seq_lens_s, mask=inb, other=0).to(tl.int64)
+        live = inb & (x >= 1)
+        mx = tl.maximum(mx, tl.max(tl.where(live, x, 0), axis=0))
+        mn = tl.minimum(mn, tl.min(tl.where(live, x, 2**62), axis=0))
+        lo = tl.minimum(lo, tl.min(x, axis=0))
+    none_live = mx == 0
+    mx = tl.where(none_live, 1, mx)
+    mn = tl.where(none_live, 1, mn)
+
+    # The formula's scalars. Clamps keep divisors >= 1; they change nothing inside the contract.
+    mn = tl.where(mx * 8 < mn * 10, mx, mn)
+    max_splits = tl.maximum(max_kv_splits, 1)
+    # float32(mx) / 64.0, exactly: a power-of-two multiply is exact, where the compiler's fast
+    # float division (div.full.f32) only promises 2 ulp.
+    ext_len = mx.to(tl.float32) * 0.015625
+    ext_cores = (device_core_count.to(tl.float32) * tl.maximum(tl.log2(ext_len), 1.0)).to(tl.int32)
+    group = num_head // tl.maximum(num_kv_head, 1)
+    heads = tl.where(group == 1, num_head, _cdiv(num_head, tl.maximum(tl.minimum(group, 16), 1)))
+    token_grid = tl.maximum(num_seq.to(tl.int64) * num_group * heads, 1)
+
+    # Pass 2. Inside the contract every value is small, and int32 division is several times
+    # cheaper than int64 on the GPU; it is exact while no |value| + chunk reaches 2**31.
+    # (Distinct names per branch: the compiler merges same-named variables across branches.)
+    if (mx < 2**30) & (lo > -(2**30)):
+        c1_32, c2_32 = _chunk_sizes(mx.to(tl.int32), mn.to(tl.int32), max_splits, ext_cores, token_grid)
+        _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, c1_32, c2_32, CHUNK)
+    else:
+        c1_64, c2_64 = _chunk_sizes(mx, mn, max_splits.to(tl.int64), ext_cores, token_grid)
+        _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, c1_64, c2_64, CHUNK)
+
+
+@triton.jit(do_not_specialize=_SCALARS)
+def get_num_kv_splits_triton(
+    num_kv_splits_ptr,
+    seq_lens_ptr,
+    num_seq,
+    num_group,
+    num_head,
+    num_kv_head,
+    max_kv_splits,
+    device_core_count,
+    MAX_NUM_SEQ: tl.constexpr,
+):
+    """The seed's kernel interface (contiguous tensors, grid ``(1,)``), any ``num_seq``."""
+    _num_kv_splits_body(num_kv_splits_ptr, 1, seq_lens_ptr, 1,
+                        num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+                        MAX_NUM_SEQ)
+
+
+@triton.jit(do_not_specialize=_SCALARS)
+def _get_num_kv_splits_strided(
+    num_kv_splits_ptr, num_kv_splits_s,
+    seq_lens_ptr, seq_lens_s,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    CHUNK: tl.constexpr,
+):
+    _num_kv_splits_body(num_kv_splits_ptr, num_kv_splits_s, seq_lens_ptr, seq_lens_s,
+                        num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+                        CHUNK)
+
+
+def sglang_max_num_seq(num_seq: int) -> int:
+    """The ``MAX_NUM_SEQ`` SGLang passes: 256 below 256 sequences, else the next power of two."""
+    return 256 if num_seq < 256 else triton.next_power_of_2(num_seq)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_core_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CPU_CORE_COUNT
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def get_num_kv_splits(
+    num_kv_splits,
+    seq_lens,
+    num_seq,
+    num_group,
+    num_head,
+    num_kv_head,
+    max_kv_splits=8,
+    device_core_count=None,
+):
+    """Validate, then fill ``num_kv_splits[i * num_group + j]`` for ``i < num_seq``,
+    ``j < num_group``. Any strides; cells past ``num_seq * num_group`` are untouched.
+
+    ``device_core_count=None`` means the SM count of the tensors' CUDA device (132 on CPU).
+    Raises ``ValueError`` on arguments outside the contract.
+    """
+    num_seq = _int_arg("num_seq", num_seq)
+    num_group = _int_arg("num_group", num_group)
+    num_head = _int_arg("num_head", num_head)
+    num_kv_head = _int_arg("num_kv_head", num_kv_head)
+    max_kv_splits = _int_arg("max_kv_splits", max_kv_splits)
+    if num_seq < 0:
+        raise ValueError(f"num_seq must be >= 0, got {num_seq}")
+    for name, value in (("num_group", num_group), ("num_head", num_head),
+                        ("num_kv_head", num_kv_head), ("max_kv_splits", max_kv_splits)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if num_head < num_kv_head:
+        raise ValueError(f"num_head ({num_head}) must be >= num_kv_head ({num_kv_head})")
+    device = num_kv_splits.device if isinstance(num_kv_splits, torch.Tensor) else None
+    if _tensor_arg("num_kv_splits", num_kv_splits, 1, (torch.int32,), device)[0] < num_seq * num_group:
+        raise ValueError(f"num_kv_splits has {num_kv_splits.shape[0]} elements, fewer than "
+                         f"num_seq * num_group = {num_seq * num_group}")
+    if _tensor_arg("seq_lens", seq_lens, 1, (torch.int32, torch.int64), device)[0] < num_seq:
+        raise ValueError(f"seq_lens has {seq_lens.shape[0]} elements, fewer than num_seq = {num_seq}")
+    if device_core_count is None:
+        device_core_count = _device_core_count(device)
+    else:
+        device_core_count = _int_arg("device_core_count", device_core_count)
+        if device_core_count < 1:
+            raise ValueError(f"device_core_count must be >= 1, got {device_core_count}")
+    if num_seq == 0:
+        return
+    _get_num_kv_splits_strided[(1,)](
+        num_kv_splits, *num_kv_splits.stride(), seq_lens, *seq_lens.stride(),
+        num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+        CHUNK=min(sglang_max_num_seq(num_seq), MAX_CHUNK),
+    )

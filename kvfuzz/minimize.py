@@ -1,0 +1,700 @@
+"""Shrink a failing `Case` while its finding still holds: kvfuzz's own case reducer.
+
+Greedy delta debugging to a fixpoint. Reduction passes (batch rows first, then widths and
+page counts, layouts, dtypes, values, scalars) each propose candidates built from the
+current case; the first candidate the caller's `still_fails` accepts becomes the current
+case and the pass starts again; a round of every pass without progress is the fixpoint.
+
+Three rules keep it safe and finite:
+
+* Every accepted candidate is strictly smaller in `rank` = `Case.size_key()` followed by
+  the sum of the integer scalars and the sum of all tensor dimensions (so an empty tensor
+  can still shrink). Those are tuples of naturals compared lexicographically,
+  a well-order, so the loop ends even without the time budget.
+* A candidate is never shown to `still_fails` unless it is a valid `Case` (shapes and
+  values agree), every aliased (stride-0) input holds one value per storage element, and it
+  sits in the same contract class as the original (in contract / out of contract / must
+  refuse, with or without structural reasons). An in-contract failure therefore stays in
+  contract. The moves themselves keep indices inside their tables (pool indices, token ids
+  under the SWA mapping) and never narrow a table below what its lengths need, so an
+  out-of-contract case does not drift further out of bounds either.
+* The caller's predicate decides everything else (it compares the exact signature).
+
+The minimizer knows nothing about targets and does not import torch or triton itself
+(`still_fails` is injected); it reads the op contracts in `kvfuzz.ops`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from .case import Case, TensorSpec
+from .contract import INT32_MAX, INT32_MIN, Contract
+from .ops import CONTRACTS
+
+__all__ = ["Minimized", "minimize", "rank", "contract_class", "aliasing_consistent", "relayout", "tight"]
+
+Candidate = tuple[str, Callable[[], Case]]  # (log line, builder); a builder may raise: skipped
+Pass = Callable[[Case], Iterator[Candidate]]
+
+SMALL_VECTOR = 8  # 1-D length vectors up to this size also get per-element moves
+OUT_OF_TIME = object()
+
+
+@dataclass
+class Minimized:
+    case: Case
+    log: list[str]  # one line per accepted reduction
+    steps_tried: int  # candidates shown to still_fails
+    seconds: float
+    complete: bool  # False if the time budget ran out before a fixpoint
+
+
+def rank(case: Case) -> tuple:
+    """The well-order every accepted reduction strictly decreases."""
+    scalars = sum(abs(int(v)) for v in case.scalars.values() if isinstance(v, (int, np.integer))
+                  and not isinstance(v, bool))
+    dims = sum(sum(spec.shape) for spec in case.tensors.values())  # shrinks empty tensors too
+    return tuple(case.size_key()) + (scalars, dims)
+
+
+def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0) -> Minimized:
+    """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`."""
+    t0 = time.monotonic()
+    deadline = t0 + budget_s
+    origin = case.digest()
+    klass = contract_class(case)
+    passes = _passes(case.op)
+    tried: set[bytes] = set()
+    log: list[str] = []
+    steps = 0
+    current = case
+    complete = False
+
+    def attempt(pass_: Pass, cur: Case) -> tuple[str, Case] | None | object:
+        """The first accepted (log line, case) of one pass; None if none; OUT_OF_TIME."""
+        nonlocal steps
+        cur_rank = rank(cur)
+        gen = pass_(cur)
+        while True:
+            if time.monotonic() >= deadline:
+                return OUT_OF_TIME
+            try:
+                desc, build = next(gen)
+            except StopIteration:
+                return None
+            except Exception:  # a pass that cannot read this case proposes nothing more
+                return None
+            try:
+                cand = build()
+            except Exception:  # inconsistent shapes/values: not a case, never shown
+                continue
+            if cand is None or rank(cand) >= cur_rank:
+                continue
+            key = cand._identity()
+            if key in tried:
+                continue
+            tried.add(key)
+            if not _admissible(cand, klass):
+                continue
+            steps += 1
+            try:
+                ok = bool(still_fails(cand))
+            except Exception:
+                ok = False
+            if ok:
+                return desc, cand
+
+    out_of_time = False
+    while not out_of_time:
+        progress = False
+        for pass_ in passes:
+            while True:
+                got = attempt(pass_, current)
+                if got is OUT_OF_TIME:
+                    out_of_time = True
+                    break
+                if got is None:
+                    break
+                desc, current = got
+                log.append(desc)
+                progress = True
+            if out_of_time:
+                break
+        if not progress and not out_of_time:
+            complete = True
+            break
+    result = current.replace(variant=case.variant, meta={**case.meta, "minimized_from": origin})
+    return Minimized(result, log, steps, time.monotonic() - t0, complete)
+
+
+# admissibility ------------------------------------------------------------------------------
+
+
+def _contract(op: str) -> Contract | None:
+    return CONTRACTS.get(op)
+
+
+def contract_class(case: Case) -> tuple:
+    """The contract class a candidate must keep: status, and whether the shapes are at fault."""
+    c = _contract(case.op)
+    if c is None:
+        return ("unknown",)
+    if c.must_refuse(case):
+        return ("must_refuse",)
+    structural = bool(c.structural_reasons(case))
+    return ("out_of_contract" if c.out_of_contract(case) else "in_contract", structural)
+
+
+def _admissible(cand: Case, klass: tuple) -> bool:
+    try:
+        return aliasing_consistent(cand) and contract_class(cand) == klass
+    except Exception:
+        return False
+
+
+def aliasing_consistent(case: Case) -> bool:
+    """Input elements that share storage hold the same value (else the case is a lie)."""
+    for name, arr in case.values.items():
+        spec = case.tensors[name]
+        if spec.numel <= 1 or (spec.is_contiguous and 0 not in spec.strides):
+            continue
+        idx = spec.element_index().ravel()
+        order = np.argsort(idx, kind="stable")
+        idx, vals = idx[order], np.asarray(arr).ravel()[order]
+        same = idx[1:] == idx[:-1]
+        if same.any() and not np.array_equal(vals[1:][same], vals[:-1][same]):
+            return False
+    return True
+
+
+# editing helpers ------------------------------------------------------------------------------
+
+
+def _edit(case: Case, specs: dict | None = None, values: dict | None = None, scalars: dict | None = None,
+          drop: Iterable[str] = ()) -> Case:
+    t, v = dict(case.tensors), dict(case.values)
+    t.update(specs or {})
+    v.update(values or {})
+    for name in drop:
+        t.pop(name, None)
+        v.pop(name, None)
+    return Case(case.op, {**case.scalars, **(scalars or {})}, t, v, variant=case.variant, meta=case.meta)
+
+
+def relayout(spec: TensorSpec, shape: tuple[int, ...], dtype: str | None = None) -> TensorSpec:
+    """A spec for `shape` of the same layout kind as `spec`: the same dimension order, per-
+    dimension padding, step, zero strides, offset and storage slack; contiguous when the kind
+    cannot be carried over."""
+    dtype = dtype or spec.dtype
+    shape = tuple(int(n) for n in shape)
+    plain = TensorSpec.contiguous(dtype, shape)
+    simple = spec.is_contiguous and spec.offset == 0 and spec.storage_size == spec.extent
+    if simple or len(shape) != len(spec.shape) or 0 in spec.shape or 0 in shape:
+        return plain
+    order = sorted(range(len(shape)), key=lambda d: (spec.strides[d], -d))  # innermost first
+    strides = [0] * len(shape)
+    old_need = new_need = None
+    for d in order:
+        s = spec.strides[d]
+        if s == 0:
+            continue
+        if old_need is None:
+            strides[d] = s  # the step of the innermost dimension
+        else:
+            strides[d] = new_need + max(s - old_need, 0)  # keep the padding
+        old_need, new_need = s * spec.shape[d], strides[d] * shape[d]
+    try:
+        new = TensorSpec(dtype, shape, tuple(strides), spec.offset)
+        new = TensorSpec(dtype, shape, new.strides, spec.offset, new.extent + (spec.storage_size - spec.extent))
+    except ValueError:
+        return plain
+    if new.overlaps_itself() and not spec.overlaps_itself():
+        return plain
+    return new
+
+
+def tight(spec: TensorSpec) -> TensorSpec:
+    """The same dimension order (and zero strides) with no padding, step, offset or slack."""
+    if spec.numel == 0:
+        return TensorSpec.contiguous(spec.dtype, spec.shape)
+    order = sorted(range(len(spec.shape)), key=lambda d: (spec.strides[d], -d))
+    strides, acc = [0] * len(spec.shape), 1
+    for d in order:
+        if spec.strides[d] == 0:
+            continue
+        strides[d] = acc
+        acc *= spec.shape[d]
+    return TensorSpec(spec.dtype, spec.shape, tuple(strides))
+
+
+def _take(case: Case, name: str, axis: int, keep: list[int]) -> tuple[TensorSpec, np.ndarray | None]:
+    """`name` restricted to indices `keep` along `axis`, layout kind kept."""
+    spec = case.tensors[name]
+    shape = list(spec.shape)
+    shape[axis] = len(keep)
+    new = relayout(spec, tuple(shape))
+    vals = None
+    if name in case.values:
+        vals = np.take(case.values[name], np.asarray(keep, dtype=np.int64), axis=axis)
+    return new, vals
+
+
+def _take_many(case: Case, rows: dict[str, list[int]], axis: int = 0, scalars: dict | None = None,
+               cols: dict[str, int] | None = None) -> Case:
+    specs, values = {}, {}
+    for name, keep in rows.items():
+        if name not in case.tensors:
+            continue
+        specs[name], v = _take(case, name, axis, keep)
+        if v is not None:
+            values[name] = v
+    return _edit(case, specs, values, scalars)
+
+
+def _chunks(n: int, min_keep: int = 1) -> list[tuple[int, ...]]:
+    """ddmin-style subsets of range(n) to drop: halves, quarters, ... single elements, then
+    everything but one chunk; none that leaves fewer than min_keep."""
+    seen, out = set(), []
+    k = 2
+    while True:
+        parts = [tuple(int(i) for i in p) for p in np.array_split(np.arange(n), min(k, n)) if len(p)]
+        for p in parts:
+            if n - len(p) >= min_keep and p not in seen:
+                seen.add(p)
+                out.append(p)
+        if len(parts) >= 3:
+            for p in parts:
+                rest = tuple(i for i in range(n) if i not in p)
+                if len(p) >= min_keep and rest and rest not in seen:
+                    seen.add(rest)
+                    out.append(rest)
+        if k >= n:
+            break
+        k *= 2
+    return out
+
+
+def _targets(n: int, lo: int, edges: Iterable[int] = ()) -> list[int]:
+    """Values in [lo, n) to try for a size n, smallest first: lo, lo+1, block edges,
+    then n - d/2, n - d/4, ... n - 1."""
+    out = [lo, lo + 1, *sorted(edges)]
+    d = n - lo
+    step = d // 2
+    while step >= 1:
+        out.append(n - step)
+        step //= 2
+    out.append(n - 1)
+    seen, res = set(), []
+    for x in out:
+        if lo <= x < n and x not in seen:
+            seen.add(x)
+            res.append(x)
+    return res
+
+
+def _block_edges(n: int, blocks: Iterable[int]) -> list[int]:
+    """For each block size b: the edge just below n, and its neighbours."""
+    out = []
+    for b in blocks:
+        k = (n - 1) // b
+        if k >= 1:
+            out += [k * b - 1, k * b, k * b + 1]
+    return out
+
+
+def _fmt(rows: tuple[int, ...]) -> str:
+    if len(rows) > 2 and rows == tuple(range(rows[0], rows[-1] + 1)):
+        return f"{rows[0]}..{rows[-1]}"
+    return ", ".join(map(str, rows))
+
+
+def _kind(spec: TensorSpec) -> str:
+    if 0 in spec.strides and spec.numel > 1:
+        return "broadcast"
+    if not spec.is_contiguous:
+        if len(spec.shape) == 2 and spec.strides[0] < spec.strides[1]:
+            return "transposed"
+        return f"strided {spec.strides}"
+    if spec.offset:
+        return f"offset {spec.offset}"
+    if spec.storage_size > spec.extent:
+        return f"slack {spec.storage_size - spec.extent}"
+    return "contiguous"
+
+
+# generic passes --------------------------------------------------------------------------------
+
+
+def layout_pass(case: Case) -> Iterator[Candidate]:
+    """One tensor at a time: contiguous; the same order without padding; no offset; no slack."""
+    for name, spec in sorted(case.tensors.items()):
+        plain = TensorSpec.contiguous(spec.dtype, spec.shape)
+        if spec == plain:
+            continue
+        options = [(plain, f"{name}: {_kind(spec)} -> contiguous")]
+        t = tight(spec)
+        if t != plain and t != spec:
+            options.append((t, f"{name}: {_kind(spec)} {spec.strides} -> {t.strides} without padding"))
+        if spec.offset:
+            s = TensorSpec(spec.dtype, spec.shape, spec.strides, 0)
+            options.append((TensorSpec(s.dtype, s.shape, s.strides, 0, s.extent + spec.storage_size - spec.extent),
+                            f"{name}: offset {spec.offset} -> 0"))
+        if spec.storage_size > spec.extent:
+            options.append((TensorSpec(spec.dtype, spec.shape, spec.strides, spec.offset),
+                            f"{name}: storage slack {spec.storage_size - spec.extent} removed"))
+        if not spec.is_contiguous:  # one stride at a time toward its tight value
+            for d, (s, s0) in enumerate(zip(spec.strides, t.strides)):
+                for s2 in sorted({s0, (s + s0) // 2, s - 1}):
+                    if not s0 <= s2 < s or spec.shape[d] <= 1:
+                        continue
+                    strides = spec.strides[:d] + (s2,) + spec.strides[d + 1:]
+                    new = TensorSpec(spec.dtype, spec.shape, strides, spec.offset)
+                    if new.overlaps_itself() and not spec.overlaps_itself():
+                        continue
+                    new = TensorSpec(spec.dtype, spec.shape, strides, spec.offset,
+                                     new.extent + spec.storage_size - spec.extent)
+                    options.append((new, f"{name}: strides {spec.strides} -> {strides}"))
+        for new, desc in options:
+            yield desc, (lambda n=name, s=new: _edit(case, {n: s}))
+
+
+def dtype_pass(case: Case) -> Iterator[Candidate]:
+    """int64 -> int32 where the op's argument allows it and the values fit."""
+    c = _contract(case.op)
+    for name, spec in sorted(case.tensors.items()):
+        if spec.dtype != "int64":
+            continue
+        try:
+            allowed = c.arg(name).dtypes if c else ("int32", "int64")
+        except KeyError:
+            continue
+        if "int32" not in allowed:
+            continue
+        vals = case.values.get(name)
+        if vals is not None and vals.size and (vals.min() < INT32_MIN or vals.max() > INT32_MAX):
+            continue
+
+        def build(n=name, s=spec, v=vals):
+            new = TensorSpec("int32", s.shape, s.strides, s.offset, s.storage_size)
+            return _edit(case, {n: new}, {n: v.astype(np.int32)} if v is not None else None)
+
+        yield f"{name}: int64 -> int32", build
+
+
+LENGTHS = {"seq_lens", "seq_len_a", "seq_len_b"}  # lengths: no arange, per-element moves
+
+
+def _bound(case: Case, name: str) -> int | None:
+    """Exclusive upper bound of an index-valued input, so value moves stay in range."""
+    t = case.tensors
+    if case.op == "decode_metadata":
+        if name == "req_pool_indices":
+            return t["req_to_token"].shape[0]
+        if name == "req_to_token" and "full_to_swa_index_mapping" in t:
+            return t["full_to_swa_index_mapping"].shape[0]
+    return None
+
+
+def _halve(v: np.ndarray) -> np.ndarray:
+    v = v.astype(np.int64)
+    return np.sign(v) * (np.abs(v) // 2)
+
+
+def value_pass(case: Case) -> Iterator[Candidate]:
+    """One input at a time: all 0, all 1, halved, arange, parts zeroed, single lengths lowered."""
+    blocks = _contract(case.op).block_sizes if _contract(case.op) else ()
+    for name in sorted(case.values):
+        v = case.values[name]
+        if v.size == 0 or name == "strided_indices":
+            continue
+        bound = _bound(case, name)
+        moves: list[tuple[str, Callable[[], np.ndarray]]] = [(f"{name}: all 0", lambda v=v: np.zeros_like(v))]
+        if bound is None or bound > 1:
+            moves.append((f"{name}: all 1", lambda v=v: np.ones_like(v)))
+        moves.append((f"{name}: halved", lambda v=v: _halve(v)))
+        if name not in LENGTHS:
+            moves.append((f"{name}: arange",
+                          lambda v=v, b=bound: (np.arange(v.size) % (b or v.size + 1)).reshape(v.shape)))
+        flat_n = v.size
+        if flat_n >= 2:
+            for k in (2, 4):
+                for part in np.array_split(np.arange(flat_n), min(k, flat_n)):
+                    if len(part) == 0 or len(part) == flat_n:
+                        continue
+
+                    def zero_part(v=v, p=part):
+                        f = v.astype(np.int64).ravel().copy()
+                        f[p] = 0
+                        return f.reshape(v.shape)
+
+                    moves.append((f"{name}: elements {_fmt(tuple(int(i) for i in part))} -> 0", zero_part))
+        if name in LENGTHS and v.ndim == 1 and v.size <= SMALL_VECTOR:
+            for i, x in enumerate(int(x) for x in v):
+                if x <= 0:
+                    continue
+                for y in _targets(x, 0, _block_edges(x, blocks)):
+
+                    def lower(v=v, i=i, y=y):
+                        f = v.astype(np.int64).copy()
+                        f[i] = y
+                        return f
+
+                    moves.append((f"{name}[{i}]: {x} -> {y}", lower))
+        for desc, make in moves:
+            yield desc, (lambda n=name, m=make: _edit(case, values={n: m()}))
+
+
+# decode_metadata ------------------------------------------------------------------------------
+
+DECODE_BATCH = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table", "req_pool_indices", "seq_lens")
+
+
+def _batch(case: Case) -> int:
+    return case.tensors["cache_seqlens_int32"].shape[0]
+
+
+def decode_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop batch rows from every batch-indexed tensor: halves first, then single rows."""
+    B = _batch(case)
+    for drop in _chunks(B):
+        rows = {}
+        for name in DECODE_BATCH:
+            if name in case.tensors:
+                n0 = case.tensors[name].shape[0]
+                rows[name] = [i for i in range(n0) if i not in drop]
+        word = "row" if len(drop) == 1 else "rows"
+        yield (f"dropped batch {word} {_fmt(drop)} (B {B} -> {B - len(drop)})",
+               lambda rows=rows: _take_many(case, rows))
+
+
+def decode_swa_pass(case: Case) -> Iterator[Candidate]:
+    if "swa_page_table" in case.tensors or "full_to_swa_index_mapping" in case.tensors:
+        yield "dropped SWA (swa_page_table, full_to_swa_index_mapping)", \
+            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping"))
+
+
+def decode_pages_pass(case: Case) -> Iterator[Candidate]:
+    """max_seq_pages smaller; lengths clipped to the new page count, or left alone."""
+    s = case.scalars
+    P, ps, delta = s["max_seq_pages"], s["page_size"], s["seq_len_delta"]
+    if not isinstance(P, int) or P <= 0 or not isinstance(ps, int) or ps <= 0:
+        return
+    c = _contract(case.op)
+    lens = case.values["seq_lens"].astype(np.int64)
+    for p2 in _targets(P, 0, _block_edges(P, c.block_sizes if c else ())):
+        top = max(p2 * ps - delta, 0)
+        if lens.size and lens.max() > top and lens.min() >= 0:
+            clipped = np.minimum(lens, top)
+            yield (f"max_seq_pages {P} -> {p2} (seq_lens clipped to {top})",
+                   lambda p2=p2, v=clipped: _edit(case, values={"seq_lens": v}, scalars={"max_seq_pages": p2}))
+        yield f"max_seq_pages {P} -> {p2}", lambda p2=p2: _edit(case, scalars={"max_seq_pages": p2})
+
+
+def _narrow(case: Case, name: str, width: int, axis: int = 1) -> Case:
+    spec, vals = _take(case, name, axis, list(range(width)))
+    return _edit(case, {name: spec}, {name: vals} if vals is not None else None)
+
+
+def decode_widths_pass(case: Case) -> Iterator[Candidate]:
+    """page_table / swa_page_table down to max_seq_pages; req_to_token down to what P needs;
+    strided_indices down to P."""
+    s, t = case.scalars, case.tensors
+    P, ps = s["max_seq_pages"], s["page_size"]
+    if not isinstance(P, int) or not isinstance(ps, int) or P < 0 or ps <= 0:
+        return
+    for name in ("page_table", "swa_page_table"):
+        if name in t and len(t[name].shape) == 2:
+            W = t[name].shape[1]
+            for w in _targets(W, P):
+                yield f"{name} width {W} -> {w}", (lambda n=name, w=w: _narrow(case, n, w))
+    rtt = t.get("req_to_token")
+    if rtt is not None and len(rtt.shape) == 2:
+        T = rtt.shape[1]
+        need = (P - 1) * ps + 1 if P > 0 else 0
+        for w in _targets(T, need, [P * ps]):
+
+            def build(w=w):
+                c2 = _narrow(case, "req_to_token", w)
+                si = case.tensors["strided_indices"]
+                keep = min(si.shape[0], -(-w // ps))
+                return _narrow(c2, "strided_indices", keep, axis=0) if keep < si.shape[0] else c2
+
+            yield f"req_to_token width {T} -> {w}", build
+    si = t.get("strided_indices")
+    if si is not None and len(si.shape) == 1:
+        for w in _targets(si.shape[0], P):
+            yield (f"strided_indices length {si.shape[0]} -> {w}",
+                   lambda w=w: _narrow(case, "strided_indices", w, axis=0))
+
+
+def _read_tokens(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(pool rows, columns, token ids) the kernel reads, or None if any read is out of range."""
+    s, v = case.scalars, case.values
+    P, ps = s["max_seq_pages"], s["page_size"]
+    rtt, pool = v["req_to_token"], v["req_pool_indices"].astype(np.int64)
+    if P <= 0:
+        return pool, np.zeros(0, np.int64), np.zeros((pool.size, 0), np.int64)
+    cols = np.arange(P, dtype=np.int64) * ps
+    if pool.size and (pool.min() < 0 or pool.max() >= rtt.shape[0]) or cols[-1] >= rtt.shape[1]:
+        return None
+    return pool, cols, rtt[pool[:, None], cols[None, :]].astype(np.int64)
+
+
+def decode_tables_pass(case: Case) -> Iterator[Candidate]:
+    """Unused req_to_token rows dropped (pool indices remapped); unread token cells zeroed;
+    the SWA mapping shrunk to the largest token id read + 1."""
+    t, v = case.tensors, case.values
+    if not isinstance(case.scalars.get("max_seq_pages"), int) or not isinstance(case.scalars.get("page_size"), int):
+        return
+    read = _read_tokens(case)
+    if read is None:
+        return
+    pool, cols, tokens = read
+    R = t["req_to_token"].shape[0]
+    used = np.unique(pool)
+    if used.size and used.size < R and pool.min() >= 0 and pool.max() < R:
+
+        def drop_rows():
+            c2 = _take_many(case, {"req_to_token": [int(i) for i in used]})
+            spec = case.tensors["req_pool_indices"]
+            return _edit(c2, {"req_pool_indices": spec},
+                         {"req_pool_indices": np.searchsorted(used, pool).astype(np.int64)})
+
+        yield f"req_to_token rows {R} -> {used.size} (unused rows dropped, req_pool_indices remapped)", drop_rows
+    rtt = v["req_to_token"]
+    mask = np.zeros(rtt.shape, bool)
+    if cols.size:
+        mask[pool[:, None], cols[None, :]] = True
+    if (rtt[~mask] != 0).any():
+
+        def zero_unread():
+            f = rtt.astype(np.int64).copy()
+            f[~mask] = 0
+            return _edit(case, values={"req_to_token": f})
+
+        yield "req_to_token: cells never read -> 0", zero_unread
+    if "full_to_swa_index_mapping" in t and len(t["full_to_swa_index_mapping"].shape) == 1:
+        if tokens.size and tokens.min() < 0:
+            return
+        N = t["full_to_swa_index_mapping"].shape[0]
+        lo = max(int(tokens.max()) + 1 if tokens.size else 1, 1)
+        for n in _targets(N, lo):
+            yield (f"full_to_swa_index_mapping length {N} -> {n}",
+                   lambda n=n: _narrow(case, "full_to_swa_index_mapping", n, axis=0))
+
+
+def decode_page_size_pass(case: Case) -> Iterator[Candidate]:
+    """page_size toward 1: req_to_token keeps the columns the kernel reads (every k-th)."""
+    s = case.scalars
+    ps = s["page_size"]
+    if not isinstance(ps, int) or ps <= 1 or ps & (ps - 1):
+        return
+    for ps2 in sorted({1, ps // 2}):
+        k = ps // ps2
+
+        def build(ps2=ps2, k=k):
+            rtt = case.values["req_to_token"]
+            keep = list(range(0, rtt.shape[1], k))
+            c2 = _take_many(case, {"req_to_token": keep}, axis=1, scalars={"page_size": ps2})
+            T2 = len(keep)
+            si = case.tensors["strided_indices"]
+            n = -(-T2 // ps2)
+            spec = relayout(si, (n,))
+            return _edit(c2, {"strided_indices": spec}, {"strided_indices": np.arange(0, T2, ps2)[:n]})
+
+        yield f"page_size {ps} -> {ps2}", build
+
+
+def decode_scalars_pass(case: Case) -> Iterator[Candidate]:
+    d = case.scalars.get("seq_len_delta")
+    if isinstance(d, int) and d > 0:
+        for d2 in _targets(d, 0):
+            yield f"seq_len_delta {d} -> {d2}", (lambda d2=d2: case.with_scalars(seq_len_delta=d2))
+
+
+# swa_spec_page_table ---------------------------------------------------------------------------
+
+SPEC_ROWS_M = ("page_table_dst", "page_table_b", "seq_len_b")
+SPEC_ROWS_BS = ("page_table_a", "seq_len_a")
+
+
+def spec_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop requests (A row, and its R expanded rows), then fewer draft tokens R."""
+    t, R = case.tensors, case.scalars["speculative_num_draft_tokens"]
+    if not isinstance(R, int) or R < 1:
+        return
+    bs = t["seq_len_a"].shape[0]
+    for drop in _chunks(bs):
+        rows = {n: [i for i in range(t[n].shape[0]) if i not in drop] for n in SPEC_ROWS_BS}
+        rows.update({n: [m for m in range(t[n].shape[0]) if m // R not in drop] for n in SPEC_ROWS_M})
+        word = "request" if len(drop) == 1 else "requests"
+        yield f"dropped {word} {_fmt(drop)} (bs {bs} -> {bs - len(drop)})", (lambda rows=rows: _take_many(case, rows))
+    for r2 in _targets(R, 1):
+        for where, sel in (("first", range(r2)), ("last", range(R - r2, R))):
+            sel = set(sel)
+            rows = {n: [m for m in range(t[n].shape[0]) if m % R in sel] for n in SPEC_ROWS_M}
+            yield (f"speculative_num_draft_tokens {R} -> {r2} (kept the {where} {r2} rows of each request)",
+                   lambda rows=rows, r2=r2: _take_many(case, rows, scalars={"speculative_num_draft_tokens": r2}))
+
+
+def spec_widths_pass(case: Case) -> Iterator[Candidate]:
+    """A, B and dst no wider than the lengths need (never narrower: no new overflow)."""
+    t, v, R = case.tensors, case.values, case.scalars["speculative_num_draft_tokens"]
+    la, lb = v["seq_len_a"].astype(np.int64), v["seq_len_b"].astype(np.int64)
+    needs = {"page_table_a": int(la.max(initial=0)), "page_table_b": int(lb.max(initial=0))}
+    rows = min(la.size * R, lb.size, t["page_table_dst"].shape[0])
+    m = np.arange(rows)
+    needs["page_table_dst"] = int((la[m // R] + lb[m]).max(initial=0)) if rows else 0
+    for name, need in needs.items():
+        W = t[name].shape[1]
+        for w in _targets(W, max(need, 0)):
+            yield f"{name} width {W} -> {w}", (lambda n=name, w=w: _narrow(case, n, w))
+
+
+# num_kv_splits ----------------------------------------------------------------------------------
+
+
+def splits_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop sequences (seq_lens, their num_group outputs, num_seq), then fewer groups."""
+    t, s = case.tensors, case.scalars
+    G, ns = s.get("num_group"), s.get("num_seq")
+    if not isinstance(G, int) or G < 1 or not isinstance(ns, int):
+        return
+    n = t["seq_lens"].shape[0]
+    for drop in _chunks(n):
+        rows = {"seq_lens": [i for i in range(n) if i not in drop],
+                "num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j // G not in drop]}
+        word = "sequence" if len(drop) == 1 else "sequences"
+        yield (f"dropped {word} {_fmt(drop)} (num_seq {ns} -> {ns - len(drop)})",
+               lambda rows=rows, d=len(drop): _take_many(case, rows, scalars={"num_seq": ns - d}))
+    for g2 in _targets(G, 1):
+        rows = {"num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j % G < g2]}
+        yield f"num_group {G} -> {g2}", (lambda rows=rows, g2=g2: _take_many(case, rows, scalars={"num_group": g2}))
+
+
+def splits_scalars_pass(case: Case) -> Iterator[Candidate]:
+    for name in ("num_head", "num_kv_head", "max_kv_splits", "device_core_count"):
+        x = case.scalars.get(name)
+        if isinstance(x, int) and x > 1:
+            for y in _targets(x, 1):
+                yield f"{name} {x} -> {y}", (lambda n=name, y=y: case.with_scalars(**{n: y}))
+
+
+# registry ---------------------------------------------------------------------------------------
+
+GENERIC: tuple[Pass, ...] = (layout_pass, dtype_pass, value_pass)
+PASSES: dict[str, tuple[Pass, ...]] = {
+    "decode_metadata": (decode_rows_pass, decode_swa_pass, decode_pages_pass, decode_widths_pass,
+                        decode_tables_pass, decode_page_size_pass, *GENERIC, decode_scalars_pass),
+    "swa_spec_page_table": (spec_rows_pass, spec_widths_pass, *GENERIC),
+    "num_kv_splits": (splits_rows_pass, *GENERIC, splits_scalars_pass),
+}
+
+
+def _passes(op: str) -> tuple[Pass, ...]:
+    return PASSES.get(op, GENERIC)

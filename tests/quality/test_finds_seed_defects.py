@@ -1,0 +1,36 @@
+"""Hard-to-find examples do get found: the fuzzer, with a fixed seed, finds SGLang 0.5.14's
+three known defects on the CPU, and each saved case is small and replays."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvfuzz.campaign import CampaignConfig, run_campaign
+from kvfuzz.corpus import read_case_dir
+
+pytestmark = pytest.mark.slow
+
+DEFECTS = {
+    # lost writes: the seed copies a non-contiguous swa_page_table and writes the copy
+    "decode_metadata": "decode_metadata:swa:mismatch:swa_page_table:all",
+    # la + lb past the destination width: writes beyond the row
+    "swa_spec_page_table": "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after",
+    # a zero length divides by zero: the result is whatever the hardware gives
+    "num_kv_splits": "num_kv_splits:splits:mismatch:num_kv_splits:partial",
+}
+
+
+@pytest.mark.parametrize("op", list(DEFECTS))
+def test_fuzzer_finds_seed_defect(op, seed_path, device, tmp_path):
+    cfg = CampaignConfig(ops=[op], target=str(seed_path), device=device, budget_s=90, seed=1,
+                         corpus=tmp_path, minimize_budget_s=20)
+    result = run_campaign(cfg)
+    sigs = {x.found.finding.signature: x for x in result.saved}
+    assert DEFECTS[op] in sigs, sorted(sigs)
+    saved = read_case_dir(sigs[DEFECTS[op]].path)
+    assert saved.expected == "xfail" and saved.finding.signature == DEFECTS[op]
+    case = saved.case
+    rows = {"decode_metadata": lambda c: c.tensors["seq_lens"].shape[0],
+            "swa_spec_page_table": lambda c: c.tensors["seq_len_a"].shape[0],
+            "num_kv_splits": lambda c: c.scalars["num_seq"]}[op](case)
+    assert rows <= 2, case.describe()

@@ -1,0 +1,367 @@
+"""kvfuzz.minimize: pure tests with fake predicates, then real minimisations against the seed
+(CPU, Triton interpreter)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kvfuzz.case import Case, TensorSpec
+from kvfuzz.minimize import aliasing_consistent, contract_class, minimize, rank, relayout, tight
+from kvfuzz.ops import CONTRACTS
+from kvfuzz.strategies import cases
+
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- case builders
+
+
+def decode_case(B=6, P=40, ps=4, R=7, swa=False, swa_layout="transposed", seed=1, lens=None,
+                dtype="int64") -> Case:
+    """A decode case with odd layouts on most tensors and int64 inputs."""
+    g = np.random.default_rng(seed)
+    R = max(R, B)
+    T = P * ps + 3
+    lens = np.array(lens if lens is not None else g.integers(0, P * ps + 1, size=B))
+    lens[int(np.argmax(lens))] = P * ps  # P = cdiv(max(len), page_size), as callers pass it
+    tensors = {
+        "cache_seqlens_int32": TensorSpec("int32", (B,), (2,), 3),
+        "cu_seqlens_k": TensorSpec("int32", (B + 1,), (1,), 0, B + 1 + 17),
+        "page_table": TensorSpec("int32", (B, P + 5), (1, B + 3), 5, 5 + (B + 3) * (P + 4) + B + 40),
+        "req_to_token": TensorSpec(dtype, (R, T), (T + 7, 1)),
+        "req_pool_indices": TensorSpec(dtype, (B,), (1,)),
+        "strided_indices": TensorSpec.contiguous("int64", (-(-T // ps),)),
+        "seq_lens": TensorSpec(dtype, (B,), (3,), 1),
+    }
+    values = {
+        "req_to_token": g.permutation(R * T).reshape(R, T),
+        "req_pool_indices": g.permutation(R)[:B],
+        "strided_indices": np.arange(0, T, ps),
+        "seq_lens": lens,
+    }
+    if swa:
+        N = R * T + 5
+        if swa_layout == "transposed":
+            tensors["swa_page_table"] = TensorSpec("int32", (B, P + 1), (1, B))
+        else:
+            tensors["swa_page_table"] = TensorSpec.contiguous("int32", (B, P + 1))
+        tensors["full_to_swa_index_mapping"] = TensorSpec.contiguous(dtype, (N,))
+        values["full_to_swa_index_mapping"] = g.permutation(N)
+    scalars = {"max_seq_pages": P, "seq_len_delta": 0, "page_size": ps}
+    return Case("decode_metadata", scalars, tensors, values, meta={"origin": "test"})
+
+
+def spec_overflow_case(W=253) -> Case:
+    """Out of contract: the last expanded row needs la + lb = 254 cells of a dst W wide."""
+    bs, R = 3, 2
+    M = bs * R
+    la, lb = np.array([200, 100, 250]), np.array([1, 2, 3, 0, 2, 4])
+    WA, WB = 260, 4
+    g = np.random.default_rng(0)
+    tensors = {
+        "page_table_dst": TensorSpec.contiguous("int32", (M, W)),
+        "page_table_a": TensorSpec("int32", (bs, WA), (1, bs)),
+        "page_table_b": TensorSpec("int32", (M, WB), (WB + 3, 1), 2),
+        "seq_len_a": TensorSpec.contiguous("int64", (bs,)),
+        "seq_len_b": TensorSpec.contiguous("int64", (M,)),
+    }
+    values = {"page_table_a": g.integers(0, 1 << 16, (bs, WA)), "page_table_b": -1 - g.integers(0, 1 << 16, (M, WB)),
+              "seq_len_a": la, "seq_len_b": lb}
+    return Case("swa_spec_page_table", {"speculative_num_draft_tokens": R}, tensors, values)
+
+
+def splits_case(n=40, G=4) -> Case:
+    g = np.random.default_rng(3)
+    lens = g.integers(1, 5000, size=n)
+    scalars = {"num_seq": n, "num_group": G, "num_head": 32, "num_kv_head": 8, "max_kv_splits": 8,
+               "device_core_count": 132}
+    tensors = {"num_kv_splits": TensorSpec("int32", (n * G,), (1,), 3),
+               "seq_lens": TensorSpec("int64", (n,), (1,), 0, n + 9)}
+    return Case("num_kv_splits", scalars, tensors, {"seq_lens": lens})
+
+
+class Checked:
+    """Wraps a predicate: records every case it is shown, and every way one of them is not a
+    valid, consistent case of the original's contract class strictly smaller than the
+    original (recorded, not raised: the minimizer treats a raising predicate as False)."""
+
+    def __init__(self, pred, original: Case):
+        self.pred, self.klass, self.top = pred, contract_class(original), rank(original)
+        self.contract = CONTRACTS[original.op]
+        self.calls: list[Case] = []
+        self.problems: list[str] = []
+
+    def __call__(self, c: Case) -> bool:
+        self.calls.append(c)
+        try:
+            Case(c.op, c.scalars, c.tensors, c.values, c.variant)  # re-validates shapes vs values
+        except ValueError as exc:
+            self.problems.append(f"invalid case: {exc}")
+        if not aliasing_consistent(c):
+            self.problems.append("aliased input elements disagree")
+        if contract_class(c) != self.klass:
+            self.problems.append(f"class {contract_class(c)} != {self.klass}")
+        if self.klass[0] == "in_contract" and self.contract.out_of_contract(c):
+            self.problems.append(f"left the contract: {self.contract.out_of_contract(c)}")
+        if not rank(c) < self.top:
+            self.problems.append(f"not smaller: {rank(c)} vs {self.top}")
+        return self.pred(c)
+
+    def check(self, m) -> None:
+        assert self.problems == []
+        assert m.steps_tried == len(self.calls)
+
+
+# --------------------------------------------------------------------------- pure tests
+
+
+def test_decode_fake_predicate_shrinks_to_one_row_contiguous_int32():
+    case = decode_case(lens=[100, 7, 150, 3, 160, 12])
+    assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
+    pred_ = Checked(lambda c: 7 in c.values["seq_lens"] and c.scalars["max_seq_pages"] >= 2, case)
+    m = minimize(case, pred_)
+    pred_.check(m)
+    c = m.case
+    assert m.complete and m.steps_tried > 0
+    assert c.tensors["seq_lens"].shape == (1,) and int(c.values["seq_lens"][0]) == 7
+    for name in ("cache_seqlens_int32", "req_pool_indices"):
+        assert c.tensors[name].shape == (1,)
+    assert c.tensors["cu_seqlens_k"].shape == (2,)
+    for name, spec in c.tensors.items():
+        assert spec == TensorSpec.contiguous(spec.dtype, spec.shape), (name, spec)
+        allowed = CONTRACTS["decode_metadata"].arg(name).dtypes
+        assert spec.dtype == ("int32" if "int32" in allowed else "int64"), name
+    assert c.scalars == {"max_seq_pages": 2, "seq_len_delta": 0, "page_size": 1}
+    assert c.tensors["page_table"].shape == (1, 2) and c.tensors["req_to_token"].shape == (1, 2)
+    assert c.tensors["strided_indices"].shape == (2,)
+    assert c.variant == case.variant
+    assert c.meta["minimized_from"] == case.digest() and c.meta["origin"] == "test"
+    # the log says what was removed, one line per accepted step
+    assert m.log[0] == "dropped batch rows 3..5 (B 6 -> 3)"
+    assert sum(line.startswith("dropped batch row") for line in m.log) == 3
+    for line in ("page_table: transposed -> contiguous", "seq_lens: int64 -> int32", "page_size 4 -> 1",
+                 "req_to_token rows 7 -> 1 (unused rows dropped, req_pool_indices remapped)"):
+        assert line in m.log
+    assert len(m.log) <= m.steps_tried
+
+
+def test_decode_rows_halved_before_single_rows():
+    case = decode_case(B=8, lens=[1, 2, 3, 4, 5, 6, 7, 8])
+    m = minimize(case, lambda c: 7 in c.values["seq_lens"])
+    assert m.log[0] == "dropped batch rows 0..3 (B 8 -> 4)"
+    assert m.case.tensors["seq_lens"].shape == (1,)
+
+
+def test_decode_block_edge_and_layout_kept_when_needed():
+    """A 'defect' that needs more than one 128-column block and a transposed swa_page_table."""
+    case = decode_case(B=5, P=300, ps=2, R=6, swa=True)
+
+    def pred(c):
+        s = c.tensors["swa_page_table"] if "swa_page_table" in c.tensors else None
+        return (s is not None and c.scalars["max_seq_pages"] > 128 and s.strides[0] < s.strides[1]
+                and s.shape[0] >= 2)
+
+    pred_ = Checked(pred, case)
+    m = minimize(case, pred_)
+    pred_.check(m)
+    c = m.case
+    assert m.complete
+    assert c.scalars["max_seq_pages"] == 129
+    assert c.tensors["swa_page_table"].shape == (2, 129)
+    assert c.tensors["swa_page_table"].strides == (1, 2)  # transposed, no padding
+    assert c.tensors["page_table"].shape == (2, 129)
+    assert c.tensors["req_to_token"].shape[1] == 129  # page_size 1: (P - 1) * 1 + 1
+    assert c.tensors["full_to_swa_index_mapping"].shape == (1,)
+    assert not c.values["req_to_token"].any()
+
+
+def test_budget_runs_out():
+    case = decode_case(B=6, P=200, ps=4)
+
+    def slow(c):
+        time.sleep(0.004)
+        return True
+
+    t0 = time.monotonic()
+    m = minimize(case, slow, budget_s=0.01)
+    assert time.monotonic() - t0 < 0.5
+    assert not m.complete
+    assert m.steps_tried <= 4
+    assert m.case.meta["minimized_from"] == case.digest()
+
+
+def test_nothing_to_do_returns_the_case():
+    case = decode_case()
+    pred_ = Checked(lambda c: False, case)
+    m = minimize(case, pred_)
+    pred_.check(m)
+    assert m.complete and m.log == [] and m.case == case and m.steps_tried > 0
+
+
+def test_spec_fake_predicate_keeps_overflowing_row():
+    case = spec_overflow_case()
+    assert contract_class(case)[0] == "out_of_contract"
+
+    def overflows_last_row(c):
+        la, lb = c.values["seq_len_a"], c.values["seq_len_b"]
+        return int(la[-1]) + int(lb[-1]) > c.tensors["page_table_dst"].shape[1]
+
+    pred_ = Checked(overflows_last_row, case)
+    m = minimize(case, pred_)
+    pred_.check(m)
+    c = m.case
+    assert m.complete
+    assert c.scalars["speculative_num_draft_tokens"] == 1
+    assert c.tensors["page_table_dst"].shape[0] == 1
+    assert c.tensors["page_table_dst"].shape[1] == 253  # never narrowed past what lengths need
+    assert int(c.values["seq_len_a"][0]) + int(c.values["seq_len_b"][0]) == 254
+    assert "dropped requests 0, 1 (bs 3 -> 1)" in m.log
+
+
+def test_splits_fake_predicate():
+    case = splits_case()
+    target = int(case.values["seq_lens"][17])
+
+    def pred(c):
+        return c.scalars["num_group"] >= 2 and target in c.values["seq_lens"]
+
+    pred_ = Checked(pred, case)
+    m = minimize(case, pred_)
+    pred_.check(m)
+    c = m.case
+    assert m.complete
+    assert c.scalars["num_seq"] == 1 and c.tensors["seq_lens"].shape == (1,)
+    assert c.scalars["num_group"] == 2 and c.tensors["num_kv_splits"].shape == (2,)
+    assert c.scalars["num_head"] == 1 and c.scalars["num_kv_head"] == 1
+    assert c.scalars["max_kv_splits"] == 1 and c.scalars["device_core_count"] == 1
+    assert c.tensors["seq_lens"] == TensorSpec.contiguous("int32", (1,))
+
+
+def test_relayout_keeps_kind():
+    t = TensorSpec("int32", (5, 300), (1, 5))
+    assert relayout(t, (2, 300)).strides == (1, 2)
+    padded = TensorSpec("int32", (4, 10), (17, 1), 3, 3 + 3 * 17 + 10 + 5)
+    r = relayout(padded, (2, 6))
+    assert r.strides == (13, 1) and r.offset == 3 and r.storage_size == r.extent + 5
+    step = TensorSpec("int64", (6,), (3,), 1)
+    assert relayout(step, (2,)).strides == (3,)
+    bcast = TensorSpec("int64", (4, 8), (0, 1))
+    assert relayout(bcast, (2, 8)).strides == (0, 1)
+    assert tight(TensorSpec("int32", (5, 300), (1, 9), 4, 5000)) == TensorSpec("int32", (5, 300), (1, 5))
+
+
+@pytest.mark.parametrize("op", sorted(CONTRACTS))
+def test_any_strategy_case_terminates_and_keeps_its_class(op):
+    """Arbitrary (also out-of-contract) cases: candidates stay valid and in class, the
+    result is no larger, and a fixpoint is reached."""
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(cases(op))
+    def run(case):
+        path = CONTRACTS[op].kernel_path(case)
+        pred_ = Checked(lambda c: CONTRACTS[op].kernel_path(c) == path and hash(c.digest()) % 3 != 0, case)
+        m = minimize(case, pred_, budget_s=20)
+        pred_.check(m)
+        assert m.complete
+        assert rank(m.case) <= rank(case)
+        assert len(m.log) <= m.steps_tried
+
+    run()
+
+
+# --------------------------------------------------------------------------- real minimisations
+
+
+def seed_path() -> Path | None:
+    for p in (os.environ.get("KVFUZZ_SEED_PATH"), "/work/shared/seed/metadata_kernels.py",
+              REPO.parent / "shared" / "seed" / "metadata_kernels.py"):
+        if p and Path(p).is_file():
+            return Path(p)
+    return None
+
+
+@pytest.fixture(scope="module")
+def seed_target():
+    path = seed_path()
+    if path is None:
+        pytest.skip("the SGLang seed file was not found (set KVFUZZ_SEED_PATH)")
+    from kvfuzz import device
+
+    device.select("cpu")
+    from kvfuzz.targets import load_target
+
+    return load_target(str(path), "cpu")
+
+
+def signature_predicate(target, sig):
+    from kvfuzz.execute import run_case
+    from kvfuzz.judge import judge
+
+    def still_fails(c: Case) -> bool:
+        try:
+            return sig in judge(c, run_case(target, c, "cpu")).signatures()
+        except Exception:
+            return False
+
+    return still_fails
+
+
+@pytest.mark.seed
+def test_seed_swa_non_contiguous_defect(seed_target):
+    from kvfuzz.execute import run_case
+    from kvfuzz.judge import judge
+
+    case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="transposed", seed=0)
+    assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
+    sig = "decode_metadata:swa:mismatch:swa_page_table:all"
+    assert sig in judge(case, run_case(seed_target, case, "cpu")).signatures()
+    still_fails = signature_predicate(seed_target, sig)
+    pred_ = Checked(still_fails, case)
+    m = minimize(case, pred_, budget_s=30)
+    pred_.check(m)
+    c = m.case
+    print(f"\nswa decode: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
+    assert m.seconds < 30 and m.complete
+    assert c.tensors["seq_lens"].shape[0] <= 2
+    assert c.scalars["max_seq_pages"] <= 129
+    assert not c.tensors["swa_page_table"].is_contiguous  # the defect needs the layout
+    assert still_fails(c)
+
+
+@pytest.mark.seed
+def test_seed_swa_contiguous_case_does_not_fail(seed_target):
+    """The control: the same case with a contiguous swa_page_table shows no finding."""
+    from kvfuzz.execute import run_case
+    from kvfuzz.judge import judge
+
+    case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="contiguous", seed=0)
+    assert judge(case, run_case(seed_target, case, "cpu")).signatures() == []
+
+
+@pytest.mark.seed
+def test_seed_spec_out_of_bounds_write(seed_target):
+    from kvfuzz.execute import run_case
+    from kvfuzz.judge import judge
+
+    case = spec_overflow_case()
+    verdict = judge(case, run_case(seed_target, case, "cpu"))
+    assert verdict.status == "out_of_contract"
+    sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
+    assert verdict.signatures() == [sig]
+    still_fails = signature_predicate(seed_target, sig)
+    pred_ = Checked(still_fails, case)
+    m = minimize(case, pred_, budget_s=30)
+    pred_.check(m)
+    c = m.case
+    print(f"\nspec overflow: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
+    assert m.seconds < 30 and m.complete
+    assert c.tensors["page_table_dst"].shape[0] <= 2
+    assert judge(c, run_case(seed_target, c, "cpu")).signatures() == [sig]

@@ -1,0 +1,340 @@
+"""`kvfuzz replay --emit-repro`: the standalone script must reproduce a defect on its own.
+
+Each test builds a case, lets kvfuzz judge it on the seed (CPU, Triton interpreter) to be
+sure the case shows the defect, emits the repro script, and runs that script in a fresh
+process where kvfuzz is not importable: against the seed it must exit 1 and say DEFECT,
+against a correct kernel file 0. A few tiny hand-written "kernel files" (plain torch, no
+Triton) exercise the script's other checks quickly.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvfuzz.device
+
+REPO = Path(__file__).resolve().parents[1]
+KERNELS = REPO / "kvfuzz" / "kernels"
+SCRIPT_IMPORTS = {"argparse", "base64", "importlib", "importlib.util", "os", "sys", "traceback", "types",
+                  "zlib", "torch", "triton", "triton.runtime.jit"}
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _seed_path() -> Path | None:
+    for p in (os.environ.get("KVFUZZ_SEED_PATH"), "/work/shared/seed/metadata_kernels.py",
+              REPO.parent / "shared" / "seed" / "metadata_kernels.py"):
+        if p and Path(p).is_file():
+            return Path(p)
+    return None
+
+
+SEED = _seed_path()
+needs_seed = pytest.mark.skipif(SEED is None, reason="seed metadata_kernels.py not found (set KVFUZZ_SEED_PATH)")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def kv():
+    """kvfuzz on the CPU (Triton interpreter), imported after the device is selected."""
+    kvfuzz.device.select("cpu")
+    from kvfuzz import execute, judge, targets
+    from kvfuzz.case import Case, TensorSpec
+    from kvfuzz.corpus import SavedCase, environment_versions
+    from kvfuzz.repro import write_repro
+
+    class KV:
+        pass
+
+    k = KV()
+    k.Case, k.TensorSpec, k.SavedCase, k.write_repro = Case, TensorSpec, SavedCase, write_repro
+
+    def verdict(case, target=SEED):
+        t = targets.load_target(str(target), "cpu")
+        return judge.judge(case, execute.run_case(t, case, "cpu", torch_ref=False))
+
+    def saved(case, finding=None):
+        return SavedCase(case=case, finding=finding, target=str(SEED or "builtin"), device="cpu",
+                         versions=environment_versions(), origin="hand")
+
+    k.verdict, k.saved = verdict, saved
+    return k
+
+
+def emit(kv, tmp_path: Path, saved, name="repro.py") -> Path:
+    path = tmp_path / name
+    kv.write_repro(saved, path, device="cpu")
+    return path
+
+
+def _start(script: Path, kernels, *extra: str) -> subprocess.Popen:
+    """The script in a fresh process where kvfuzz cannot be imported (no PYTHONPATH; the
+    working directory and sys.path[0] are the script's temporary directory)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    args = [sys.executable, str(script), str(kernels), *extra]
+    return subprocess.Popen(args, env=env, cwd=str(script.parent), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_script(script: Path, kernels, *extra: str) -> subprocess.CompletedProcess:
+    return _finish(_start(script, kernels, *extra))
+
+
+def run_many(*runs: tuple) -> list[subprocess.CompletedProcess]:
+    """Several (script, kernels, *extra) runs at once: each pays torch's import time."""
+    procs = [_start(*r) for r in runs]
+    return [_finish(p) for p in procs]
+
+
+def show(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+def c(kv, shape, dtype="int32"):
+    return kv.TensorSpec.contiguous(dtype, tuple(shape))
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def decode_swa_transposed(kv, page_size=16, B=3, P=3, W=4):
+    """The seed's known decode defect: a non-contiguous swa_page_table is written through a
+    `.contiguous()` copy, so the caller's view never sees the SWA pages."""
+    rng = np.random.default_rng(7)
+    T, rows, N = P * page_size, B + 1, 512
+    tensors = dict(
+        cache_seqlens_int32=c(kv, (B,)),
+        cu_seqlens_k=c(kv, (B + 1,)),
+        page_table=c(kv, (B, W)),
+        req_to_token=c(kv, (rows, T)),
+        req_pool_indices=c(kv, (B,)),
+        strided_indices=c(kv, (P,), "int64"),
+        seq_lens=c(kv, (B,)),
+        swa_page_table=kv.TensorSpec("int32", (B, W), (1, B), 0),  # transposed
+        full_to_swa_index_mapping=c(kv, (N,)),
+    )
+    values = dict(
+        req_to_token=rng.integers(0, N, (rows, T)),
+        req_pool_indices=rng.permutation(rows)[:B],
+        strided_indices=np.arange(P) * page_size,
+        seq_lens=rng.integers((P - 1) * page_size + 1, P * page_size + 1, B),
+        full_to_swa_index_mapping=rng.permutation(N),
+    )
+    scalars = dict(max_seq_pages=P, seq_len_delta=0, page_size=page_size)
+    return kv.Case("decode_metadata", scalars, tensors, values)
+
+
+def spec_overflow(kv, over=3):
+    """swa_spec_page_table with the last row's la + lb larger than dst's width (out of contract)."""
+    bs, R, W, WA, WB = 2, 2, 8, 8, 4
+    M = bs * R
+    la = np.array([5, 6])
+    lb = np.array([1, 2, 0, W - 6 + over])  # last row: la + lb = W + over
+    tensors = dict(
+        page_table_dst=c(kv, (M, W)),
+        page_table_a=c(kv, (bs, WA)),
+        page_table_b=c(kv, (M, WB)),
+        seq_len_a=c(kv, (bs,)),
+        seq_len_b=c(kv, (M,)),
+    )
+    values = dict(page_table_a=np.arange(bs * WA).reshape(bs, WA) + 100,
+                  page_table_b=np.arange(M * WB).reshape(M, WB) + 200, seq_len_a=la, seq_len_b=lb)
+    return kv.Case("swa_spec_page_table", dict(speculative_num_draft_tokens=R), tensors, values)
+
+
+def splits_zero_length(kv, lens=(0, 1, 9), heads=32):
+    """A zero length: kvfuzz's default variant takes the statistics over lengths >= 1; the
+    seed divides by min(seq_lens) = 0. With many heads the per-length chunk decides."""
+    n = len(lens)
+    tensors = dict(num_kv_splits=c(kv, (n,)), seq_lens=c(kv, (n,)))
+    scalars = dict(num_seq=n, num_group=1, num_head=heads, num_kv_head=heads, max_kv_splits=8, device_core_count=132)
+    return kv.Case("num_kv_splits", scalars, tensors, dict(seq_lens=np.array(lens)))
+
+
+# --------------------------------------------------------------------------- against the seed
+
+
+@needs_seed
+def test_decode_swa_noncontiguous(kv, tmp_path):
+    case = decode_swa_transposed(kv)
+    v = kv.verdict(case)
+    assert v.status == "in_contract"
+    assert "decode_metadata:swa:mismatch:swa_page_table:all" in v.signatures()
+    script = emit(kv, tmp_path, kv.saved(case, v.findings[0]))
+    src = script.read_text()
+    assert "decode_metadata:swa:mismatch:swa_page_table:all" in src.split('"""')[1]  # in the header
+
+    r, ok = run_many((script, SEED, "--device", "cpu"), (script, KERNELS / "decode_metadata.py", "--device", "cpu"))
+    assert r.returncode == 1, show(r)
+    assert "DEFECT mismatch" in r.stdout and "swa_page_table[" in r.stdout, show(r)
+    assert "decode_metadata:swa:mismatch:swa_page_table:all" in r.stdout, show(r)
+    assert "expected" in r.stdout and "got -559038737" in r.stdout, show(r)  # poison: never written
+
+    assert ok.returncode == 0, show(ok)
+    assert ok.stdout.splitlines()[-1].startswith("OK:"), show(ok)
+
+
+@needs_seed
+def test_spec_out_of_bounds_write(kv, tmp_path):
+    case = spec_overflow(kv)
+    v = kv.verdict(case)
+    assert v.status == "out_of_contract"
+    assert any(s.startswith("swa_spec_page_table:spec:out_of_bounds_write:page_table_dst") for s in v.signatures())
+    script = emit(kv, tmp_path, kv.saved(case, v.findings[0]))
+
+    # kvfuzz's own kernel imports a sibling module relatively: the script loads it as a package member
+    r, ok = run_many((script, SEED, "--device", "cpu"),
+                     (script, KERNELS / "swa_spec_page_table.py", "--device", "cpu"))
+    assert r.returncode == 1, show(r)
+    assert "DEFECT out_of_bounds_write" in r.stdout and "after page_table_dst" in r.stdout, show(r)
+    assert "12 bytes" in r.stdout, show(r)  # 3 int32 cells past the end
+
+    assert ok.returncode == 0, show(ok)
+    assert "OK:" in ok.stdout, show(ok)
+
+
+@needs_seed
+def test_num_kv_splits_zero_length(kv, tmp_path):
+    case = splits_zero_length(kv)
+    v = kv.verdict(case)
+    assert v.status == "in_contract" and v.failed, v.signatures()
+    script = emit(kv, tmp_path, kv.saved(case, v.findings[0]))
+    assert "MAX_NUM_SEQ=sglang_max_num_seq" in script.read_text()
+
+    r, ok = run_many((script, SEED, "--device", "cpu"), (script, KERNELS / "num_kv_splits.py", "--device", "cpu"))
+    assert r.returncode == 1, show(r)
+    assert "DEFECT mismatch: num_kv_splits" in r.stdout, show(r)
+    assert ok.returncode == 0, show(ok)
+    assert "OK:" in ok.stdout, show(ok)
+
+
+# --------------------------------------------------------------------------- usage errors
+
+
+def test_missing_kernel_file(kv, tmp_path):
+    script = emit(kv, tmp_path, kv.saved(splits_zero_length(kv)))
+    r = run_script(script, tmp_path / "no_such_kernels.py", "--device", "cpu")
+    assert r.returncode == 2, show(r)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no_such_kernels.py" in lines[0] and "does not exist" in lines[0], show(r)
+    assert "DEFECT" not in r.stdout and "OK" not in r.stdout
+
+
+def test_unloadable_or_incomplete_kernel_file(kv, tmp_path):
+    script = emit(kv, tmp_path, kv.saved(splits_zero_length(kv)))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def oops(:\n")
+    other = tmp_path / "other.py"
+    other.write_text("def something_else():\n    pass\n")
+    r_broken, r_other, r_device = run_many((script, broken, "--device", "cpu"), (script, other, "--device", "cpu"),
+                                           (script, other, "--device", "tpu"))
+    for r in (r_broken, r_other, r_device):
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, show(r)
+        assert "DEFECT" not in r.stdout and "OK:" not in r.stdout, show(r)
+    assert "SyntaxError" in r_broken.stderr, show(r_broken)
+    assert "defines no get_num_kv_splits_triton" in r_other.stderr, show(r_other)
+    assert "--device" in r_device.stderr, show(r_device)
+
+
+# --------------------------------------------------------------------------- the script's other checks
+# Plain-torch "kernels" (no Triton): fast, and each breaks one rule.
+
+
+def write_kernels(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text("import torch\n\n" + textwrap.dedent(body))
+    return path
+
+
+def test_must_refuse(kv, tmp_path):
+    case = decode_swa_transposed(kv).with_scalars(page_size=3)  # not a power of two: must be refused
+    script = emit(kv, tmp_path, kv.saved(case))
+    src = script.read_text()
+    assert "STATUS = 'must_refuse'" in src and "page_size 3" in src
+
+    accepts = write_kernels(tmp_path, "accepts.py", """
+        def normal_decode_set_metadata(*args, **kwargs):
+            pass
+    """)
+    refuses = write_kernels(tmp_path, "refuses.py", """
+        def normal_decode_set_metadata(*args, **kwargs):
+            raise ValueError("page_size must be a power of two")
+    """)
+    writes_then_raises = write_kernels(tmp_path, "writes_then_raises.py", """
+        def normal_decode_set_metadata(cache_seqlens_int32, *args, **kwargs):
+            cache_seqlens_int32.fill_(1)
+            raise ValueError("too late")
+    """)
+    r_acc, r_ref, r_late = run_many(*((script, k, "--device", "cpu") for k in (accepts, refuses, writes_then_raises)))
+    assert r_acc.returncode == 1, show(r_acc)
+    assert "DEFECT invalid_accepted: ran a case it must refuse: page_size 3" in r_acc.stdout, show(r_acc)
+    assert r_ref.returncode == 0 and "raised: ValueError" in r_ref.stdout and "OK:" in r_ref.stdout, show(r_ref)
+    assert r_late.returncode == 1, show(r_late)
+    assert "DEFECT untouched_write: cache_seqlens_int32: 3 cells changed although the call raised ValueError" \
+        in r_late.stdout, show(r_late)
+
+
+def test_checks_with_plain_function(kv, tmp_path):
+    """num_kv_splits as a plain function (called, not launched): the right answer passes; a
+    wrong cell, an input write and a guard-band write are each reported; a raise is a crash."""
+    case = splits_zero_length(kv, (4, 5, 9, 1))
+    from kvfuzz.ops import CONTRACTS
+
+    want = CONTRACTS["num_kv_splits"].numpy_ref(case).values["num_kv_splits"].tolist()
+    script = emit(kv, tmp_path, kv.saved(case))
+    template = """
+        WANT = {want}
+        def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv_head,
+                                     max_kv_splits, device_core_count):
+            out.copy_(torch.tensor(WANT, dtype=out.dtype))
+            {extra}
+    """
+    bad = "out[2] += 1; seq_lens[0] = 77; out.as_strided((1,), (1,), out.storage_offset() + 4).fill_(0)"
+    kernels = [write_kernels(tmp_path, f"k_{name}.py", template.replace("{want}", repr(want)).replace("{extra}", extra))
+               for name, extra in (("right", "pass"), ("bad", bad), ("crash", "raise RuntimeError('boom')"))]
+    r_right, r_bad, r_crash = run_many(*((script, k, "--device", "cpu") for k in kernels))
+    assert r_right.returncode == 0 and "OK:" in r_right.stdout, show(r_right)
+    assert r_bad.returncode == 1, show(r_bad)
+    for needle in ("DEFECT mismatch: num_kv_splits: 1 of 4 required cells differ",
+                   f"num_kv_splits[2]: expected {want[2]}, got {want[2] + 1}",
+                   "DEFECT input_modified: input seq_lens changed (1 bytes, 1 elements)",
+                   "seq_lens[0]: was 4, now 77",
+                   "DEFECT out_of_bounds_write: 4 bytes after num_kv_splits's elements changed",
+                   "byte +16 from num_kv_splits's storage start"):
+        assert needle in r_bad.stdout, f"{needle!r} not in\n{show(r_bad)}"
+    assert r_crash.returncode == 1, show(r_crash)
+    assert "DEFECT crash: raised on an in-contract case: RuntimeError: boom" in r_crash.stdout, show(r_crash)
+
+
+def test_script_is_standalone(kv, tmp_path):
+    """Only stdlib, torch and triton are imported; the blobs decode; it compiles."""
+    for case in (decode_swa_transposed(kv, page_size=1), spec_overflow(kv), splits_zero_length(kv)):
+        script = emit(kv, tmp_path, kv.saved(case), name=f"{case.op}.py")
+        tree = ast.parse(script.read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                names.add(node.module)
+        assert names <= SCRIPT_IMPORTS, names - SCRIPT_IMPORTS
+        assert ast.get_docstring(tree).startswith(f"kvfuzz repro: {case.op} case {case.digest()}")

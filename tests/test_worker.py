@@ -1,0 +1,45 @@
+"""Crash isolation: a target that kills or hangs its process costs one case, not the run."""
+
+from __future__ import annotations
+
+from kvfuzz.judge import judge
+from kvfuzz.worker import WorkerExecutor
+
+import cases
+
+SEGV = """
+import os, signal
+def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
+    if num_seq == 3:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    out.fill_(1)
+"""
+HANG = """
+import time
+def get_num_kv_splits_triton(out, *args):
+    time.sleep(60)
+"""
+
+
+def test_segfault_is_a_crash_finding_and_the_next_case_runs(tmp_path, device):
+    f = tmp_path / "segv.py"
+    f.write_text(SEGV)
+    ex = WorkerExecutor(str(f), device)
+    try:
+        crash = judge(cases.splits([5, 5, 5]), ex.run(cases.splits([5, 5, 5])))
+        assert crash.signatures() == ["num_kv_splits:splits:crash:-:SIGSEGV"]
+        later = judge(cases.splits([1, 1]), ex.run(cases.splits([1, 1])))  # a fresh worker
+        assert later.findings == [] and ex.restarts == 1
+    finally:
+        ex.close()
+
+
+def test_hang_is_a_timeout_crash(tmp_path, device):
+    f = tmp_path / "hang.py"
+    f.write_text(HANG)
+    ex = WorkerExecutor(str(f), device, timeout_s=3)
+    try:
+        v = judge(cases.splits([4]), ex.run(cases.splits([4])))
+        assert v.signatures() == ["num_kv_splits:splits:crash:-:timeout"]
+    finally:
+        ex.close()
