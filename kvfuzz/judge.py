@@ -21,7 +21,7 @@ from .materialize import NOBODY, Plan, plan as make_plan
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
-LOST = ("WorkerDied", "Timeout")  # error types of a worker process that died or hung
+LOST = ("WorkerDied", "Timeout", "HarnessError")  # the process died or hung, or kvfuzz itself failed
 
 
 @dataclass
@@ -65,8 +65,10 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
         verdict.findings.append(finding("invalid_accepted", "-", reasons[0].split()[0],
                                         f"ran a case it must refuse: {reasons[0]}"))
     if first.error_type in LOST:  # the process died or hung: never acceptable, in contract or not
-        where = first.error.split(": ", 1)[-1].split()[-1] if first.error_type == "WorkerDied" else "timeout"
-        verdict.findings.append(finding("crash", "-", where, f"the target took its process down: {first.error}"))
+        where = {"WorkerDied": first.error.split()[-1], "Timeout": "timeout", "HarnessError": "harness"}[first.error_type]
+        tail = (first.detail or "").strip().splitlines()[-1:]
+        verdict.findings.append(finding("crash", "-", where, f"the run was lost: {first.error}"
+                                        + (f" (last output: {tail[0][:200]})" if tail else "")))
     elif status == "in_contract" and first.error is not None:
         verdict.findings.append(finding("crash", "-", first.error_type or "Exception",
                                         f"raised on an in-contract case: {first.error}"))

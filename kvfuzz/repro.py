@@ -537,6 +537,23 @@ def fmt_index(idx):
     return "[" + ", ".join(str(int(i)) for i in idx) + "]"
 
 
+def byte_runs(positions):
+    """[(first, last)] of consecutive runs in a sorted list of byte positions."""
+    runs = []
+    for b in positions:
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    return [tuple(r) for r in runs]
+
+
+def hex_bytes(arena, first, last, limit=16):
+    data = arena[first : min(last, first + limit - 1) + 1].tolist()
+    more = " ..." if last - first + 1 > limit else ""
+    return " ".join(f"{x:02x}" for x in data) + more
+
+
 def check_memory(report, image, owner, after):
     """Bytes outside every tensor's elements, and input elements, must not change."""
     import torch
@@ -555,9 +572,10 @@ def check_memory(report, image, owner, after):
                 claimed[lo:hi] |= hit
                 if not bool(hit.any()):
                     continue
-                at = torch.nonzero(hit).flatten() + lo
-                shown = [f"byte {int(b) - s:+d} from {name}'s storage start: canary 0x{CANARY_BYTE:02x} -> "
-                         f"0x{int(after[int(b)]):02x}" for b in at[:MAX_SHOWN]]
+                at = (torch.nonzero(hit).flatten() + lo).tolist()
+                shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
+                         f"(its storage is {n} bytes): canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
+                         for a, b in byte_runs(at)[:MAX_SHOWN]]
                 report.defect("out_of_bounds_write", name, where,
                               f"{len(at)} bytes {where} {name}'s elements changed "
                               f"(outside every tensor's elements)", shown)
@@ -566,7 +584,8 @@ def check_memory(report, image, owner, after):
             at = torch.nonzero(rest).flatten()
             report.defect("out_of_bounds_write", "-", "outside",
                           f"{len(at)} arena bytes outside every tensor changed",
-                          [f"arena byte {int(b)}" for b in at[:MAX_SHOWN]])
+                          [f"arena bytes {a}..{b}: canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
+                           for a, b in byte_runs(at.tolist())[:MAX_SHOWN]])
     for i, (name, t) in enumerate(TENSORS.items()):
         if t["role"] != "in":
             continue

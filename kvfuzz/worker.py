@@ -27,6 +27,7 @@ from .execute import Outcome, RunResult, run_case
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
+HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, reported as a crash)
 
 
 class Executor(Protocol):
@@ -94,7 +95,12 @@ class WorkerExecutor:
         self.proc = None
 
     def _died_reason(self) -> str:
-        code = self.proc.poll() if self.proc else None
+        code = None
+        if self.proc:
+            try:
+                code = self.proc.wait(timeout=10)  # it closed its pipe: let it finish dying
+            except subprocess.TimeoutExpired:
+                code = None
         if code is None:
             return "no reply"
         if code < 0:
@@ -154,7 +160,6 @@ class WorkerExecutor:
         except (BrokenPipeError, OSError):
             reply = None
         if reply is None:
-            time.sleep(0.05)
             reason = self._died_reason()
             self._kill()
             return self._lost(DIED, reason, t0)
@@ -215,7 +220,14 @@ def _serve(spec: str, device: str) -> int:
         if len(head) < _HEADER.size:
             return 0
         _, case, repeats, torch_ref = pickle.loads(proto_in.read(_HEADER.unpack(head)[0]))
-        send(("outcome", run_case(target, case, dev, repeats=repeats, torch_ref=torch_ref)))
+        try:
+            outcome = run_case(target, case, dev, repeats=repeats, torch_ref=torch_ref)
+        except Exception as exc:  # kvfuzz's own harness failed: report it, keep serving
+            import traceback
+
+            outcome = Outcome(runs=[RunResult(error=f"{HARNESS}: {type(exc).__name__}: {exc}"[:300],
+                                              error_type=HARNESS, detail=traceback.format_exc()[-2000:])])
+        send(("outcome", outcome))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ it is loaded with importlib from that path. When ``import sglang`` fails, a stan
 Cases are SGLang-sized: decode metadata for B in {1, 8, 64, 256} and contexts of 1k, 8k
 and 32k tokens, at page size 1, 16 and 16 with SWA (int64 seq_lens and req_pool_indices,
 int32 req_to_token); the speculative SWA page table for bs 8 and 64, 4 draft tokens, an 8k
-context; num_kv_splits for 1, 64, 256 and 1024 sequences (the bare kernel, as SGLang
-launches it, and kvfuzz's validating launcher). Before timing a case the two
-implementations run once on identical inputs and their outputs must be equal.
+context; num_kv_splits for 1, 64, 256 and 1024 sequences with int64 and int32 lengths
+(the bare kernel, as SGLang launches it, and kvfuzz's validating launcher). Before timing
+a case the two implementations run once on identical inputs; their outputs must be equal.
 
 Each case is timed twice, per call in microseconds:
   do_bench  triton.testing.do_bench(fn, return_mode="median") (L2 flushed between calls)
@@ -162,9 +162,9 @@ def spec_case(seed, kernels, bs, R, ctx, gen):
         [("page_table_dst", dst_s, dst_b)])
 
 
-def splits_cases(seed, kernels, n, cores, gen):
+def splits_cases(seed, kernels, n, dtype, cores, gen):
     dev = DEVICE
-    seq_lens = torch.randint(1, 32768, (n,), generator=gen).to(dev)  # int64, all >= 1 (the seed's domain)
+    seq_lens = torch.randint(1, 32768, (n,), generator=gen).to(dtype).to(dev)  # all >= 1: the seed's domain
     out_s = torch.zeros(n, dtype=torch.int32, device=dev)
     out_b, out_l = torch.zeros_like(out_s), torch.zeros_like(out_s)
     max_num_seq = kernels.sglang_max_num_seq(n)
@@ -176,9 +176,10 @@ def splits_cases(seed, kernels, n, cores, gen):
     def bare_fn():
         kernels.get_num_kv_splits_triton[(1,)](out_b, seq_lens, *args, MAX_NUM_SEQ=max_num_seq)
 
+    name = f"num_kv_splits n={n} {str(dtype).replace('torch.', '')}"
     return [
-        Case(f"num_kv_splits n={n}", seed_fn, bare_fn, [("num_kv_splits", out_s, out_b)]),
-        Case(f"num_kv_splits n={n} (launcher)", seed_fn,
+        Case(name, seed_fn, bare_fn, [("num_kv_splits", out_s, out_b)]),
+        Case(f"{name} (launcher)", seed_fn,
              lambda: kernels.get_num_kv_splits(out_l, seq_lens, *args), [("num_kv_splits", out_s, out_l)]),
     ]
 
@@ -190,11 +191,14 @@ def all_cases(seed, kernels, cores):
         for ctx in (1024, 8192, 32768):
             for B in (1, 8, 64, 256):
                 yield (f"decode B={B} ctx={ctx // 1024}k ps={ps}{' swa' if swa else ''}",
-                       lambda B=B, ctx=ctx, ps=ps, swa=swa: [decode_case(seed, kernels, B, ctx, ps, swa, gen)])
+                       lambda B=B, ctx=ctx, ps=ps, swa=swa:
+                       [decode_case(seed, kernels, B, ctx, ps, swa, gen)])
     for bs in (8, 64):
         yield f"spec bs={bs} R=4 ctx=8k", lambda bs=bs: [spec_case(seed, kernels, bs, 4, 8192, gen)]
     for n in (1, 64, 256, 1024):
-        yield f"num_kv_splits n={n}", lambda n=n: splits_cases(seed, kernels, n, cores, gen)
+        for dtype in (torch.int64, torch.int32):  # SGLang has both (batch tensors, graph buffers)
+            yield (f"num_kv_splits n={n} {str(dtype).replace('torch.', '')}",
+                   lambda n=n, dtype=dtype: splits_cases(seed, kernels, n, dtype, cores, gen))
 
 
 # --------------------------------------------------------------------------- timing

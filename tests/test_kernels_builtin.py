@@ -30,6 +30,9 @@ from kvfuzz.kernels import num_kv_splits as splits_module  # noqa: E402
 from kvfuzz.kernels import swa_spec_page_table as spec_module  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and "Interpreted" not in type(decode_module._decode_metadata_ps1_kernel).__name__:
+    pytest.skip("kvfuzz.kernels was imported before TRITON_INTERPRET=1 was set; run this file "
+                "on its own or set TRITON_INTERPRET=1 in the environment", allow_module_level=True)
 # The interpreter's own scalar handling warns; nothing to do with the kernels.
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 CANARY = -777
@@ -95,7 +98,6 @@ def ref_decode(cs, cu, pt, rtt, rpi, P, seq_lens, delta, ps, swa=None, mapping=N
     """Expected outputs (CPU tensors); cells outside the contract keep their old values."""
     cs, cu, pt = cs.cpu().clone(), cu.cpu().clone(), pt.cpu().clone()
     swa = None if swa is None else swa.cpu().clone()
-    B = cs.shape[0]
     vals = (seq_lens.cpu().long() + delta).to(torch.int32)
     cs[:] = vals
     cu[0] = 0
@@ -112,7 +114,6 @@ def ref_decode(cs, cu, pt, rtt, rpi, P, seq_lens, delta, ps, swa=None, mapping=N
             pt[i, c] = floordiv_i32(tok, ps)
             if swa is not None and 0 <= tok < len(maps):
                 swa[i, c] = floordiv_i32(maps[tok], ps)
-    assert cs.shape[0] == B
     return cs, cu, pt, swa
 
 
@@ -604,7 +605,7 @@ def test_spec_rejects(over, match):
     args = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
             for k, v in args.items()}
     with pytest.raises(ValueError, match=match):
-        prepare_swa_spec_page_table_triton(args["dst"], args["a"], args["b"], args["la"], args["lb"], args["R"])
+        prepare_swa_spec_page_table_triton(*args.values())
 
 
 # --------------------------------------------------------------------------- num_kv_splits
@@ -743,7 +744,8 @@ def test_other_launchers_read_no_values(monkeypatch):
     monkeypatch.setattr(splits_module, "_get_num_kv_splits_strided", splits)
     m32 = dict(dtype=torch.int32, device="meta")
     prepare_swa_spec_page_table_triton(torch.empty(8, 600, **m32), torch.empty(2, 600, **m32),
-                                       torch.empty(8, 4, **m32), torch.empty(2, **m32), torch.empty(8, **m32), 4)
+                                       torch.empty(8, 4, **m32), torch.empty(2, **m32),
+                                       torch.empty(8, **m32), 4)
     assert [grid for grid, _, _ in spec.launches] == [(8, 3)]
     get_num_kv_splits(torch.empty(3000, **m32), torch.empty(3000, **META), 3000, 1, 32, 8)
     assert len(splits.launches) == 1 and splits.launches[0][2]["CHUNK"] == splits_module.MAX_CHUNK

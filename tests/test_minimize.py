@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import DEVICE  # the device conftest selected for this process
 from hypothesis import HealthCheck, given, settings
 
 from kvfuzz.case import Case, TensorSpec
@@ -293,12 +295,9 @@ def seed_target():
     path = seed_path()
     if path is None:
         pytest.skip("the SGLang seed file was not found (set KVFUZZ_SEED_PATH)")
-    from kvfuzz import device
-
-    device.select("cpu")
     from kvfuzz.targets import load_target
 
-    return load_target(str(path), "cpu")
+    return load_target(str(path), DEVICE)
 
 
 def signature_predicate(target, sig):
@@ -307,7 +306,7 @@ def signature_predicate(target, sig):
 
     def still_fails(c: Case) -> bool:
         try:
-            return sig in judge(c, run_case(target, c, "cpu")).signatures()
+            return sig in judge(c, run_case(target, c, DEVICE)).signatures()
         except Exception:
             return False
 
@@ -322,7 +321,7 @@ def test_seed_swa_non_contiguous_defect(seed_target):
     case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="transposed", seed=0)
     assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
     sig = "decode_metadata:swa:mismatch:swa_page_table:all"
-    assert sig in judge(case, run_case(seed_target, case, "cpu")).signatures()
+    assert sig in judge(case, run_case(seed_target, case, DEVICE)).signatures()
     still_fails = signature_predicate(seed_target, sig)
     pred_ = Checked(still_fails, case)
     m = minimize(case, pred_, budget_s=30)
@@ -343,7 +342,7 @@ def test_seed_swa_contiguous_case_does_not_fail(seed_target):
     from kvfuzz.judge import judge
 
     case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="contiguous", seed=0)
-    assert judge(case, run_case(seed_target, case, "cpu")).signatures() == []
+    assert judge(case, run_case(seed_target, case, DEVICE)).signatures() == []
 
 
 @pytest.mark.seed
@@ -352,7 +351,7 @@ def test_seed_spec_out_of_bounds_write(seed_target):
     from kvfuzz.judge import judge
 
     case = spec_overflow_case()
-    verdict = judge(case, run_case(seed_target, case, "cpu"))
+    verdict = judge(case, run_case(seed_target, case, DEVICE))
     assert verdict.status == "out_of_contract"
     sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
     assert verdict.signatures() == [sig]
@@ -364,4 +363,4 @@ def test_seed_spec_out_of_bounds_write(seed_target):
     print(f"\nspec overflow: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
     assert m.seconds < 30 and m.complete
     assert c.tensors["page_table_dst"].shape[0] <= 2
-    assert judge(c, run_case(seed_target, c, "cpu")).signatures() == [sig]
+    assert judge(c, run_case(seed_target, c, DEVICE)).signatures() == [sig]

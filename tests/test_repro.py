@@ -38,6 +38,9 @@ def _seed_path() -> Path | None:
 
 
 SEED = _seed_path()
+# Where the emitted scripts run their kernels (kvfuzz itself judges on the CPU here);
+# KVFUZZ_REPRO_DEVICE=cuda runs them compiled on a GPU.
+DEVICE = os.environ.get("KVFUZZ_REPRO_DEVICE", "cpu")
 needs_seed = pytest.mark.skipif(SEED is None, reason="seed metadata_kernels.py not found (set KVFUZZ_SEED_PATH)")
 
 
@@ -145,10 +148,10 @@ def decode_swa_transposed(kv, page_size=16, B=3, P=3, W=4):
 
 def spec_overflow(kv, over=3):
     """swa_spec_page_table with the last row's la + lb larger than dst's width (out of contract)."""
-    bs, R, W, WA, WB = 2, 2, 8, 8, 4
+    bs, R, W, WA, WB = 2, 2, 8, 8, 8
     M = bs * R
     la = np.array([5, 6])
-    lb = np.array([1, 2, 0, W - 6 + over])  # last row: la + lb = W + over
+    lb = np.array([1, 2, 0, W - 6 + over])  # last row: la + lb = W + over, lb <= WB
     tensors = dict(
         page_table_dst=c(kv, (M, W)),
         page_table_a=c(kv, (bs, WA)),
@@ -183,7 +186,7 @@ def test_decode_swa_noncontiguous(kv, tmp_path):
     src = script.read_text()
     assert "decode_metadata:swa:mismatch:swa_page_table:all" in src.split('"""')[1]  # in the header
 
-    r, ok = run_many((script, SEED, "--device", "cpu"), (script, KERNELS / "decode_metadata.py", "--device", "cpu"))
+    r, ok = run_many((script, SEED, "--device", DEVICE), (script, KERNELS / "decode_metadata.py", "--device", DEVICE))
     assert r.returncode == 1, show(r)
     assert "DEFECT mismatch" in r.stdout and "swa_page_table[" in r.stdout, show(r)
     assert "decode_metadata:swa:mismatch:swa_page_table:all" in r.stdout, show(r)
@@ -197,16 +200,17 @@ def test_decode_swa_noncontiguous(kv, tmp_path):
 def test_spec_out_of_bounds_write(kv, tmp_path):
     case = spec_overflow(kv)
     v = kv.verdict(case)
-    assert v.status == "out_of_contract"
+    assert v.status == "out_of_contract" and v.reasons == ["row 3: la + lb = 11 > page_table_dst width 8"]
     assert any(s.startswith("swa_spec_page_table:spec:out_of_bounds_write:page_table_dst") for s in v.signatures())
     script = emit(kv, tmp_path, kv.saved(case, v.findings[0]))
 
     # kvfuzz's own kernel imports a sibling module relatively: the script loads it as a package member
-    r, ok = run_many((script, SEED, "--device", "cpu"),
-                     (script, KERNELS / "swa_spec_page_table.py", "--device", "cpu"))
+    r, ok = run_many((script, SEED, "--device", DEVICE),
+                     (script, KERNELS / "swa_spec_page_table.py", "--device", DEVICE))
     assert r.returncode == 1, show(r)
     assert "DEFECT out_of_bounds_write" in r.stdout and "after page_table_dst" in r.stdout, show(r)
-    assert "12 bytes" in r.stdout, show(r)  # 3 int32 cells past the end
+    assert "12 bytes after page_table_dst" in r.stdout, show(r)  # 3 int32 cells past the end
+    assert "bytes +128..+139 from page_table_dst's storage start" in r.stdout, show(r)
 
     assert ok.returncode == 0, show(ok)
     assert "OK:" in ok.stdout, show(ok)
@@ -220,7 +224,7 @@ def test_num_kv_splits_zero_length(kv, tmp_path):
     script = emit(kv, tmp_path, kv.saved(case, v.findings[0]))
     assert "MAX_NUM_SEQ=sglang_max_num_seq" in script.read_text()
 
-    r, ok = run_many((script, SEED, "--device", "cpu"), (script, KERNELS / "num_kv_splits.py", "--device", "cpu"))
+    r, ok = run_many((script, SEED, "--device", DEVICE), (script, KERNELS / "num_kv_splits.py", "--device", DEVICE))
     assert r.returncode == 1, show(r)
     assert "DEFECT mismatch: num_kv_splits" in r.stdout, show(r)
     assert ok.returncode == 0, show(ok)
@@ -232,7 +236,7 @@ def test_num_kv_splits_zero_length(kv, tmp_path):
 
 def test_missing_kernel_file(kv, tmp_path):
     script = emit(kv, tmp_path, kv.saved(splits_zero_length(kv)))
-    r = run_script(script, tmp_path / "no_such_kernels.py", "--device", "cpu")
+    r = run_script(script, tmp_path / "no_such_kernels.py", "--device", DEVICE)
     assert r.returncode == 2, show(r)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "no_such_kernels.py" in lines[0] and "does not exist" in lines[0], show(r)
@@ -245,7 +249,7 @@ def test_unloadable_or_incomplete_kernel_file(kv, tmp_path):
     broken.write_text("def oops(:\n")
     other = tmp_path / "other.py"
     other.write_text("def something_else():\n    pass\n")
-    r_broken, r_other, r_device = run_many((script, broken, "--device", "cpu"), (script, other, "--device", "cpu"),
+    r_broken, r_other, r_device = run_many((script, broken, "--device", DEVICE), (script, other, "--device", DEVICE),
                                            (script, other, "--device", "tpu"))
     for r in (r_broken, r_other, r_device):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, show(r)
@@ -284,7 +288,7 @@ def test_must_refuse(kv, tmp_path):
             cache_seqlens_int32.fill_(1)
             raise ValueError("too late")
     """)
-    r_acc, r_ref, r_late = run_many(*((script, k, "--device", "cpu") for k in (accepts, refuses, writes_then_raises)))
+    r_acc, r_ref, r_late = run_many(*((script, k, "--device", DEVICE) for k in (accepts, refuses, writes_then_raises)))
     assert r_acc.returncode == 1, show(r_acc)
     assert "DEFECT invalid_accepted: ran a case it must refuse: page_size 3" in r_acc.stdout, show(r_acc)
     assert r_ref.returncode == 0 and "raised: ValueError" in r_ref.stdout and "OK:" in r_ref.stdout, show(r_ref)
@@ -311,7 +315,7 @@ def test_checks_with_plain_function(kv, tmp_path):
     bad = "out[2] += 1; seq_lens[0] = 77; out.as_strided((1,), (1,), out.storage_offset() + 4).fill_(0)"
     kernels = [write_kernels(tmp_path, f"k_{name}.py", template.replace("{want}", repr(want)).replace("{extra}", extra))
                for name, extra in (("right", "pass"), ("bad", bad), ("crash", "raise RuntimeError('boom')"))]
-    r_right, r_bad, r_crash = run_many(*((script, k, "--device", "cpu") for k in kernels))
+    r_right, r_bad, r_crash = run_many(*((script, k, "--device", DEVICE) for k in kernels))
     assert r_right.returncode == 0 and "OK:" in r_right.stdout, show(r_right)
     assert r_bad.returncode == 1, show(r_bad)
     for needle in ("DEFECT mismatch: num_kv_splits: 1 of 4 required cells differ",
@@ -319,7 +323,8 @@ def test_checks_with_plain_function(kv, tmp_path):
                    "DEFECT input_modified: input seq_lens changed (1 bytes, 1 elements)",
                    "seq_lens[0]: was 4, now 77",
                    "DEFECT out_of_bounds_write: 4 bytes after num_kv_splits's elements changed",
-                   "byte +16 from num_kv_splits's storage start"):
+                   "bytes +16..+19 from num_kv_splits's storage start (its storage is 16 bytes): "
+                   "canary 0xa5 -> 00 00 00 00"):
         assert needle in r_bad.stdout, f"{needle!r} not in\n{show(r_bad)}"
     assert r_crash.returncode == 1, show(r_crash)
     assert "DEFECT crash: raised on an in-contract case: RuntimeError: boom" in r_crash.stdout, show(r_crash)

@@ -94,7 +94,10 @@ def _num_kv_splits_body(
     # float32(mx) / 64.0, exactly: a power-of-two multiply is exact, where the compiler's fast
     # float division (div.full.f32) only promises 2 ulp.
     ext_len = mx.to(tl.float32) * 0.015625
-    ext_cores = (device_core_count.to(tl.float32) * tl.maximum(tl.log2(ext_len), 1.0)).to(tl.int32)
+    ext_cores = device_core_count.to(tl.float32) * tl.maximum(tl.log2(ext_len), 1.0)
+    # Truncating cast to int32; the clamp (largest float32 below 2**31) only matters outside
+    # the contract, where an out-of-range cast would differ between GPU and interpreter.
+    ext_cores = tl.minimum(ext_cores, 2147483520.0).to(tl.int32)
     group = num_head // tl.maximum(num_kv_head, 1)
     heads = tl.where(group == 1, num_head, _cdiv(num_head, tl.maximum(tl.minimum(group, 16), 1)))
     token_grid = tl.maximum(num_seq.to(tl.int64) * num_group * heads, 1)
