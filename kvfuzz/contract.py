@@ -116,6 +116,14 @@ class Contract:
                 return a
         raise KeyError(name)
 
+    def classify(self, case: Case) -> tuple[str, list[str]]:
+        """("in_contract" | "out_of_contract" | "must_refuse", the reasons)."""
+        refuse = self.must_refuse(case)
+        if refuse:
+            return "must_refuse", refuse
+        reasons = self.out_of_contract(case)
+        return ("out_of_contract", reasons) if reasons else ("in_contract", [])
+
     def out_of_contract(self, case: Case) -> list[str]:
         """Every reason the case is outside the contract; [] means in contract."""
         if case.variant not in self.variants:

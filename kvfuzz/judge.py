@@ -41,12 +41,8 @@ class Verdict:
 
 
 def classify(case: Case) -> tuple[str, list[str]]:
-    contract = CONTRACTS[case.op]
-    refuse = contract.must_refuse(case)
-    if refuse:
-        return "must_refuse", refuse
-    reasons = contract.out_of_contract(case)
-    return ("out_of_contract", reasons) if reasons else ("in_contract", [])
+    """("in_contract" | "out_of_contract" | "must_refuse", the reasons)."""
+    return CONTRACTS[case.op].classify(case)
 
 
 def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:

@@ -105,8 +105,10 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
     out += [
         "",
         "Run",
-        "  python THIS_FILE.py PATH/TO/KERNELS.py [--device cpu|cuda]",
+        "  python THIS_FILE.py PATH/TO/KERNELS.py [--device cpu|cuda] [--in-process]",
         "",
+        "A child process calls the kernel (a kernel that kills its process is a crash defect);",
+        "--in-process calls it in this one, for a debugger.",
         "The kernel file is loaded by path (relative imports of sibling files work); SGLang's",
         "SWAKVPool is stubbed when sglang cannot be imported. The default device is cuda when torch",
         "sees one, else cpu under Triton's interpreter (TRITON_INTERPRET=1, set before triton is",
@@ -115,7 +117,7 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
         "",
         "Exit status: 0 clean (prints 'OK: ...'), 1 a defect shows (prints 'DEFECT <kind>: ...'),",
         "2 usage error (bad arguments, missing or unloadable kernel file, no such entry point).",
-        "Needs only Python 3.8+, torch and triton.",
+        "Needs only Python 3.9+, torch and triton.",
     ]
     return _docsafe("\n".join(out))
 
@@ -131,7 +133,7 @@ def render_repro(saved: SavedCase, device: str = "cpu") -> str:
     kernel_path = contract.kernel_path(case)
 
     tensors = []
-    for i, name in enumerate(p.names):
+    for name in p.names:
         r = p.regions[name]
         s = r.spec
         role = "out" if name in contract.outputs else "in"
@@ -303,9 +305,12 @@ _TEMPLATE = r'''#!/usr/bin/env python3
 
 import argparse
 import base64
+import faulthandler
 import importlib
 import importlib.util
 import os
+import signal
+import subprocess
 import sys
 import traceback
 import types
@@ -354,10 +359,44 @@ def parse_args(argv):
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
                     help="cuda (compiled) or cpu (Triton interpreter); default: cuda if available")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"calls on fresh arenas (default {RUNS})")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds the child process may take before it counts as hung (default 600)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="call the kernel in this process (for a debugger); by default a child process "
+                         "calls it, so that a kernel that kills its process is reported too")
     args = ap.parse_args(argv)
     if args.runs < 1:
         raise UsageError("--runs must be >= 1")
     return args
+
+
+def supervise(argv, timeout):
+    """Run this script again with --in-process and pass its exit status on; a child killed by
+    a signal (a wild memory access under Triton's interpreter) or hung is a crash defect."""
+    sys.stdout.flush()
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--in-process"]
+    child = subprocess.Popen(cmd)
+    try:
+        rc = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        why, where = f"no result after {timeout:g} s (child killed)", "timeout"
+    except KeyboardInterrupt:
+        child.kill()
+        raise
+    else:
+        if rc >= 0:
+            return rc
+        try:
+            where = signal.Signals(-rc).name
+        except ValueError:
+            where = f"signal{-rc}"
+        why = f"killed by {where} (under Triton's interpreter a stray access touches host memory directly)"
+    report = Report()
+    report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
+    print("FAIL: 1 defect(s).")
+    return 1
 
 
 def _truthy(value):
@@ -657,6 +696,9 @@ def main(argv):
     try:
         args = parse_args(argv)
         check_kernel_file(args.kernels)  # before importing torch: a typo answers at once
+        if not args.in_process:
+            return supervise(argv, args.timeout)
+        faulthandler.enable()  # a segfault prints where it happened
         device = select_device(args.device)
         swa_pool_type()  # before the kernel file runs: its SWA path imports the type
         entry = load_kernels(args.kernels)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from .case import Case
 from .errors import BadInput, TargetLoadError
-from .execute import Outcome, RunResult, run_case
+from .execute import Outcome, RunResult, one_line, run_case
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
@@ -225,8 +225,9 @@ def _serve(spec: str, device: str) -> int:
         except Exception as exc:  # kvfuzz's own harness failed: report it, keep serving
             import traceback
 
-            outcome = Outcome(runs=[RunResult(error=f"{HARNESS}: {type(exc).__name__}: {exc}"[:300],
-                                              error_type=HARNESS, detail=traceback.format_exc()[-2000:])])
+            outcome = Outcome(runs=[RunResult(error=f"{HARNESS}: {one_line(exc)}", error_type=HARNESS,
+                                              detail=traceback.format_exc()[-2000:])],
+                              device_lost=dev == "cuda")  # a CUDA error poisons the context: restart
         send(("outcome", outcome))
 
 

@@ -74,3 +74,55 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(corpus),
                         "--kvfuzz-target", "builtin"], capture_output=True, text=True, timeout=600)
     assert "1 failed" in t.stdout and "no longer shows" in t.stdout, t.stdout[-2000:]
+
+
+def _saved_case(tmp_path, expected="xfail", target="builtin"):
+    """A must-refuse case (page_size 48) recorded as a known defect of `target`."""
+    import dataclasses
+
+    from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
+    from kvfuzz.findings import Finding
+
+    import cases
+
+    case = cases.decode(ps=4).with_scalars(page_size=48)
+    finding = Finding("invalid_accepted", "decode_metadata", "general", "-", "page_size", "ran it")
+    saved = SavedCase(case=case, finding=finding, target=target, device="cpu", versions=environment_versions(),
+                      origin="hand", expected=expected, reason="hand-made" if expected == "xfail" else None)
+    return DirectoryCorpus(tmp_path / "c").save(saved).path
+
+
+def test_corpus_ls_merge_prune(tmp_path):
+    path = _saved_case(tmp_path)
+    ls = run("corpus", "ls", str(tmp_path / "c"))
+    assert ls.returncode == 0 and "invalid_accepted" in ls.stdout and "1 cases" in ls.stdout
+    mg = run("corpus", "merge", str(tmp_path / "c"), str(tmp_path / "d"))
+    assert mg.returncode == 0 and "1 new" in mg.stdout
+    # builtin refuses page_size 48, so the "known defect" no longer shows: prune reports it ...
+    pr = run("corpus", "prune", str(tmp_path / "d"))
+    assert pr.returncode == 0 and "would remove" in pr.stdout
+    assert any((tmp_path / "d").rglob("case.json"))
+    # ... and with --apply deletes it
+    pr = run("corpus", "prune", str(tmp_path / "d"), "--apply")
+    assert "removed" in pr.stdout and not any((tmp_path / "d").rglob("case.json"))
+    assert path.is_dir()  # the source corpus is untouched
+
+
+def test_minimize_command(seed_path, tmp_path):
+    import cases
+    from kvfuzz.case import TensorSpec
+    from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions, read_case_dir
+    from kvfuzz.findings import Finding
+
+    big = cases.decode(ps=16, swa=True, B=5, swa_table=TensorSpec("int32", (5, 20), (1, 5)))
+    f = Finding("mismatch", "decode_metadata", "swa", "swa_page_table", "all", "lost writes")
+    src = DirectoryCorpus(tmp_path / "src").save(SavedCase(
+        case=big, finding=f, target=str(seed_path), device="cpu", versions=environment_versions(),
+        origin="hand", expected="xfail", reason="seed copies a non-contiguous swa_page_table")).path
+    p = run("minimize", str(src), "-o", str(tmp_path / "out"), "--budget", "20")
+    assert p.returncode == 0, p.stderr
+    out = next((tmp_path / "out").rglob("case.json")).parent
+    small = read_case_dir(out)
+    assert small.minimized and small.finding.signature == f.signature
+    assert small.case.tensors["seq_lens"].shape[0] <= 2 and small.minimize_log
+    assert not small.case.tensors["swa_page_table"].is_contiguous  # the defect needs it

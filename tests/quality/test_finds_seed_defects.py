@@ -8,6 +8,8 @@ import pytest
 from kvfuzz.campaign import CampaignConfig, run_campaign
 from kvfuzz.corpus import read_case_dir
 
+from conftest import DEVICE
+
 pytestmark = pytest.mark.slow
 
 DEFECTS = {
@@ -20,10 +22,18 @@ DEFECTS = {
 }
 
 
+# Most rows a minimized case may keep. The zero-length defect needs 3 under the interpreter:
+# there a divide by zero yields 0, which gives the right answer for [0, x]; only when a third
+# length makes min != max does the lost statistic change a result.
+MAX_ROWS = {"decode_metadata": 2, "swa_spec_page_table": 2, "num_kv_splits": 2 if DEVICE == "cuda" else 3}
+
+
 @pytest.mark.parametrize("op", list(DEFECTS))
 def test_fuzzer_finds_seed_defect(op, seed_path, device, tmp_path):
-    cfg = CampaignConfig(ops=[op], target=str(seed_path), device=device, budget_s=90, seed=1,
-                         corpus=tmp_path, minimize_budget_s=20)
+    # the decode and splits defects are in contract: skip the out-of-contract family (its
+    # wild reads segfault the interpreter, and each crash costs a worker restart)
+    cfg = CampaignConfig(ops=[op], target=str(seed_path), device=device, budget_s=60, seed=1,
+                         corpus=tmp_path, minimize_budget_s=15, in_contract_only=op != "swa_spec_page_table")
     result = run_campaign(cfg)
     sigs = {x.found.finding.signature: x for x in result.saved}
     assert DEFECTS[op] in sigs, sorted(sigs)
@@ -33,4 +43,6 @@ def test_fuzzer_finds_seed_defect(op, seed_path, device, tmp_path):
     rows = {"decode_metadata": lambda c: c.tensors["seq_lens"].shape[0],
             "swa_spec_page_table": lambda c: c.tensors["seq_len_a"].shape[0],
             "num_kv_splits": lambda c: c.scalars["num_seq"]}[op](case)
-    assert rows <= 2, case.describe()
+    assert rows <= MAX_ROWS[op], case.describe()
+    # no wider than one block past the boundary that matters (blocks are 128 or 256 columns)
+    assert all(t.shape[-1] <= 257 for t in case.tensors.values() if len(t.shape) == 2), case.describe()
