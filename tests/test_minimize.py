@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DEVICE  # the device conftest selected for this process
+from conftest import DEVICE, seed_kernel_path  # the device conftest selected for this process
 from hypothesis import HealthCheck, given, settings
 
 from kvfuzz.case import Case, TensorSpec
@@ -282,19 +282,9 @@ def test_any_strategy_case_terminates_and_keeps_its_class(op):
 # --------------------------------------------------------------------------- real minimisations
 
 
-def seed_path() -> Path | None:
-    for p in (os.environ.get("KVFUZZ_SEED_PATH"), "/work/shared/seed/metadata_kernels.py",
-              REPO.parent / "shared" / "seed" / "metadata_kernels.py"):
-        if p and Path(p).is_file():
-            return Path(p)
-    return None
-
-
 @pytest.fixture(scope="module")
 def seed_target():
-    path = seed_path()
-    if path is None:
-        pytest.skip("the SGLang seed file was not found (set KVFUZZ_SEED_PATH)")
+    path = seed_kernel_path()
     from kvfuzz.targets import load_target
 
     return load_target(str(path), DEVICE)

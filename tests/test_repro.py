@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import kvfuzz.device
+from conftest import seed_kernel_path
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
@@ -29,15 +30,7 @@ SCRIPT_IMPORTS = {"argparse", "base64", "faulthandler", "importlib", "importlib.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _seed_path() -> Path | None:
-    for p in (os.environ.get("KVFUZZ_SEED_PATH"), "/work/shared/seed/metadata_kernels.py",
-              REPO.parent / "shared" / "seed" / "metadata_kernels.py"):
-        if p and Path(p).is_file():
-            return Path(p)
-    return None
-
-
-SEED = _seed_path()
+SEED = seed_kernel_path()
 # Where the emitted scripts run their kernels (kvfuzz itself judges on the CPU here);
 # KVFUZZ_REPRO_DEVICE=cuda runs them compiled on a GPU.
 DEVICE = os.environ.get("KVFUZZ_REPRO_DEVICE", "cpu")
