@@ -22,7 +22,7 @@ import base64
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 

@@ -14,12 +14,16 @@ context; num_kv_splits for 1, 64, 256 and 1024 sequences with int64 and int32 le
 (the bare kernel, as SGLang launches it, and kvfuzz's validating launcher). Before timing
 a case the two implementations run once on identical inputs; their outputs must be equal.
 
-Each case is timed twice, per call in microseconds:
+Each case is timed three ways, per call in microseconds:
   do_bench  triton.testing.do_bench(fn, return_mode="median") (L2 flushed between calls)
   graph     one CUDA graph of --graph-calls back-to-back calls, replayed --replays times;
-            the median replay divided by the number of calls
+            the median replay divided by the number of calls (device time)
+  host      the host side alone: the wall time to issue --host-calls back-to-back calls,
+            with no synchronisation among them (fewer launches than the launch queue
+            holds, so none waits for the GPU), divided by the number of calls; the median
+            of --replays runs, the GPU drained between runs
 The ratio is builtin / seed (below 1: builtin faster). Exit status: 0, or 1 when outputs
-differ or a ratio exceeds --max-ratio, or 2 without CUDA.
+differ or a ratio (any of the three) exceeds --max-ratio, or 2 without CUDA.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import importlib.util
 import os
 import statistics
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -232,6 +237,21 @@ def time_graph(fn, calls: int, replays: int) -> float:
     return statistics.median(times)
 
 
+def time_host(fn, calls: int, runs: int) -> float:
+    """Host µs per call: issuing ``calls`` calls without waiting for the GPU in between."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) * 1e6 / calls)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -242,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="SGLang's metadata_kernels.py (default: $KVFUZZ_SEED_PATH)")
     parser.add_argument("--only", default="", help="run only cases whose name contains this")
     parser.add_argument("--graph-calls", type=int, default=100, help="calls captured in one CUDA graph")
-    parser.add_argument("--replays", type=int, default=20, help="graph replays; the median is reported")
+    parser.add_argument("--replays", type=int, default=20,
+                        help="graph replays and host-timing runs; the median is reported")
+    parser.add_argument("--host-calls", type=int, default=200,
+                        help="calls per host-timing run (keep it below the launch queue's depth, ~1000)")
     parser.add_argument("--max-ratio", type=float, default=None,
                         help="exit 1 when a builtin/seed ratio exceeds this (e.g. 1.10)")
     return parser
@@ -271,8 +294,10 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{pool_kind}; seed {seed_path}")
     print(f"# per-call µs; graph = median of {args.replays} replays of {args.graph_calls} captured calls")
+    print(f"# host = wall time to issue {args.host_calls} calls without synchronising, per call")
     header = (f"{'case':38s} {'seed':>9s} {'builtin':>9s} {'ratio':>6s}   "
-              f"{'seed(g)':>9s} {'builtin(g)':>10s} {'ratio(g)':>8s}")
+              f"{'seed(g)':>9s} {'builtin(g)':>10s} {'ratio(g)':>8s}   "
+              f"{'seed(h)':>9s} {'builtin(h)':>10s} {'ratio(h)':>8s}")
     print(header)
     print("-" * len(header))
     failed, worst = [], (0.0, "")
@@ -289,11 +314,14 @@ def main(argv=None) -> int:
             seed_us, builtin_us = time_do_bench(case.seed_fn), time_do_bench(case.builtin_fn)
             seed_g = time_graph(case.seed_fn, args.graph_calls, args.replays)
             builtin_g = time_graph(case.builtin_fn, args.graph_calls, args.replays)
-            ratio, ratio_g = builtin_us / seed_us, builtin_g / seed_g
-            over = args.max_ratio is not None and max(ratio, ratio_g) > args.max_ratio
+            seed_h = time_host(case.seed_fn, args.host_calls, args.replays)
+            builtin_h = time_host(case.builtin_fn, args.host_calls, args.replays)
+            ratio, ratio_g, ratio_h = builtin_us / seed_us, builtin_g / seed_g, builtin_h / seed_h
+            over = args.max_ratio is not None and max(ratio, ratio_g, ratio_h) > args.max_ratio
             print(f"{case.name:38s} {seed_us:9.2f} {builtin_us:9.2f} {ratio:6.2f}   "
-                  f"{seed_g:9.2f} {builtin_g:10.2f} {ratio_g:8.2f}{'  <-- over' if over else ''}", flush=True)
-            worst = max(worst, (max(ratio, ratio_g), case.name))
+                  f"{seed_g:9.2f} {builtin_g:10.2f} {ratio_g:8.2f}   "
+                  f"{seed_h:9.2f} {builtin_h:10.2f} {ratio_h:8.2f}{'  <-- over' if over else ''}", flush=True)
+            worst = max(worst, (max(ratio, ratio_g, ratio_h), case.name))
             if over:
                 failed.append(case.name)
         torch.cuda.empty_cache()

@@ -78,7 +78,6 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
 
 def _saved_case(tmp_path, expected="xfail", target="builtin"):
     """A must-refuse case (page_size 48) recorded as a known defect of `target`."""
-    import dataclasses
 
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
     from kvfuzz.findings import Finding

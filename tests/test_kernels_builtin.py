@@ -430,10 +430,54 @@ def test_decode_rejects(over, match):
     with pytest.raises(ValueError, match=match):
         normal_decode_set_metadata(**args)
     assert torch.equal(args["page_table"], before)
+    # the fast check (common arguments) declines everything the full check refuses
+    assert decode_module._decode_fast_check(
+        args["cache_seqlens_int32"], args["cu_seqlens_k"], args["page_table"], args["req_to_token"],
+        args["req_pool_indices"], args["max_seq_pages"], args["seq_lens"], args["seq_len_delta"],
+        args["page_size"], args["swa_page_table"],
+        getattr(args["token_to_kv_pool"], "full_to_swa_index_mapping", None)) is None
+
+
+@pytest.mark.parametrize("ps, swa", [(1, False), (16, True)])
+def test_decode_fast_and_full_checks_agree(ps, swa):
+    args = decode_args(page_size=ps)
+    if not swa:
+        args["swa_page_table"] = args["token_to_kv_pool"] = None
+    names = ["cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
+             "max_seq_pages", "seq_lens", "seq_len_delta", "page_size", "swa_page_table"]
+    mapping = args["token_to_kv_pool"].full_to_swa_index_mapping if swa else None
+    fast = decode_module._decode_fast_check(*[args[n] for n in names], mapping)
+    full = decode_module._decode_full_check(*[args[n] for n in names], mapping)
+    assert fast is not None and full == ((4, 0, ps), fast)
+
+
+@pytest.mark.parametrize("ps, swa", [(1, False), (16, True)])
+def test_decode_int_like_scalars(ps, swa):
+    """Scalars with __index__ (NumPy integers) take the full check: same results as ints."""
+    inp = decode_inputs(B=3, W=40, ps=ps, P=30, seed=13)
+    inp["P"] = np.int64(inp["P"])
+    t, before = run_decode(inp, np.int64(ps), swa, delta=np.int32(2))
+    check_decode(t, before, inp, ps, swa, delta=2)
+
+
+def test_decode_tensor_subclass():
+    """A torch.Tensor subclass takes the full check: same results as a plain tensor."""
+    inp = decode_inputs(B=3, W=40, ps=16, P=30, seed=17)
+    ref, _ = run_decode(inp, 16, True)
+    t, before = run_decode(inp, 16, True)
+    for name in ("cs", "cu", "pt", "swa"):  # back to the state before the call
+        t[name][0].copy_(before[name])
+    params = {k: torch.nn.Parameter(t[k][0], requires_grad=False) for k in ("cs", "pt", "rtt")}
+    assert type(params["pt"]) is not torch.Tensor
+    normal_decode_set_metadata(params["cs"], t["cu"][0], params["pt"], params["rtt"], t["rpi"][0], None,
+                               inp["P"], t["seq_lens"][0], 1, 16, t["swa"][0], Pool(t["mapping"][0]))
+    for name in ("cs", "cu", "pt", "swa"):
+        assert torch.equal(t[name][0].cpu(), ref[name][0].cpu()), name
 
 
 class LaunchRecorder:
-    """Stands in for a jitted kernel: records ``kernel[grid](...)`` launches."""
+    """Stands in for a jitted kernel: records launches, ``kernel[grid](...)`` or (what that
+    calls) ``kernel.run(..., grid=grid, warmup=False)``."""
 
     def __init__(self):
         self.launches = []
@@ -441,13 +485,23 @@ class LaunchRecorder:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
 
+    def run(self, *args, grid, warmup, **kwargs):
+        assert warmup is False
+        self.launches.append((grid, args, kwargs))
+
+
+DECODE_KERNELS = ["_decode_metadata_ps1_kernel", "_decode_metadata_ps1_strided_kernel",
+                  "_decode_metadata_general_kernel", "_decode_metadata_general_strided_kernel"]
+
 
 def test_decode_host_side_reads_no_values(monkeypatch):
     """Validation and launch read metadata only (meta tensors have no values to read), and
-    each call is exactly one launch: CUDA-graph capturable."""
-    ps1, general = LaunchRecorder(), LaunchRecorder()
-    monkeypatch.setattr(decode_module, "_decode_metadata_ps1_kernel", ps1)
-    monkeypatch.setattr(decode_module, "_decode_metadata_general_kernel", general)
+    each call is exactly one launch: CUDA-graph capturable. Unit row strides take the
+    kernel form without stride arguments, any other stride the strided form."""
+    rec = {name: LaunchRecorder() for name in DECODE_KERNELS}
+    for name, recorder in rec.items():
+        monkeypatch.setattr(decode_module, name, recorder)
+    ps1, ps1_strided, general, general_strided = rec.values()
     meta32 = dict(dtype=torch.int32, device="meta")
     args = dict(cache_seqlens_int32=torch.empty(5, **meta32), cu_seqlens_k=torch.empty(6, **meta32),
                 page_table=torch.empty(5, 600, **meta32), req_to_token=torch.empty(9, 9000, **meta32),
@@ -462,11 +516,25 @@ def test_decode_host_side_reads_no_values(monkeypatch):
     normal_decode_set_metadata(**dict(args, max_seq_pages=0), page_size=16)
     assert general.launches[-1][0] == (1, 1)
     assert len(ps1.launches) == 1 and len(general.launches) == 2
+    assert not ps1_strided.launches and not general_strided.launches
+
+    # the same calls with one strided tensor each: the strided forms, same grids
+    transposed = torch.empty(600, 5, **meta32).t()
+    normal_decode_set_metadata(**dict(args, page_table=transposed), page_size=1)
+    normal_decode_set_metadata(**dict(args, seq_lens=torch.empty(10, **META)[::2]), page_size=1)
+    assert [grid for grid, _, _ in ps1_strided.launches] == [(6, 3), (6, 3)]
+    normal_decode_set_metadata(**args, page_size=16, swa_page_table=transposed, token_to_kv_pool=pool)
+    normal_decode_set_metadata(**args, page_size=16, swa_page_table=torch.empty(5, 600, **meta32),
+                               token_to_kv_pool=Pool(torch.empty(200, **META)[::2]))
+    normal_decode_set_metadata(**dict(args, max_seq_pages=0, cu_seqlens_k=torch.empty(12, **meta32)[::2]),
+                               page_size=16)
+    assert [grid for grid, _, _ in general_strided.launches] == [(6, 5), (6, 5), (1, 1)]
+    assert len(ps1.launches) == 1 and len(general.launches) == 2
 
 
 def test_decode_seq_len_delta_is_a_runtime_scalar():
     """Not a constexpr and not specialised (1 would otherwise compile as a constant)."""
-    for kernel in (decode_module._decode_metadata_ps1_kernel, decode_module._decode_metadata_general_kernel):
+    for kernel in (getattr(decode_module, name) for name in DECODE_KERNELS):
         param = inspect.signature(kernel.fn).parameters["seq_len_delta"]
         assert param.annotation is inspect.Parameter.empty
         # JITFunction keeps do_not_specialize as an attribute, the interpreter in its kwargs
@@ -606,6 +674,23 @@ def test_spec_rejects(over, match):
             for k, v in args.items()}
     with pytest.raises(ValueError, match=match):
         prepare_swa_spec_page_table_triton(*args.values())
+    assert spec_module._spec_fast_check(*args.values()) is None  # declined by the fast check too
+
+
+def test_spec_fast_and_full_checks_agree():
+    args = [torch.zeros(5, 8, **I32), torch.zeros(2, 9, **I32), torch.zeros(4, 2, **I32),
+            torch.ones(2, **I64), torch.ones(4, **I32), 2]
+    args = [v.to(DEVICE) if isinstance(v, torch.Tensor) else v for v in args]
+    fast = spec_module._spec_fast_check(*args)
+    assert fast == (2, 8, 9, 2) and spec_module._spec_full_check(*args) == (2, fast)
+
+
+def test_spec_int_like_draft_tokens():
+    a, b = spec_inputs(2, 3, width_a=300)
+    la, lb = torch.tensor([255, 260]), torch.tensor([0, 1, 3, 2, 3, 1])
+    ref = run_spec(a, b, la, lb, 3, width=310)
+    t = run_spec(a, b, la, lb, np.int64(3), width=310)
+    assert torch.equal(t["dst"][0].cpu(), ref["dst"][0].cpu())
 
 
 # --------------------------------------------------------------------------- num_kv_splits
@@ -736,17 +821,24 @@ def test_splits_rejects(over, match):
     out = args.pop("out")
     with pytest.raises(ValueError, match=match):
         get_num_kv_splits(out, *args.values())
+    assert splits_module._splits_fast_check(out, *args.values()) is None  # declined by the fast check too
 
 
 def test_other_launchers_read_no_values(monkeypatch):
-    spec, splits = LaunchRecorder(), LaunchRecorder()
+    spec, spec_strided, splits = LaunchRecorder(), LaunchRecorder(), LaunchRecorder()
     monkeypatch.setattr(spec_module, "_swa_spec_page_table_kernel", spec)
+    monkeypatch.setattr(spec_module, "_swa_spec_page_table_strided_kernel", spec_strided)
     monkeypatch.setattr(splits_module, "_get_num_kv_splits_strided", splits)
     m32 = dict(dtype=torch.int32, device="meta")
-    prepare_swa_spec_page_table_triton(torch.empty(8, 600, **m32), torch.empty(2, 600, **m32),
-                                       torch.empty(8, 4, **m32), torch.empty(2, **m32),
-                                       torch.empty(8, **m32), 4)
-    assert [grid for grid, _, _ in spec.launches] == [(8, 3)]
+    spec_args = [torch.empty(8, 600, **m32), torch.empty(2, 600, **m32), torch.empty(8, 4, **m32),
+                 torch.empty(2, **m32), torch.empty(8, **m32), 4]
+    prepare_swa_spec_page_table_triton(*spec_args)
+    assert [grid for grid, _, _ in spec.launches] == [(8, 3)] and not spec_strided.launches
+    # any stride other than 1 along a row: the strided form, same grid
+    for i, strided in [(0, torch.empty(600, 8, **m32).t()), (2, torch.empty(8, 8, **m32)[:, ::2]),
+                       (4, torch.empty(16, **m32)[::2])]:
+        prepare_swa_spec_page_table_triton(*spec_args[:i], strided, *spec_args[i + 1:])
+    assert [grid for grid, _, _ in spec_strided.launches] == [(8, 3)] * 3 and len(spec.launches) == 1
     get_num_kv_splits(torch.empty(3000, **m32), torch.empty(3000, **META), 3000, 1, 32, 8)
     assert len(splits.launches) == 1 and splits.launches[0][2]["CHUNK"] == splits_module.MAX_CHUNK
 

@@ -35,24 +35,24 @@ import triton.language as tl
 
 __all__ = ["normal_decode_set_metadata"]
 
-# Launch configuration: the seed's blocks and warps, which SGLang tuned on H100/H200. The
-# kernels read the block sizes as globals (fewer launch arguments to bind on every call).
+# Launch configuration: the seed's blocks and warps, which SGLang tuned on H100/H200: one
+# column per thread. The prefix sum steps through seq_lens one row per thread as well (registers
+# are allocated per kernel, so a wider step would lower the occupancy of every gather program; at
+# one row per thread both kernels stay at 32 registers, full occupancy on sm_90). So one block
+# size serves both, passed to the kernels as a constexpr parameter with a default: never bound
+# by the caller, and not a global, whose value Triton re-checks on every launch.
 PS1_NUM_WARPS = 8
 GENERAL_NUM_WARPS = 4
-PS1_BLOCK_COLS = 256
-GENERAL_BLOCK_COLS = 128
-# Rows of seq_lens per step of the prefix sum: one per thread. Registers are allocated per
-# kernel, so a wider step (more registers) would lower the occupancy of every gather program;
-# at one row per thread both kernels stay at 32 registers (full occupancy on sm_90).
-PS1_SUM_BLOCK = 32 * PS1_NUM_WARPS
-GENERAL_SUM_BLOCK = 32 * GENERAL_NUM_WARPS
-_PS1_COLS = tl.constexpr(PS1_BLOCK_COLS)
-_GENERAL_COLS = tl.constexpr(GENERAL_BLOCK_COLS)
-_PS1_SUM = tl.constexpr(PS1_SUM_BLOCK)
-_GENERAL_SUM = tl.constexpr(GENERAL_SUM_BLOCK)
+PS1_BLOCK_COLS = PS1_SUM_BLOCK = 32 * PS1_NUM_WARPS
+GENERAL_BLOCK_COLS = GENERAL_SUM_BLOCK = 32 * GENERAL_NUM_WARPS
 
+_Tensor = torch.Tensor
+_I32 = torch.int32
 _INT32 = (torch.int32,)
 _INDEX = (torch.int32, torch.int64)
+# The dtypes of (cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
+# seq_lens) that the checks accept, for the fast path's single set lookup.
+_DECODE_DTYPES = frozenset((_I32, _I32, _I32, r, p, s) for r in _INDEX for p in _INDEX for s in _INDEX)
 
 # Scalars that change from call to call: compiled as runtime values, never as constants.
 _RUNTIME_SCALARS = ["B", "n_cols", "seq_len_delta", "n_pool_rows", "n_map"]
@@ -87,41 +87,8 @@ def _seqlens_and_cumsum(
         running += tl.sum(v64, axis=0)
 
 
-@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
-def _decode_metadata_ps1_kernel(
-    seq_lens, seq_lens_s,
-    req_pool_indices, req_pool_indices_s,
-    req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
-    cache_seqlens, cache_seqlens_s,
-    cu_seqlens, cu_seqlens_s,
-    page_table, page_table_s0, page_table_s1,
-    B, n_cols, seq_len_delta,
-):
-    """page_size == 1, no SWA. Grid (1 + B, column blocks), or (1, 1) when there is nothing
-    to gather: program (0, 0) writes the two sums, beside the gathers rather than before one
-    of them; program (1 + i, j) gathers row i's columns [j * BLOCK, (j + 1) * BLOCK)."""
-    pid_b = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    if pid_b == 0:
-        if pid_c == 0:
-            _seqlens_and_cumsum(seq_lens, seq_lens_s, cache_seqlens, cache_seqlens_s,
-                                cu_seqlens, cu_seqlens_s, B, seq_len_delta, _PS1_SUM)
-    else:
-        i = (pid_b - 1).to(tl.int64)  # the batch row this program gathers
-        row = tl.load(req_pool_indices + i * req_pool_indices_s)
-        row_ok = (row >= 0) & (row < n_pool_rows)
-        row64 = tl.where(row_ok, row, 0).to(tl.int64)
-        cols = pid_c * _PS1_COLS + tl.arange(0, _PS1_COLS)
-        m = (cols < n_cols) & row_ok
-        cols64 = cols.to(tl.int64)
-        tok = tl.load(req_to_token + (row64 * req_to_token_s0 + cols64 * req_to_token_s1),
-                      mask=m, other=0, cache_modifier=".cg")
-        tl.store(page_table + (i * page_table_s0 + cols64 * page_table_s1),
-                 tok.to(tl.int32), mask=m, cache_modifier=".cg")
-
-
-@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
-def _decode_metadata_general_kernel(
+@triton.jit
+def _decode_metadata_body(
     seq_lens, seq_lens_s,
     req_pool_indices, req_pool_indices_s,
     req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
@@ -131,22 +98,24 @@ def _decode_metadata_general_kernel(
     swa_page_table, swa_page_table_s0, swa_page_table_s1,
     swa_map, swa_map_s, n_map,
     B, n_cols, seq_len_delta,
-    SHIFT: tl.constexpr,
-    USE_SWA: tl.constexpr,
+    SHIFT: tl.constexpr, USE_SWA: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """Any power-of-two page size (``1 << SHIFT``), optional SWA. Same grid as the ps1 kernel."""
+    """The whole op, for page size ``1 << SHIFT``, with SWA when USE_SWA. Grid (1 + B, column
+    blocks), or (1, 1) when there is nothing to gather: program (0, 0) writes the two sums,
+    beside the gathers rather than before one of them; program (1 + i, j) gathers row i's
+    columns [j * BLOCK, (j + 1) * BLOCK)."""
     pid_b = tl.program_id(0)
     pid_c = tl.program_id(1)
     if pid_b == 0:
         if pid_c == 0:
             _seqlens_and_cumsum(seq_lens, seq_lens_s, cache_seqlens, cache_seqlens_s,
-                                cu_seqlens, cu_seqlens_s, B, seq_len_delta, _GENERAL_SUM)
+                                cu_seqlens, cu_seqlens_s, B, seq_len_delta, BLOCK)
     else:
         i = (pid_b - 1).to(tl.int64)  # the batch row this program gathers
         row = tl.load(req_pool_indices + i * req_pool_indices_s)
         row_ok = (row >= 0) & (row < n_pool_rows)
         row64 = tl.where(row_ok, row, 0).to(tl.int64)
-        cols = pid_c * _GENERAL_COLS + tl.arange(0, _GENERAL_COLS)
+        cols = pid_c * BLOCK + tl.arange(0, BLOCK)
         m = (cols < n_cols) & row_ok
         cols64 = cols.to(tl.int64)
         tok = tl.load(req_to_token + (row64 * req_to_token_s0 + (cols64 << SHIFT) * req_to_token_s1),
@@ -160,6 +129,93 @@ def _decode_metadata_general_kernel(
             slot = tl.load(swa_map + tok64 * swa_map_s, mask=tok_ok, other=0, cache_modifier=".cg")
             tl.store(swa_page_table + (i * swa_page_table_s0 + cols64 * swa_page_table_s1),
                      (slot >> SHIFT).to(tl.int32), mask=tok_ok, cache_modifier=".cg")
+
+
+# The launched kernels: page_size == 1 without SWA (the seed's fast path), and the general
+# one; each in two forms with the same device code. The default form takes unit strides
+# along every row, which is what SGLang passes: it binds 6 (8) arguments fewer per launch
+# than the strided form, which takes any strides. (Triton compiles a stride of 1 as a
+# constant anyway, so the two forms compile to the same code for the same tensors.)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_ps1_kernel(
+    seq_lens, req_pool_indices,
+    req_to_token, req_to_token_s0, n_pool_rows,
+    cache_seqlens, cu_seqlens,
+    page_table, page_table_s0,
+    B, n_cols, seq_len_delta,
+    BLOCK: tl.constexpr = PS1_BLOCK_COLS,
+):
+    """page_size == 1, no SWA; unit strides along every row."""
+    _decode_metadata_body(seq_lens, 1, req_pool_indices, 1, req_to_token, req_to_token_s0, 1, n_pool_rows,
+                          cache_seqlens, 1, cu_seqlens, 1, page_table, page_table_s0, 1,
+                          page_table, 0, 0, req_to_token, 0, 0,
+                          B, n_cols, seq_len_delta, 0, False, BLOCK)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_ps1_strided_kernel(
+    seq_lens, seq_lens_s,
+    req_pool_indices, req_pool_indices_s,
+    req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+    cache_seqlens, cache_seqlens_s,
+    cu_seqlens, cu_seqlens_s,
+    page_table, page_table_s0, page_table_s1,
+    B, n_cols, seq_len_delta,
+    BLOCK: tl.constexpr = PS1_BLOCK_COLS,
+):
+    """page_size == 1, no SWA; any strides."""
+    _decode_metadata_body(seq_lens, seq_lens_s, req_pool_indices, req_pool_indices_s,
+                          req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+                          cache_seqlens, cache_seqlens_s, cu_seqlens, cu_seqlens_s,
+                          page_table, page_table_s0, page_table_s1,
+                          page_table, 0, 0, req_to_token, 0, 0,
+                          B, n_cols, seq_len_delta, 0, False, BLOCK)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_general_kernel(
+    seq_lens, req_pool_indices,
+    req_to_token, req_to_token_s0, n_pool_rows,
+    cache_seqlens, cu_seqlens,
+    page_table, page_table_s0,
+    swa_page_table, swa_page_table_s0,
+    swa_map, n_map,
+    B, n_cols, seq_len_delta,
+    SHIFT: tl.constexpr,
+    USE_SWA: tl.constexpr,
+    BLOCK: tl.constexpr = GENERAL_BLOCK_COLS,
+):
+    """Any power-of-two page size (``1 << SHIFT``), optional SWA; unit strides along every row."""
+    _decode_metadata_body(seq_lens, 1, req_pool_indices, 1, req_to_token, req_to_token_s0, 1, n_pool_rows,
+                          cache_seqlens, 1, cu_seqlens, 1, page_table, page_table_s0, 1,
+                          swa_page_table, swa_page_table_s0, 1, swa_map, 1, n_map,
+                          B, n_cols, seq_len_delta, SHIFT, USE_SWA, BLOCK)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_SCALARS)
+def _decode_metadata_general_strided_kernel(
+    seq_lens, seq_lens_s,
+    req_pool_indices, req_pool_indices_s,
+    req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+    cache_seqlens, cache_seqlens_s,
+    cu_seqlens, cu_seqlens_s,
+    page_table, page_table_s0, page_table_s1,
+    swa_page_table, swa_page_table_s0, swa_page_table_s1,
+    swa_map, swa_map_s, n_map,
+    B, n_cols, seq_len_delta,
+    SHIFT: tl.constexpr,
+    USE_SWA: tl.constexpr,
+    BLOCK: tl.constexpr = GENERAL_BLOCK_COLS,
+):
+    """Any power-of-two page size (``1 << SHIFT``), optional SWA; any strides."""
+    _decode_metadata_body(seq_lens, seq_lens_s, req_pool_indices, req_pool_indices_s,
+                          req_to_token, req_to_token_s0, req_to_token_s1, n_pool_rows,
+                          cache_seqlens, cache_seqlens_s, cu_seqlens, cu_seqlens_s,
+                          page_table, page_table_s0, page_table_s1,
+                          swa_page_table, swa_page_table_s0, swa_page_table_s1, swa_map, swa_map_s, n_map,
+                          B, n_cols, seq_len_delta, SHIFT, USE_SWA, BLOCK)
 
 
 # --------------------------------------------------------------------------- host code
@@ -192,27 +248,49 @@ def _tensor_arg(name, t, ndim, dtypes, device):
     return shape
 
 
-def normal_decode_set_metadata(
-    cache_seqlens_int32,
-    cu_seqlens_k,
-    page_table,
-    req_to_token,
-    req_pool_indices,
-    strided_indices,
-    max_seq_pages,
-    seq_lens,
-    seq_len_delta,
-    page_size,
-    swa_page_table=None,
-    token_to_kv_pool=None,
-):
-    """Fill the decode metadata in place (see the module docstring). One kernel launch.
+def _decode_fast_check(cs, cu, pt, rtt, rpi, P, seq_lens, seq_len_delta, page_size, swa_pt, swa_map):
+    """``(B, pool_rows, pool_width, n_map)`` when every argument passes ``_decode_full_check``
+    on a fast path, else None (``_decode_full_check`` then decides, and names the argument).
 
-    ``strided_indices`` is accepted for SGLang compatibility and ignored. ``token_to_kv_pool``
-    is any object with a ``full_to_swa_index_mapping`` tensor; SWA is used only when it and
-    ``swa_page_table`` are both given. Raises ``ValueError`` on arguments outside the contract
-    that can be seen without reading tensor values.
+    Accepts a subset of what ``_decode_full_check`` accepts: exact ``int`` and ``torch.Tensor``
+    types only (a subclass or an ``__index__`` type takes the full check), with the same
+    conditions on values, ranks, dtypes, sizes and devices. ``swa_pt`` is None without SWA.
+    Metadata only, like the full check: no tensor values are read.
     """
+    if not (type(P) is int and type(seq_len_delta) is int and type(page_size) is int
+            and P >= 0 and page_size > 0 and not page_size & (page_size - 1)):
+        return None
+    T = _Tensor
+    if not (type(cs) is T and type(cu) is T and type(pt) is T and type(rtt) is T and type(rpi) is T
+            and type(seq_lens) is T):
+        return None
+    if (cs.dtype, cu.dtype, pt.dtype, rtt.dtype, rpi.dtype, seq_lens.dtype) not in _DECODE_DTYPES:
+        return None
+    dev = cs.device
+    if cu.device != dev or pt.device != dev or rtt.device != dev or rpi.device != dev or seq_lens.device != dev:
+        return None
+    cs_shape, pt_shape, rtt_shape = cs.shape, pt.shape, rtt.shape
+    if len(cs_shape) != 1 or len(pt_shape) != 2 or len(rtt_shape) != 2:
+        return None
+    B = cs_shape[0]
+    if cu.shape != (B + 1,) or rpi.shape != (B,) or seq_lens.shape != (B,) or pt_shape[0] != B or P > pt_shape[1]:
+        return None
+    if swa_pt is None:
+        return B, rtt_shape[0], rtt_shape[1], 0
+    if not (type(swa_pt) is T and type(swa_map) is T and swa_pt.dtype is _I32 and swa_map.dtype in _INDEX
+            and swa_pt.device == dev and swa_map.device == dev):
+        return None
+    swa_shape, map_shape = swa_pt.shape, swa_map.shape
+    if len(swa_shape) != 2 or swa_shape[0] != B or P > swa_shape[1] or len(map_shape) != 1:
+        return None
+    return B, rtt_shape[0], rtt_shape[1], map_shape[0]
+
+
+def _decode_full_check(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
+                       max_seq_pages, seq_lens, seq_len_delta, page_size, swa_page_table, swa_map):
+    """Every check, one argument at a time: ``ValueError`` naming the first argument outside the
+    contract, else ``(P, seq_len_delta, page_size)`` as ints and ``(B, pool_rows, pool_width,
+    n_map)``. ``swa_page_table`` is None without SWA."""
     page_size = _int_arg("page_size", page_size)
     if page_size <= 0 or page_size & (page_size - 1):
         raise ValueError(f"page_size must be a power of two, got {page_size}")
@@ -236,49 +314,103 @@ def normal_decode_set_metadata(
     if _tensor_arg("seq_lens", seq_lens, 1, _INDEX, device)[0] != B:
         raise ValueError(f"seq_lens must have B = {B} elements, got {seq_lens.shape[0]}")
 
-    use_swa = swa_page_table is not None and token_to_kv_pool is not None
-    if use_swa:
+    n_map = 0
+    if swa_page_table is not None:
         swa_rows, swa_width = _tensor_arg("swa_page_table", swa_page_table, 2, _INT32, device)
         if swa_rows != B:
             raise ValueError(f"swa_page_table must have B = {B} rows, got {swa_rows}")
         if P > swa_width:
             raise ValueError(f"max_seq_pages = {P} exceeds swa_page_table width {swa_width}")
-        swa_map = getattr(token_to_kv_pool, "full_to_swa_index_mapping", None)
         if swa_map is None:
             raise ValueError("token_to_kv_pool must have a full_to_swa_index_mapping tensor")
         n_map = _tensor_arg("token_to_kv_pool.full_to_swa_index_mapping", swa_map, 1, _INDEX, device)[0]
+    return (P, seq_len_delta, page_size), (B, pool_rows, pool_width, n_map)
+
+
+def normal_decode_set_metadata(
+    cache_seqlens_int32,
+    cu_seqlens_k,
+    page_table,
+    req_to_token,
+    req_pool_indices,
+    strided_indices,
+    max_seq_pages,
+    seq_lens,
+    seq_len_delta,
+    page_size,
+    swa_page_table=None,
+    token_to_kv_pool=None,
+):
+    """Fill the decode metadata in place (see the module docstring). One kernel launch.
+
+    ``strided_indices`` is accepted for SGLang compatibility and ignored. ``token_to_kv_pool``
+    is any object with a ``full_to_swa_index_mapping`` tensor; SWA is used only when it and
+    ``swa_page_table`` are both given. Raises ``ValueError`` on arguments outside the contract
+    that can be seen without reading tensor values.
+    """
+    # Host cost matters here (SGLang calls this once per decode step, and the launch is most
+    # of it): common arguments take one fast check, anything else the full one; unit row
+    # strides take the kernel form with fewer arguments; the kernels are launched with .run
+    # (what kernel[grid](...) calls, without the extra call).
+    if swa_page_table is not None and token_to_kv_pool is not None:
+        swa_map = getattr(token_to_kv_pool, "full_to_swa_index_mapping", None)
+    else:
+        swa_page_table = swa_map = None
+    P = max_seq_pages
+    checked = _decode_fast_check(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
+                                 P, seq_lens, seq_len_delta, page_size, swa_page_table, swa_map)
+    if checked is None:
+        (P, seq_len_delta, page_size), checked = _decode_full_check(
+            cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
+            P, seq_lens, seq_len_delta, page_size, swa_page_table, swa_map)
+    B, pool_rows, pool_width, n_map = checked
 
     # Columns whose token c * page_size lies inside req_to_token; the rest are never touched.
     # With nothing to gather the grid is the one program that writes the sums.
-    n_cols = min(P, -(-pool_width // page_size)) if B else 0
+    if page_size == 1:
+        n_cols = (P if P < pool_width else pool_width) if B else 0
+    else:
+        n_cols = min(P, -(-pool_width // page_size)) if B else 0
+    (sl_s,), (rpi_s,), (rtt_s0, rtt_s1) = seq_lens.stride(), req_pool_indices.stride(), req_to_token.stride()
+    (cs_s,), (cu_s,), (pt_s0, pt_s1) = (cache_seqlens_int32.stride(), cu_seqlens_k.stride(),
+                                        page_table.stride())
+    unit = sl_s == 1 and rpi_s == 1 and rtt_s1 == 1 and cs_s == 1 and cu_s == 1 and pt_s1 == 1
 
-    if page_size == 1 and not use_swa:
+    if page_size == 1 and swa_page_table is None:
         grid = (1 + B, -(-n_cols // PS1_BLOCK_COLS)) if n_cols else (1, 1)
-        _decode_metadata_ps1_kernel[grid](
-            seq_lens, *seq_lens.stride(),
-            req_pool_indices, *req_pool_indices.stride(),
-            req_to_token, *req_to_token.stride(), pool_rows,
-            cache_seqlens_int32, *cache_seqlens_int32.stride(),
-            cu_seqlens_k, *cu_seqlens_k.stride(),
-            page_table, *page_table.stride(),
-            B, n_cols, seq_len_delta,
-            num_warps=PS1_NUM_WARPS,
-        )
+        if unit:
+            _decode_metadata_ps1_kernel.run(
+                seq_lens, req_pool_indices, req_to_token, rtt_s0, pool_rows,
+                cache_seqlens_int32, cu_seqlens_k, page_table, pt_s0,
+                B, n_cols, seq_len_delta,
+                grid=grid, warmup=False, num_warps=PS1_NUM_WARPS)
+        else:
+            _decode_metadata_ps1_strided_kernel.run(
+                seq_lens, sl_s, req_pool_indices, rpi_s, req_to_token, rtt_s0, rtt_s1, pool_rows,
+                cache_seqlens_int32, cs_s, cu_seqlens_k, cu_s, page_table, pt_s0, pt_s1,
+                B, n_cols, seq_len_delta,
+                grid=grid, warmup=False, num_warps=PS1_NUM_WARPS)
         return
 
+    use_swa = swa_page_table is not None
     if use_swa:
-        swa_args = (swa_page_table, *swa_page_table.stride(), swa_map, *swa_map.stride(), n_map)
+        (swa_s0, swa_s1), (map_s,) = swa_page_table.stride(), swa_map.stride()
+        unit = unit and swa_s1 == 1 and map_s == 1
     else:  # never dereferenced: USE_SWA is a compile-time False
-        swa_args = (page_table, 0, 0, req_to_token, 0, 0)
+        swa_page_table, swa_s0, swa_s1, swa_map, map_s = page_table, 0, 1, req_to_token, 1
     grid = (1 + B, -(-n_cols // GENERAL_BLOCK_COLS)) if n_cols else (1, 1)
-    _decode_metadata_general_kernel[grid](
-        seq_lens, *seq_lens.stride(),
-        req_pool_indices, *req_pool_indices.stride(),
-        req_to_token, *req_to_token.stride(), pool_rows,
-        cache_seqlens_int32, *cache_seqlens_int32.stride(),
-        cu_seqlens_k, *cu_seqlens_k.stride(),
-        page_table, *page_table.stride(),
-        *swa_args,
-        B, n_cols, seq_len_delta,
-        SHIFT=page_size.bit_length() - 1, USE_SWA=use_swa, num_warps=GENERAL_NUM_WARPS,
-    )
+    shift = page_size.bit_length() - 1
+    if unit:
+        _decode_metadata_general_kernel.run(
+            seq_lens, req_pool_indices, req_to_token, rtt_s0, pool_rows,
+            cache_seqlens_int32, cu_seqlens_k, page_table, pt_s0,
+            swa_page_table, swa_s0, swa_map, n_map,
+            B, n_cols, seq_len_delta, shift, use_swa,
+            grid=grid, warmup=False, num_warps=GENERAL_NUM_WARPS)
+    else:
+        _decode_metadata_general_strided_kernel.run(
+            seq_lens, sl_s, req_pool_indices, rpi_s, req_to_token, rtt_s0, rtt_s1, pool_rows,
+            cache_seqlens_int32, cs_s, cu_seqlens_k, cu_s, page_table, pt_s0, pt_s1,
+            swa_page_table, swa_s0, swa_s1, swa_map, map_s, n_map,
+            B, n_cols, seq_len_delta, shift, use_swa,
+            grid=grid, warmup=False, num_warps=GENERAL_NUM_WARPS)

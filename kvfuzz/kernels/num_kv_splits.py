@@ -33,6 +33,11 @@ MAX_CHUNK = 1024
 # SM count assumed when the tensors are not on a CUDA device (an H200 has 132).
 CPU_CORE_COUNT = 132
 
+_Tensor = torch.Tensor
+_I32 = torch.int32
+_INT32 = (torch.int32,)
+_INDEX = (torch.int32, torch.int64)
+
 _SCALARS = ["num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits", "device_core_count"]
 
 
@@ -155,6 +160,57 @@ def _device_core_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _splits_fast_check(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                       device_core_count):
+    """The device when every argument passes ``_splits_full_check`` on a fast path, else None
+    (``_splits_full_check`` then decides, and names the argument). Accepts a subset of what the
+    full check accepts: exact ``int`` and ``torch.Tensor`` types only."""
+    if not (type(num_seq) is int and type(num_group) is int and type(num_head) is int
+            and type(num_kv_head) is int and type(max_kv_splits) is int
+            and num_seq >= 0 and num_group >= 1 and num_kv_head >= 1 and num_head >= num_kv_head
+            and max_kv_splits >= 1
+            and (device_core_count is None or (type(device_core_count) is int and device_core_count >= 1))
+            and type(out) is _Tensor and type(seq_lens) is _Tensor
+            and out.dtype is _I32 and seq_lens.dtype in _INDEX):
+        return None
+    dev = out.device
+    out_shape, sl_shape = out.shape, seq_lens.shape
+    if (seq_lens.device != dev or len(out_shape) != 1 or len(sl_shape) != 1
+            or out_shape[0] < num_seq * num_group or sl_shape[0] < num_seq):
+        return None
+    return dev
+
+
+def _splits_full_check(num_kv_splits, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                       device_core_count):
+    """Every check, one argument at a time: ``ValueError`` naming the first argument outside the
+    contract, else the scalars as ints and the tensors' device."""
+    num_seq = _int_arg("num_seq", num_seq)
+    num_group = _int_arg("num_group", num_group)
+    num_head = _int_arg("num_head", num_head)
+    num_kv_head = _int_arg("num_kv_head", num_kv_head)
+    max_kv_splits = _int_arg("max_kv_splits", max_kv_splits)
+    if num_seq < 0:
+        raise ValueError(f"num_seq must be >= 0, got {num_seq}")
+    for name, value in (("num_group", num_group), ("num_head", num_head),
+                        ("num_kv_head", num_kv_head), ("max_kv_splits", max_kv_splits)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if num_head < num_kv_head:
+        raise ValueError(f"num_head ({num_head}) must be >= num_kv_head ({num_kv_head})")
+    device = num_kv_splits.device if isinstance(num_kv_splits, torch.Tensor) else None
+    if _tensor_arg("num_kv_splits", num_kv_splits, 1, _INT32, device)[0] < num_seq * num_group:
+        raise ValueError(f"num_kv_splits has {num_kv_splits.shape[0]} elements, fewer than "
+                         f"num_seq * num_group = {num_seq * num_group}")
+    if _tensor_arg("seq_lens", seq_lens, 1, _INDEX, device)[0] < num_seq:
+        raise ValueError(f"seq_lens has {seq_lens.shape[0]} elements, fewer than num_seq = {num_seq}")
+    if device_core_count is not None:
+        device_core_count = _int_arg("device_core_count", device_core_count)
+        if device_core_count < 1:
+            raise ValueError(f"device_core_count must be >= 1, got {device_core_count}")
+    return (num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count), device
+
+
 def get_num_kv_splits(
     num_kv_splits,
     seq_lens,
@@ -171,35 +227,19 @@ def get_num_kv_splits(
     ``device_core_count=None`` means the SM count of the tensors' CUDA device (132 on CPU).
     Raises ``ValueError`` on arguments outside the contract.
     """
-    num_seq = _int_arg("num_seq", num_seq)
-    num_group = _int_arg("num_group", num_group)
-    num_head = _int_arg("num_head", num_head)
-    num_kv_head = _int_arg("num_kv_head", num_kv_head)
-    max_kv_splits = _int_arg("max_kv_splits", max_kv_splits)
-    if num_seq < 0:
-        raise ValueError(f"num_seq must be >= 0, got {num_seq}")
-    for name, value in (("num_group", num_group), ("num_head", num_head),
-                        ("num_kv_head", num_kv_head), ("max_kv_splits", max_kv_splits)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if num_head < num_kv_head:
-        raise ValueError(f"num_head ({num_head}) must be >= num_kv_head ({num_kv_head})")
-    device = num_kv_splits.device if isinstance(num_kv_splits, torch.Tensor) else None
-    if _tensor_arg("num_kv_splits", num_kv_splits, 1, (torch.int32,), device)[0] < num_seq * num_group:
-        raise ValueError(f"num_kv_splits has {num_kv_splits.shape[0]} elements, fewer than "
-                         f"num_seq * num_group = {num_seq * num_group}")
-    if _tensor_arg("seq_lens", seq_lens, 1, (torch.int32, torch.int64), device)[0] < num_seq:
-        raise ValueError(f"seq_lens has {seq_lens.shape[0]} elements, fewer than num_seq = {num_seq}")
+    device = _splits_fast_check(num_kv_splits, seq_lens, num_seq, num_group, num_head, num_kv_head,
+                                max_kv_splits, device_core_count)
+    if device is None:
+        (num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count), device = (
+            _splits_full_check(num_kv_splits, seq_lens, num_seq, num_group, num_head, num_kv_head,
+                               max_kv_splits, device_core_count))
     if device_core_count is None:
         device_core_count = _device_core_count(device)
-    else:
-        device_core_count = _int_arg("device_core_count", device_core_count)
-        if device_core_count < 1:
-            raise ValueError(f"device_core_count must be >= 1, got {device_core_count}")
     if num_seq == 0:
         return
-    _get_num_kv_splits_strided[(1,)](
+    # .run: what kernel[grid](...) calls, without the extra call
+    _get_num_kv_splits_strided.run(
         num_kv_splits, *num_kv_splits.stride(), seq_lens, *seq_lens.stride(),
         num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
-        CHUNK=min(sglang_max_num_seq(num_seq), MAX_CHUNK),
+        CHUNK=min(sglang_max_num_seq(num_seq), MAX_CHUNK), grid=(1,), warmup=False,
     )

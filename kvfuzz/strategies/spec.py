@@ -80,7 +80,6 @@ def _fit_widths(case: Case) -> Case:
 def spec_out_of_contract(draw) -> Case:
     case = draw(spec_cases())
     t, v = dict(case.tensors), dict(case.values)
-    R = case.scalars["speculative_num_draft_tokens"]
     bs, M = t["seq_len_a"].shape[0], t["seq_len_b"].shape[0]
     la, lb = np.array(v["seq_len_a"], dtype=np.int64), np.array(v["seq_len_b"], dtype=np.int64)
     kind = draw(st.sampled_from(OUT_OF_CONTRACT))
