@@ -63,6 +63,7 @@ class Saved:
     path: Path | None
     minimize_log: list[str] = field(default_factory=list)
     verdict: Verdict | None = None
+    minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
 
 
 @dataclass
@@ -98,6 +99,7 @@ class CampaignResult:
                 "case": str(x.path) if x.path else None,
                 "shrunk_by": x.found.shrunk_by,
                 "minimize_log": x.minimize_log,
+                "minimize_seconds": round(x.minimize_seconds, 2),
                 "size": list(x.case.size_key()),
             } for x in self.saved],
         }
@@ -164,11 +166,11 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
             store: DirectoryCorpus | None, progress) -> Saved:
     """kvfuzz's reducer after Hypothesis' shrink, then save the case."""
     sig = f.finding.signature
-    case, log = f.case, []
+    case, log, seconds = f.case, [], 0.0
     budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
     if budget > 0:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
-        case, log = m.case, list(m.log)
+        case, log, seconds = m.case, list(m.log), m.seconds
     verdict = judge(case, executor.run(case))
     finding = next((x for x in verdict.findings if x.signature == sig), f.finding)
     f.finding = finding
@@ -187,7 +189,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
             progress(f"  {finding.kind}: {sig} -> {res.path} ({res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
-    return Saved(f, case, path, log, verdict)
+    return Saved(f, case, path, log, verdict, seconds)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

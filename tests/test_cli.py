@@ -45,12 +45,13 @@ def test_corrupt_case_is_refused(tmp_path):
 
 
 def test_fuzz_builtin_is_clean_and_reports(tmp_path):
+    # kvfuzz's own kernels pass every check: no findings in >= 200 cases within 120 s
     report = tmp_path / "r.json"
-    rc = main(["fuzz", "--target", "builtin", "--budget", "30", "--max-cases", "60", "--seed", "3",
+    rc = main(["fuzz", "--target", "builtin", "--budget", "60", "--seed", "3",
                "--report", str(report), "--corpus", str(tmp_path / "corpus")])
     doc = json.loads(report.read_text())
     assert rc == 0, doc["findings"]
-    assert doc["findings"] == [] and doc["cases"] >= 60
+    assert doc["findings"] == [] and doc["cases"] >= 200 and doc["seconds"] < 120
     assert set(doc["ops"]) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}
 
 

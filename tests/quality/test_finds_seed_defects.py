@@ -37,6 +37,7 @@ def test_fuzzer_finds_seed_defect(op, seed_path, device, tmp_path):
     result = run_campaign(cfg)
     sigs = {x.found.finding.signature: x for x in result.saved}
     assert DEFECTS[op] in sigs, sorted(sigs)
+    assert sigs[DEFECTS[op]].minimize_seconds < 30
     saved = read_case_dir(sigs[DEFECTS[op]].path)
     assert saved.expected == "xfail" and saved.finding.signature == DEFECTS[op]
     case = saved.case

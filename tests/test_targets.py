@@ -1,0 +1,72 @@
+"""Loading targets: entry points by SGLang's names, per-op absence, Triton mode safety."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kvfuzz.errors import TargetLoadError
+from kvfuzz.targets import load_target
+from kvfuzz.targets.sglang_shim import ensure_swa_pool_type, make_swa_pool
+
+
+def test_missing_entry_point_is_reported_for_that_op_only(tmp_path, device):
+    f = tmp_path / "only_splits.py"
+    f.write_text("def get_num_kv_splits_triton(out, *args):\n    out.fill_(1)\n")
+    t = load_target(str(f), device)
+    assert t.supports("num_kv_splits")
+    assert not t.supports("decode_metadata") and "normal_decode_set_metadata" in t.missing["decode_metadata"]
+    assert not t.supports("swa_spec_page_table")
+
+
+def test_campaign_skips_an_op_the_target_lacks(tmp_path, device):
+    from kvfuzz.campaign import CampaignConfig, run_campaign
+
+    f = tmp_path / "only_splits_ok.py"
+    f.write_text("def get_num_kv_splits_triton(out, *args):\n    pass\n")
+    r = run_campaign(CampaignConfig(ops=["decode_metadata"], target=str(f), device=device, budget_s=5))
+    assert r.stats[0].skipped and r.stats[0].cases == 0
+
+
+def test_target_without_any_entry_point_is_refused(tmp_path, device):
+    f = tmp_path / "nothing.py"
+    f.write_text("x = 1\n")
+    with pytest.raises(TargetLoadError, match="provides none of"):
+        load_target(str(f), device)
+
+
+def test_builtin_and_module_specs(device):
+    assert set(load_target("builtin", device).entries) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}
+    with pytest.raises(TargetLoadError, match="cannot import"):
+        load_target("module:no_such_module_kvfuzz", device)
+
+
+def test_swa_pool_stand_in_satisfies_isinstance():
+    cls = ensure_swa_pool_type()
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool  # what the seed imports
+
+    pool = make_swa_pool("mapping")
+    assert cls is SWAKVPool and isinstance(pool, SWAKVPool) and pool.full_to_swa_index_mapping == "mapping"
+
+
+def test_kernels_defined_in_the_wrong_mode_are_refused(tmp_path):
+    # a kernel module imported before kvfuzz chose the CPU is compiled-mode: refuse it, clearly
+    kern = tmp_path / "kern_mod.py"
+    kern.write_text("import triton\n@triton.jit\ndef get_num_kv_splits_triton(x):\n    pass\n")
+    code = textwrap.dedent(f"""
+        import os, sys
+        os.environ.pop("TRITON_INTERPRET", None)
+        sys.path.insert(0, {str(tmp_path)!r})
+        import kern_mod  # defined compiled
+        from kvfuzz.targets import load_target
+        try:
+            load_target("module:kern_mod", "cpu")
+        except Exception as e:
+            print(type(e).__name__, e)
+    """)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "TargetLoadError" in out.stdout and "defined compiled" in out.stdout, out.stdout + out.stderr
