@@ -23,7 +23,9 @@ Each case is timed three ways, per call in microseconds:
             holds, so none waits for the GPU), divided by the number of calls; the median
             of --replays runs, the GPU drained between runs
 The ratio is builtin / seed (below 1: builtin faster). Exit status: 0, or 1 when outputs
-differ or a ratio (any of the three) exceeds --max-ratio, or 2 without CUDA.
+differ or a ratio (any of the three) exceeds --max-ratio, or 2 without CUDA. The host ratio
+of a "(launcher)" row is shown but not held to --max-ratio: it compares kvfuzz's validating
+launcher with a bare launch of the seed's kernel, which checks nothing.
 """
 
 from __future__ import annotations
@@ -95,11 +97,14 @@ def make_pool(mapping: torch.Tensor):
 class Case:
     """Two zero-argument callables writing to separate, identically initialised outputs."""
 
-    def __init__(self, name, seed_fn, builtin_fn, outputs):
+    def __init__(self, name, seed_fn, builtin_fn, outputs, same_api=True):
         self.name = name
         self.seed_fn = seed_fn
         self.builtin_fn = builtin_fn
         self.outputs = outputs  # [(label, seed tensor, builtin tensor)]
+        # False when the builtin side does more than the seed's call (kvfuzz's validating
+        # launcher against the bare kernel): its host ratio is shown, not held to --max-ratio
+        self.same_api = same_api
 
     def mismatch(self):
         self.seed_fn()
@@ -185,7 +190,8 @@ def splits_cases(seed, kernels, n, dtype, cores, gen):
     return [
         Case(name, seed_fn, bare_fn, [("num_kv_splits", out_s, out_b)]),
         Case(f"{name} (launcher)", seed_fn,
-             lambda: kernels.get_num_kv_splits(out_l, seq_lens, *args), [("num_kv_splits", out_s, out_l)]),
+             lambda: kernels.get_num_kv_splits(out_l, seq_lens, *args), [("num_kv_splits", out_s, out_l)],
+             same_api=False),
     ]
 
 
@@ -317,11 +323,12 @@ def main(argv=None) -> int:
             seed_h = time_host(case.seed_fn, args.host_calls, args.replays)
             builtin_h = time_host(case.builtin_fn, args.host_calls, args.replays)
             ratio, ratio_g, ratio_h = builtin_us / seed_us, builtin_g / seed_g, builtin_h / seed_h
-            over = args.max_ratio is not None and max(ratio, ratio_g, ratio_h) > args.max_ratio
+            held = max(ratio, ratio_g, ratio_h) if case.same_api else max(ratio, ratio_g)
+            over = args.max_ratio is not None and held > args.max_ratio
             print(f"{case.name:38s} {seed_us:9.2f} {builtin_us:9.2f} {ratio:6.2f}   "
                   f"{seed_g:9.2f} {builtin_g:10.2f} {ratio_g:8.2f}   "
                   f"{seed_h:9.2f} {builtin_h:10.2f} {ratio_h:8.2f}{'  <-- over' if over else ''}", flush=True)
-            worst = max(worst, (max(ratio, ratio_g, ratio_h), case.name))
+            worst = max(worst, (held, case.name))
             if over:
                 failed.append(case.name)
         torch.cuda.empty_cache()

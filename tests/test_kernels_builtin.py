@@ -793,6 +793,9 @@ def test_splits_default_core_count():
 
 def test_sglang_max_num_seq():
     assert [sglang_max_num_seq(n) for n in (1, 255, 256, 257, 1024, 1025)] == [256, 256, 256, 512, 1024, 2048]
+    import triton
+
+    assert all(sglang_max_num_seq(n) == max(256, triton.next_power_of_2(n)) for n in range(1, 5000))
 
 
 SPLITS_REFUSALS = [
