@@ -52,7 +52,8 @@ def _cdiv(a, b):
 def _chunk_sizes(mx, mn, max_splits, ext_cores, token_grid):
     """c1 and c2 of the formula, in the integer type of mx and mn (both >= 1)."""
     s1 = tl.maximum(tl.minimum(_cdiv(mx, mn), max_splits), 1).to(mx.dtype)
-    s2 = tl.maximum(tl.minimum(_cdiv(ext_cores.to(tl.int64), token_grid), max_splits), 1).to(mx.dtype)
+    # in mx's type: the caller picks int32 when every operand fits (int64 division is slow)
+    s2 = tl.maximum(tl.minimum(_cdiv(ext_cores.to(mx.dtype), token_grid.to(mx.dtype)), max_splits), 1).to(mx.dtype)
     return _cdiv(mx, s1), _cdiv(mx, s2)
 
 
@@ -110,7 +111,7 @@ def _num_kv_splits_body(
     # Pass 2. Inside the contract every value is small, and int32 division is several times
     # cheaper than int64 on the GPU; it is exact while no |value| + chunk reaches 2**31.
     # (Distinct names per branch: the compiler merges same-named variables across branches.)
-    if (mx < 2**30) & (lo > -(2**30)):
+    if (mx < 2**30) & (lo > -(2**30)) & (token_grid < 2**30):
         c1_32, c2_32 = _chunk_sizes(mx.to(tl.int32), mn.to(tl.int32), max_splits, ext_cores, token_grid)
         _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, c1_32, c2_32, CHUNK)
     else:
