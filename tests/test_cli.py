@@ -44,6 +44,7 @@ def test_corrupt_case_is_refused(tmp_path):
     assert p.returncode == 2 and "case.json" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_fuzz_builtin_is_clean_and_reports(tmp_path):
     # kvfuzz's own kernels pass every check: no findings in >= 200 cases within 120 s
     report = tmp_path / "r.json"
@@ -55,6 +56,7 @@ def test_fuzz_builtin_is_clean_and_reports(tmp_path):
     assert set(doc["ops"]) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}
 
 
+@pytest.mark.slow
 def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
     corpus, report = tmp_path / "corpus", tmp_path / "r.json"
     p = run("fuzz", "--target", str(seed_path), "--op", "num_kv_splits", "--budget", "20", "--seed", "1",
