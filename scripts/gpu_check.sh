@@ -10,10 +10,10 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 2
 nvidia-smi -L
 # -v: every result is a line as it happens, so a run cut short still says what failed
 timeout "${PYTEST_S:-300}" python3 -m pytest -n 8 tests corpora -v -W ignore -m "not slow" -p no:cacheprovider \
-    --timeout 240 -rfE 2>&1 > "$OUT/pytest.txt"
+    --timeout 240 -rfE > "$OUT/pytest.txt" 2>&1
 grep -E "FAILED|ERROR|passed|failed" "$OUT/pytest.txt" | grep -v " PASSED" | tail -15
 timeout "${SLOW_S:-300}" python3 -m pytest -n 4 tests -v -W ignore -m slow -p no:cacheprovider --timeout 280 \
-    2>&1 > "$OUT/pytest-slow.txt"
+    > "$OUT/pytest-slow.txt" 2>&1
 grep -E "FAILED|ERROR|passed|failed" "$OUT/pytest-slow.txt" | grep -v " PASSED" | tail -8
 pkill -f kvfuzz.worker; pkill -f "pytest -n"; sleep 1
 timeout 90 python3 -m kvfuzz.cli fuzz --target "$KVFUZZ_SEED_PATH" --device cuda --budget "${FUZZ_S:-45}" --seed 2 \
