@@ -74,6 +74,7 @@ class CampaignResult:
     stats: list[OpStats]
     saved: list[Saved]
     seconds: float
+    device_name: str  # the GPU's name, or "cpu (triton interpreter)"
 
     @property
     def cases(self) -> int:
@@ -103,8 +104,6 @@ class CampaignResult:
                 "size": list(x.case.size_key()),
             } for x in self.saved],
         }
-
-    device_name: str = ""
 
 
 def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
@@ -155,8 +154,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 saved.append(_finish(f, executor, cfg, device, versions, store, progress))
     finally:
         executor.close()
-    result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0)
-    result.device_name = versions["gpu"]
+    result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
+                            versions["gpu"])
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result

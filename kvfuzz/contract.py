@@ -7,14 +7,11 @@ arguments a reader can scan, and behaviour hung off it as functions of a `Case`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .case import Case
-
-if TYPE_CHECKING:  # torch stays out of the import path of plain data
-    pass
 
 
 @dataclass(frozen=True)
