@@ -5,7 +5,11 @@
 Fuzzes the real sglang==0.5.14 wheel from PyPI (on the CPU under Triton's interpreter unless
 a GPU is present), minimizes each finding, saves it as an xfail case for that target, and
 saves the same minimized case as a must-pass regression case for kvfuzz's builtin kernels.
-Also adds hand-written must-refuse cases (invalid page sizes) for the builtin target.
+Also adds hand-written must-refuse cases (invalid page sizes) for the builtin target, and
+fuzzes tests/fixtures/mutant_kernels.py (planted defects: invalid_accepted, input_modified,
+nondeterministic) so that every finding kind has a case: its deterministic findings are kept as
+strict xfail cases for the mutant (a self-check that the detectors still fire), and all of them
+as must-pass cases for builtin.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from kvfuzz.case import Case, TensorSpec
 from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions, read_case_dir
 
 SGLANG = "sglang==0.5.14"
+MUTANT = "tests/fixtures/mutant_kernels.py"
+FLAKY_KINDS = ("nondeterministic", "mismatch")  # the mutant's random row: no strict xfail for these
 
 
 def invalid_page_size_case(ps: int) -> Case:
@@ -42,17 +48,30 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("corpora"))
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--skip-seed", action="store_true", help="only the mutant campaign")
     args = ap.parse_args()
+    store = DirectoryCorpus(args.out)
+    mutant = run_campaign(CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=args.device, budget_s=40,
+                                         seed=args.seed, minimize_budget_s=10), progress=stderr_progress())
+    versions = environment_versions(None if mutant.device == "cpu" else mutant.device_name)
+    for x in mutant.saved:
+        f = x.found.finding
+        common = dict(case=x.case, finding=f, device=mutant.device, versions=versions, origin="hypothesis",
+                      minimized=True, minimize_log=tuple(x.minimize_log))
+        if f.kind not in FLAKY_KINDS:
+            print(store.save(SavedCase(target=MUTANT, expected="xfail", reason=f"planted defect: {f.message}",
+                                       **common)).path)
+        print(store.save(SavedCase(target="builtin", **common)).path)
+    if args.skip_seed:
+        return 0
     cfg = CampaignConfig(ops=["decode_metadata", "swa_spec_page_table", "num_kv_splits"], target=SGLANG,
                          device=args.device, budget_s=args.budget, seed=args.seed, corpus=args.out,
                          minimize_budget_s=30.0)
     result = run_campaign(cfg, progress=stderr_progress())
-    store = DirectoryCorpus(args.out)
     for x in result.saved:
         saved = read_case_dir(x.path)
         builtin = dataclasses.replace(saved, target="builtin", expected="pass", reason=None)
         print(store.save(builtin).path)
-    versions = environment_versions(None if result.device == "cpu" else result.device_name)
     for ps in (48, 3, 0):
         print(store.save(SavedCase(case=invalid_page_size_case(ps), finding=None, target="builtin",
                                    device=result.device, versions=versions, origin="hand")).path)

@@ -73,11 +73,85 @@ def _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, chunk_1,
 
 
 @triton.jit
+def _scalars(mx, num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count):
+    """max_splits, ext_cores (int32) and token_grid (int64) of the formula; mx >= 1."""
+    # Clamps keep divisors >= 1; they change nothing inside the contract.
+    max_splits = tl.maximum(max_kv_splits, 1)
+    # float32(mx) / 64.0, exactly: a power-of-two multiply is exact, where the compiler's fast
+    # float division (div.full.f32) only promises 2 ulp.
+    ext_len = mx.to(tl.float32) * 0.015625
+    ext_cores = device_core_count.to(tl.float32) * tl.maximum(tl.log2(ext_len), 1.0)
+    # Truncating cast to int32; the clamp (largest float32 below 2**31) only matters outside
+    # the contract, where an out-of-range cast would differ between GPU and interpreter.
+    ext_cores = tl.minimum(ext_cores, 2147483520.0).to(tl.int32)
+    group = num_head // tl.maximum(num_kv_head, 1)
+    heads = tl.where(group == 1, num_head, _cdiv(num_head, tl.maximum(tl.minimum(group, 16), 1)))
+    token_grid = tl.maximum(num_seq.to(tl.int64) * num_group * heads, 1)
+    return max_splits, ext_cores, token_grid
+
+
+@triton.jit
+def _one_chunk(out, out_s, seq_lens, seq_lens_s,
+               num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+               CHUNK: tl.constexpr):
+    """The common case, num_seq <= CHUNK, when every length is in [0, 2**30) and the other
+    operands are small too: one load, values kept in registers, everything in 32 bits.
+    Returns whether it wrote the output (else nothing was written)."""
+    offs = tl.arange(0, CHUNK)
+    inb = offs < num_seq
+    x = tl.load(seq_lens + offs.to(tl.int64) * seq_lens_s, mask=inb, other=0)
+    # w: the length as uint32 when it is in [0, 2**30), else some w >= 2**30 (a negative
+    # int32 reinterpreted as uint32 is >= 2**31; wider types are clamped first).
+    if x.dtype == tl.int32:
+        w = x.to(tl.uint32, bitcast=True)
+    else:
+        w = tl.minimum(x.to(tl.int64).to(tl.uint64, bitcast=True), 2**30).to(tl.uint32)
+    hi = tl.max(w, axis=0)
+    # min over the rows with w >= 1: w - 1 wraps a zero row (and a masked one) to 2**32 - 1.
+    mn_less_1 = tl.min(w - 1, axis=0)
+    none_live = hi == 0
+    mx = tl.where(none_live, 1, hi)
+    max_splits, ext_cores, token_grid = _scalars(mx, num_seq, num_group, num_head, num_kv_head,
+                                                 max_kv_splits, device_core_count)
+    # In 32 bits every step below is exact: no |value| + divisor reaches 2**31.
+    fast = (hi < 2**30) & (token_grid < 2**30) & (ext_cores < 2**30)
+    if fast:
+        mn = tl.where(none_live, 0, mn_less_1) + 1
+        mn = tl.where(mx.to(tl.int64) * 8 < mn.to(tl.int64) * 10, mx, mn)
+        s1 = tl.maximum(tl.minimum(_cdiv(mx, mn).to(tl.int32), max_splits), 1)
+        s2 = tl.maximum(tl.minimum(_cdiv(ext_cores, token_grid.to(tl.int32)), max_splits), 1)
+        # For a length x >= 0, cdiv(x, c) does not increase with c, so
+        # max(cdiv(x, c1), cdiv(x, c2)) = cdiv(x, min(c1, c2)): one division per row.
+        chunk = tl.minimum(_cdiv(mx, s1.to(tl.uint32)), _cdiv(mx, s2.to(tl.uint32)))
+        splits = _cdiv(w, chunk).to(tl.int32)
+        first = offs.to(tl.int64) * num_group
+        for j in range(0, num_group):
+            tl.store(out + (first + j) * out_s, splits, mask=inb)
+    return fast
+
+
+@triton.jit
 def _num_kv_splits_body(
     out, out_s, seq_lens, seq_lens_s,
     num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
     CHUNK: tl.constexpr,
 ):
+    done = num_seq < 0  # False
+    if num_seq <= CHUNK:
+        done = _one_chunk(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, num_head, num_kv_head,
+                          max_kv_splits, device_core_count, CHUNK)
+    if done == 0:
+        _general(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, num_head, num_kv_head,
+                 max_kv_splits, device_core_count, CHUNK)
+
+
+@triton.jit
+def _general(
+    out, out_s, seq_lens, seq_lens_s,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    CHUNK: tl.constexpr,
+):
+    """Any num_seq and any values: one pass over the rows for the statistics, one for the stores."""
     # Pass 1: max and min over the rows with seq_len >= 1, and the least value of all.
     mx = tl.zeros([], tl.int64)
     mn = tl.full([], 2**62, tl.int64)
@@ -93,25 +167,14 @@ def _num_kv_splits_body(
     none_live = mx == 0
     mx = tl.where(none_live, 1, mx)
     mn = tl.where(none_live, 1, mn)
-
-    # The formula's scalars. Clamps keep divisors >= 1; they change nothing inside the contract.
     mn = tl.where(mx * 8 < mn * 10, mx, mn)
-    max_splits = tl.maximum(max_kv_splits, 1)
-    # float32(mx) / 64.0, exactly: a power-of-two multiply is exact, where the compiler's fast
-    # float division (div.full.f32) only promises 2 ulp.
-    ext_len = mx.to(tl.float32) * 0.015625
-    ext_cores = device_core_count.to(tl.float32) * tl.maximum(tl.log2(ext_len), 1.0)
-    # Truncating cast to int32; the clamp (largest float32 below 2**31) only matters outside
-    # the contract, where an out-of-range cast would differ between GPU and interpreter.
-    ext_cores = tl.minimum(ext_cores, 2147483520.0).to(tl.int32)
-    group = num_head // tl.maximum(num_kv_head, 1)
-    heads = tl.where(group == 1, num_head, _cdiv(num_head, tl.maximum(tl.minimum(group, 16), 1)))
-    token_grid = tl.maximum(num_seq.to(tl.int64) * num_group * heads, 1)
+    max_splits, ext_cores, token_grid = _scalars(mx, num_seq, num_group, num_head, num_kv_head,
+                                                 max_kv_splits, device_core_count)
 
-    # Pass 2. Inside the contract every value is small, and int32 division is several times
-    # cheaper than int64 on the GPU; it is exact while no |value| + chunk reaches 2**31.
+    # Pass 2. int32 division is several times cheaper than int64 on the GPU; it is exact while
+    # no |value| + divisor reaches 2**31.
     # (Distinct names per branch: the compiler merges same-named variables across branches.)
-    if (mx < 2**30) & (lo > -(2**30)) & (token_grid < 2**30):
+    if (mx < 2**30) & (lo > -(2**30)) & (token_grid < 2**30) & (ext_cores < 2**30):
         c1_32, c2_32 = _chunk_sizes(mx.to(tl.int32), mn.to(tl.int32), max_splits, ext_cores, token_grid)
         _store_splits(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, c1_32, c2_32, CHUNK)
     else:
