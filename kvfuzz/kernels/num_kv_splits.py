@@ -91,6 +91,11 @@ def _scalars(mx, num_seq, num_group, num_head, num_kv_head, max_kv_splits, devic
 
 
 @triton.jit
+def _max_min(a_max, a_min, b_max, b_min):
+    return tl.maximum(a_max, b_max), tl.minimum(a_min, b_min)
+
+
+@triton.jit
 def _one_chunk(out, out_s, seq_lens, seq_lens_s,
                num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
                CHUNK: tl.constexpr):
@@ -106,9 +111,9 @@ def _one_chunk(out, out_s, seq_lens, seq_lens_s,
         w = x.to(tl.uint32, bitcast=True)
     else:
         w = tl.minimum(x.to(tl.int64).to(tl.uint64, bitcast=True), 2**30).to(tl.uint32)
-    hi = tl.max(w, axis=0)
-    # min over the rows with w >= 1: w - 1 wraps a zero row (and a masked one) to 2**32 - 1.
-    mn_less_1 = tl.min(w - 1, axis=0)
+    # max of w, and min over the rows with w >= 1: w - 1 wraps a zero row (and a masked one)
+    # to 2**32 - 1. One reduction of the pair: one round through shared memory, not two.
+    hi, mn_less_1 = tl.reduce((w, w - 1), 0, _max_min)
     none_live = hi == 0
     mx = tl.where(none_live, 1, hi)
     max_splits, ext_cores, token_grid = _scalars(mx, num_seq, num_group, num_head, num_kv_head,
@@ -124,9 +129,14 @@ def _one_chunk(out, out_s, seq_lens, seq_lens_s,
         # max(cdiv(x, c1), cdiv(x, c2)) = cdiv(x, min(c1, c2)): one division per row.
         chunk = tl.minimum(_cdiv(mx, s1.to(tl.uint32)), _cdiv(mx, s2.to(tl.uint32)))
         splits = _cdiv(w, chunk).to(tl.int32)
-        first = offs.to(tl.int64) * num_group
-        for j in range(0, num_group):
-            tl.store(out + (first + j) * out_s, splits, mask=inb)
+        if num_group == 1:
+            # contiguous stores (in the bare kernel) keep the load's layout: no shuffle through
+            # shared memory before the store
+            tl.store(out + offs.to(tl.int64) * out_s, splits, mask=inb)
+        else:
+            first = offs.to(tl.int64) * num_group
+            for j in range(0, num_group):
+                tl.store(out + (first + j) * out_s, splits, mask=inb)
     return fast
 
 
