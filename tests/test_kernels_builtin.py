@@ -777,6 +777,33 @@ def test_splits_large_and_negative_values(seq_lens, dtype):
     assert got == ref_splits(seq_lens, 2, 32, 8, 8, 132, row_cdiv=c_cdiv)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("top", [2**30 - 1, 2**30])  # one chunk: the 32-bit path, then the general one
+@pytest.mark.parametrize("bare", [None, 256])
+def test_splits_one_chunk_value_range(dtype, top, bare):
+    seq_lens = [top, 0, 1, 2**29, 77, top - 5]
+    got = run_splits(seq_lens, num_group=2, bare_max_num_seq=bare, dtype=dtype)
+    assert got == ref_splits(seq_lens, 2, 32, 8, 8, 132)
+
+
+@pytest.mark.parametrize("n", [255, 256, 257])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_splits_chunk_edge(n, dtype):
+    g = torch.Generator().manual_seed(n)
+    seq_lens = torch.randint(0, 9000, (n,), generator=g).tolist()
+    for bare in (None, 256):
+        assert run_splits(seq_lens, bare_max_num_seq=bare, dtype=dtype) == ref_splits(seq_lens, 1, 32, 8, 8, 132)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("bare", [None, 256])
+def test_splits_huge_core_count(dtype, bare):
+    """ext_cores near 2**31 plus a token grid of 160 must not wrap in 32-bit arithmetic."""
+    seq_lens = [1000] * 20
+    got = run_splits(seq_lens, num_head=64, num_kv_head=8, cores=2**31 - 1, bare_max_num_seq=bare, dtype=dtype)
+    assert got == ref_splits(seq_lens, 1, 64, 8, 8, 2**31 - 1) == [8] * 20
+
+
 @pytest.mark.parametrize("layouts", [("step", "step"), ("contig", "zero")])
 def test_splits_launcher_strided(layouts):
     seq_lens = [777] * 5 if layouts[1] == "zero" else [10, 0, 5000, 64, 3]

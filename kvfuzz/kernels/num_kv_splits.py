@@ -91,11 +91,6 @@ def _scalars(mx, num_seq, num_group, num_head, num_kv_head, max_kv_splits, devic
 
 
 @triton.jit
-def _max_min(a_max, a_min, b_max, b_min):
-    return tl.maximum(a_max, b_max), tl.minimum(a_min, b_min)
-
-
-@triton.jit
 def _one_chunk(out, out_s, seq_lens, seq_lens_s,
                num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
                CHUNK: tl.constexpr):
@@ -111,9 +106,9 @@ def _one_chunk(out, out_s, seq_lens, seq_lens_s,
         w = x.to(tl.uint32, bitcast=True)
     else:
         w = tl.minimum(x.to(tl.int64).to(tl.uint64, bitcast=True), 2**30).to(tl.uint32)
-    # max of w, and min over the rows with w >= 1: w - 1 wraps a zero row (and a masked one)
-    # to 2**32 - 1. One reduction of the pair: one round through shared memory, not two.
-    hi, mn_less_1 = tl.reduce((w, w - 1), 0, _max_min)
+    hi = tl.max(w, axis=0)
+    # min over the rows with w >= 1: w - 1 wraps a zero row (and a masked one) to 2**32 - 1.
+    mn_less_1 = tl.min(w - 1, axis=0)
     none_live = hi == 0
     mx = tl.where(none_live, 1, hi)
     max_splits, ext_cores, token_grid = _scalars(mx, num_seq, num_group, num_head, num_kv_head,
@@ -146,6 +141,9 @@ def _num_kv_splits_body(
     num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
     CHUNK: tl.constexpr,
 ):
+    # One chunk (always so with SGLang's MAX_NUM_SEQ): a single load and 32-bit arithmetic when
+    # the values allow it. Otherwise (longer batches, lengths outside [0, 2**30), huge
+    # scalars) the general two-pass code; both give the same results.
     done = num_seq < 0  # False
     if num_seq <= CHUNK:
         done = _one_chunk(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, num_head, num_kv_head,
@@ -182,7 +180,7 @@ def _general(
                                                  max_kv_splits, device_core_count)
 
     # Pass 2. int32 division is several times cheaper than int64 on the GPU; it is exact while
-    # no |value| + divisor reaches 2**31.
+    # no |value| + divisor reaches 2**31 (ext_cores + token_grid included).
     # (Distinct names per branch: the compiler merges same-named variables across branches.)
     if (mx < 2**30) & (lo > -(2**30)) & (token_grid < 2**30) & (ext_cores < 2**30):
         c1_32, c2_32 = _chunk_sizes(mx.to(tl.int32), mn.to(tl.int32), max_splits, ext_cores, token_grid)
