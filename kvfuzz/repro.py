@@ -423,6 +423,8 @@ def select_device(requested):
 
 
 # ---------------------------------------------------------------------------- loading
+# (kvfuzz/targets/sglang_shim.py and targets/__init__.py do this inside kvfuzz; a repro script
+# must run without kvfuzz installed, so it carries its own copy)
 
 
 class SWAKVPool:
