@@ -142,18 +142,30 @@ def c_cdiv(a, b):
     return n // b if n >= 0 else -(-n // b)
 
 
-def ref_splits(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores, row_cdiv=cdiv):
+def ref_splits(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores, row_cdiv=cdiv, e=None):
     live = [x for x in seq_lens if x >= 1]
     mx, mn = (max(live), min(live)) if live else (1, 1)
     if mx * 8 < mn * 10:
         mn = mx
     c1 = cdiv(mx, min(cdiv(mx, mn), max_kv_splits))
-    ext = np.float32(mx) / np.float32(64.0)
-    e = int(np.float32(cores) * max(np.log2(ext), np.float32(1.0)))
+    if e is None:
+        ext = np.float32(mx) / np.float32(64.0)
+        e = int(np.float32(cores) * max(np.log2(ext), np.float32(1.0)))
     g = num_head // num_kv_head
     tg = len(seq_lens) * num_group * (num_head if g == 1 else cdiv(num_head, min(16, g)))
     c2 = cdiv(mx, min(cdiv(e, tg), max_kv_splits))
     return [max(row_cdiv(x, c1), row_cdiv(x, c2)) for x in seq_lens for _ in range(num_group)]
+
+
+def ref_splits_accepted(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores, row_cdiv=cdiv):
+    """Every right answer: a GPU's log2 is not correctly rounded, so where the float32 step
+    sits on an integer boundary both sides are right (the bounds come from kvfuzz's oracle)."""
+    from kvfuzz.oracles.numpy_ref import ext_core_count_range
+
+    live = [x for x in seq_lens if x >= 1]
+    _, lo, hi = ext_core_count_range(max(live) if live else 1, cores)
+    return [ref_splits(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores, row_cdiv, e)
+            for e in range(lo, hi + 1)]
 
 
 # --------------------------------------------------------------------------- decode fixtures
@@ -751,7 +763,7 @@ def test_splits_random_against_reference(heads, max_kv_splits, cores):
     hi = int(torch.randint(2, 200000, (1,), generator=g))
     seq_lens = torch.randint(0, hi, (n,), generator=g).tolist()
     got = run_splits(seq_lens, 2, heads[0], heads[1], max_kv_splits, cores)
-    assert got == ref_splits(seq_lens, 2, heads[0], heads[1], max_kv_splits, cores)
+    assert got in ref_splits_accepted(seq_lens, 2, heads[0], heads[1], max_kv_splits, cores)
 
 
 @pytest.mark.parametrize("n, bare", [(2500, None), (700, 256)])
@@ -761,7 +773,7 @@ def test_splits_more_sequences_than_max_num_seq(n, bare):
     seq_lens[-1] = 30000  # the max sits in the last chunk
     seq_lens[-2] = 1  # and so does the min
     got = run_splits(seq_lens, num_group=2, bare_max_num_seq=bare, dtype=torch.int32)
-    assert got == ref_splits(seq_lens, 2, 32, 8, 8, 132)
+    assert got in ref_splits_accepted(seq_lens, 2, 32, 8, 8, 132)
 
 
 @pytest.mark.parametrize("seq_lens, dtype", [
@@ -774,7 +786,7 @@ def test_splits_large_and_negative_values(seq_lens, dtype):
     """Negative lengths are outside the contract and left out of the statistics; their own
     cells get the formula with C division (pinned so compiled and interpreted runs agree)."""
     got = run_splits(seq_lens, num_group=2, dtype=dtype)
-    assert got == ref_splits(seq_lens, 2, 32, 8, 8, 132, row_cdiv=c_cdiv)
+    assert got in ref_splits_accepted(seq_lens, 2, 32, 8, 8, 132, row_cdiv=c_cdiv)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -783,7 +795,7 @@ def test_splits_large_and_negative_values(seq_lens, dtype):
 def test_splits_one_chunk_value_range(dtype, top, bare):
     seq_lens = [top, 0, 1, 2**29, 77, top - 5]
     got = run_splits(seq_lens, num_group=2, bare_max_num_seq=bare, dtype=dtype)
-    assert got == ref_splits(seq_lens, 2, 32, 8, 8, 132)
+    assert got in ref_splits_accepted(seq_lens, 2, 32, 8, 8, 132)
 
 
 @pytest.mark.parametrize("n", [255, 256, 257])
@@ -792,7 +804,7 @@ def test_splits_chunk_edge(n, dtype):
     g = torch.Generator().manual_seed(n)
     seq_lens = torch.randint(0, 9000, (n,), generator=g).tolist()
     for bare in (None, 256):
-        assert run_splits(seq_lens, bare_max_num_seq=bare, dtype=dtype) == ref_splits(seq_lens, 1, 32, 8, 8, 132)
+        assert run_splits(seq_lens, bare_max_num_seq=bare, dtype=dtype) in ref_splits_accepted(seq_lens, 1, 32, 8, 8, 132)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -808,14 +820,14 @@ def test_splits_huge_core_count(dtype, bare):
 def test_splits_launcher_strided(layouts):
     seq_lens = [777] * 5 if layouts[1] == "zero" else [10, 0, 5000, 64, 3]
     got = run_splits(seq_lens, num_group=2, num_head=16, num_kv_head=16, layouts=layouts)
-    assert got == ref_splits(seq_lens, 2, 16, 16, 8, 132)
+    assert got in ref_splits_accepted(seq_lens, 2, 16, 16, 8, 132)
 
 
 def test_splits_default_core_count():
     out = torch.zeros(2, dtype=torch.int32, device=DEVICE)
     get_num_kv_splits(out, torch.tensor([100000, 50000], device=DEVICE), 2, 1, 8, 8)
     cores = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 132
-    assert out.cpu().tolist() == ref_splits([100000, 50000], 1, 8, 8, 8, cores)
+    assert out.cpu().tolist() in ref_splits_accepted([100000, 50000], 1, 8, 8, 8, cores)
 
 
 def test_sglang_max_num_seq():
