@@ -24,6 +24,10 @@ from .ops import CONTRACTS, get_contract
 from .worker import Executor, make_executor
 
 
+# a progress line each second on a terminal, every 10 s into a log (nightly jobs)
+PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
+
+
 @dataclass
 class CampaignConfig:
     ops: list[str]
@@ -138,7 +142,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
                 now = time.monotonic()
-                if progress and now - last[0] >= 1.0:
+                if progress and now - last[0] >= PROGRESS_EVERY_S:
                     last[0] = now
                     rate = s.cases / max(now - t_op, 1e-9)
                     progress(f"[{op}] {s.cases} cases, {len(found)} findings, {rate:.0f} cases/s")
