@@ -66,7 +66,6 @@ class Saved:
     case: Case
     path: Path | None
     minimize_log: list[str] = field(default_factory=list)
-    verdict: Verdict | None = None
     minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
 
 
@@ -192,7 +191,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
             progress(f"  {finding.kind}: {sig} -> {res.path} ({res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
-    return Saved(f, case, path, log, verdict, seconds)
+    return Saved(f, case, path, log, seconds)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

@@ -302,6 +302,16 @@ def signature_predicate(target, sig):
     return still_fails
 
 
+def minimize_checked(case, still_fails, label):
+    """Minimize a real seed finding within 30 s to a fixpoint, with every candidate checked."""
+    pred_ = Checked(still_fails, case)
+    m = minimize(case, pred_, budget_s=30)
+    pred_.check(m)
+    print(f"\n{label}: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
+    assert m.seconds < 30 and m.complete
+    return m
+
+
 @pytest.mark.seed
 def test_seed_swa_non_contiguous_defect(seed_target):
     from kvfuzz.execute import run_case
@@ -312,12 +322,8 @@ def test_seed_swa_non_contiguous_defect(seed_target):
     sig = "decode_metadata:swa:mismatch:swa_page_table:all"
     assert sig in judge(case, run_case(seed_target, case, DEVICE)).signatures()
     still_fails = signature_predicate(seed_target, sig)
-    pred_ = Checked(still_fails, case)
-    m = minimize(case, pred_, budget_s=30)
-    pred_.check(m)
+    m = minimize_checked(case, still_fails, "swa decode")
     c = m.case
-    print(f"\nswa decode: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
-    assert m.seconds < 30 and m.complete
     assert c.tensors["seq_lens"].shape[0] <= 2
     assert c.scalars["max_seq_pages"] <= 129
     assert not c.tensors["swa_page_table"].is_contiguous  # the defect needs the layout
@@ -344,12 +350,7 @@ def test_seed_spec_out_of_bounds_write(seed_target):
     assert verdict.status == "out_of_contract"
     sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
     assert verdict.signatures() == [sig]
-    still_fails = signature_predicate(seed_target, sig)
-    pred_ = Checked(still_fails, case)
-    m = minimize(case, pred_, budget_s=30)
-    pred_.check(m)
+    m = minimize_checked(case, signature_predicate(seed_target, sig), "spec overflow")
     c = m.case
-    print(f"\nspec overflow: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
-    assert m.seconds < 30 and m.complete
     assert c.tensors["page_table_dst"].shape[0] <= 2
     assert judge(c, run_case(seed_target, c, DEVICE)).signatures() == [sig]

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_metadata import _int_arg, _tensor_arg
+from .decode_metadata import _I32, _INDEX, _INT32, _Tensor, _int_arg, _tensor_arg
 
 __all__ = ["get_num_kv_splits", "get_num_kv_splits_triton", "sglang_max_num_seq"]
 
@@ -32,11 +32,6 @@ __all__ = ["get_num_kv_splits", "get_num_kv_splits_triton", "sglang_max_num_seq"
 MAX_CHUNK = 1024
 # SM count assumed when the tensors are not on a CUDA device (an H200 has 132).
 CPU_CORE_COUNT = 132
-
-_Tensor = torch.Tensor
-_I32 = torch.int32
-_INT32 = (torch.int32,)
-_INDEX = (torch.int32, torch.int64)
 
 _SCALARS = ["num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits", "device_core_count"]
 

@@ -22,17 +22,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_metadata import _int_arg, _tensor_arg
+from .decode_metadata import _I32, _INDEX, _INT32, _Tensor, _int_arg, _tensor_arg
 
 __all__ = ["prepare_swa_spec_page_table_triton"]
 
 BLOCK_N = 256
 NUM_WARPS = 4
-
-_Tensor = torch.Tensor
-_I32 = torch.int32
-_INT32 = (torch.int32,)
-_INDEX = (torch.int32, torch.int64)
 
 
 _WIDTHS = ["width_dst", "width_a", "width_b"]  # runtime values, never compiled as constants

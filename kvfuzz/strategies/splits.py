@@ -3,8 +3,6 @@ rounding step of its arithmetic approached from both sides."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -78,14 +76,3 @@ def splits_out_of_contract(draw) -> Case:
     t["seq_lens"] = TensorSpec.contiguous("int64", lens.shape)
     return Case(OP, s, t, {"seq_lens": lens}, variant=case.variant, meta={"violation": kind})
 
-
-def float_step_boundary_lengths(dcc: int, count: int = 64) -> list[int]:
-    """max lengths where dcc * log2(mx / 64) lands within float32 error of an integer."""
-    out = []
-    for n in range(dcc, 40 * dcc):
-        mx = 64 * 2 ** (n / dcc)
-        if abs(mx - round(mx)) < 1e-3 * mx / dcc:
-            out.append(int(round(mx)))
-        if len(out) >= count:
-            break
-    return out or [int(math.ldexp(64, k)) for k in range(1, 8)]
