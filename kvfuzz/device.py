@@ -69,3 +69,14 @@ def describe(device: str) -> str:
 
         return torch.cuda.get_device_name()
     return "cpu (triton interpreter)"
+
+
+def identity(device: str) -> str:
+    """Which physical device this process runs on (the GPU's UUID), so a report can show that
+    two workers were pinned to two different GPUs."""
+    if device != "cuda":
+        return "cpu"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return f"GPU-{props.uuid}" if getattr(props, "uuid", None) is not None else f"cuda:{torch.cuda.current_device()}"

@@ -138,6 +138,10 @@ class CaseItem(pytest.Item):
         from .replay import Replayed, render
 
         ex, spec, device = self._executor()
+        # shows up in --junitxml: which GPU ran this case (pinning under xdist can be checked)
+        self.user_properties.append(("kvfuzz_device", f"{ex.description} {ex.identity}"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            self.user_properties.append(("kvfuzz_xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
         verdict = judge(self.saved.case, ex.run(self.saved.case, repeats=2))
         r = Replayed(self.saved, spec, device, verdict, ex.description)
         self.rendered = render(r)

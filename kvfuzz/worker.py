@@ -32,6 +32,7 @@ HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, repo
 
 class Executor(Protocol):
     description: str
+    identity: str  # the physical device (GPU UUID), see device.identity
     supported: dict[str, bool]
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome: ...
@@ -43,11 +44,13 @@ class InProcessExecutor:
     """Runs the target in this process: fastest, but a crash takes the process with it."""
 
     def __init__(self, target_spec: str, device: str) -> None:
+        from . import device as devmod
         from .targets import load_target
 
         self.target = load_target(target_spec, device)
         self.device = device
         self.description = self.target.description
+        self.identity = devmod.identity(device)
         self.supported = {op: self.target.supports(op) for op in self.target.entries} | {
             op: False for op in self.target.missing}
         self.missing = dict(self.target.missing)
@@ -69,6 +72,7 @@ class WorkerExecutor:
         self.restarts = 0
         info = self._start()
         self.description = info["description"]
+        self.identity = info["identity"]
         self.supported = {op: True for op in info["entries"]} | {op: False for op in info["missing"]}
         self.missing = info["missing"]
 
@@ -213,7 +217,7 @@ def _serve(spec: str, device: str) -> int:
     except BadInput as exc:
         send(("error", str(exc)))
         return 2
-    send(("ready", {"description": target.description, "entries": list(target.entries),
+    send(("ready", {"description": target.description, "identity": devmod.identity(dev), "entries": list(target.entries),
                     "missing": dict(target.missing)}))
     while True:
         head = proto_in.read(_HEADER.size)
