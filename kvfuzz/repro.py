@@ -419,7 +419,33 @@ def select_device(requested):
             raise UsageError("--device cuda, but TRITON_INTERPRET is set: unset it to run compiled kernels")
     else:
         os.environ["TRITON_INTERPRET"] = "1"
+        check_interpreter()
     return requested
+
+
+def check_interpreter():
+    """Refuse an interpreter that cannot run kernels here (triton 3.6 with numpy >= 2.4 fails
+    every loop over a runtime bound) instead of reporting a crash defect (as kvfuzz.device does)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _probe(out_ptr, n):
+        for i in range(n):
+            tl.store(out_ptr + i, i + 1)
+
+    out = torch.zeros(2, dtype=torch.int32)
+    try:
+        _probe[(1,)](out, 2)
+    except Exception as exc:
+        numpy = sys.modules.get("numpy")
+        raise UsageError(f"Triton {triton.__version__}'s interpreter fails with numpy "
+                         f"{getattr(numpy, '__version__', '?')} ({type(exc).__name__}: {_first_line(exc)}); "
+                         "use numpy<2.4 with triton 3.6, or --device cuda") from None
+    if out.tolist() != [1, 2]:
+        raise UsageError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "
+                         "it cannot be trusted here")
 
 
 # ---------------------------------------------------------------------------- loading

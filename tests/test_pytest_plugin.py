@@ -81,6 +81,7 @@ def test_outcomes_pass_strict_xfail_skip_and_unreadable(tmp_path):
     shutil.copytree(fixed, corpus / "b" / fixed.name)
     doc = json.loads((corpus / "b" / fixed.name / "case.json").read_text())
     doc["expected"], doc["reason"] = "xfail", "pretend this was a defect"
+    doc["device"] = DEVICE  # seen here: else it would be skipped as a defect of another device
     (corpus / "b" / fixed.name / "case.json").write_text(json.dumps(doc))
     # a case whose target file is not here
     away = corpus / "c" / good.name

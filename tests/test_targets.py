@@ -70,3 +70,33 @@ def test_kernels_defined_in_the_wrong_mode_are_refused(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "TargetLoadError" in out.stdout and "defined compiled" in out.stdout, out.stdout + out.stderr
+
+
+def _run_cli_with_broken_interpreter(tmp_path, break_with: str):
+    """`kvfuzz fuzz --device cpu` in a process whose Triton interpreter is broken the way
+    triton 3.6 + numpy >= 2.4 is (or computes a wrong answer): one line, exit 2."""
+    code = textwrap.dedent(f"""
+        import sys, triton.runtime.interpreter as interp
+        real = interp.GridExecutor.__call__
+        def broken(self, *args, **kwargs):
+            if {break_with!r} == "raise":
+                raise interp.InterpreterError("TypeError('only 0-dimensional arrays can be converted to Python scalars')")
+            return None  # stores nothing: the probe reads back zeros
+        interp.GridExecutor.__call__ = broken
+        from kvfuzz.cli import main
+        sys.exit(main(["fuzz", "--device", "cpu", "--budget", "5", "--report", {str(tmp_path / "r.json")!r}]))
+    """)
+    env = dict(__import__("os").environ, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("break_with, needle", [
+    ("raise", "only 0-dimensional arrays"),
+    ("wrong", "cannot be trusted here"),
+])
+def test_a_broken_triton_interpreter_is_refused_before_fuzzing(tmp_path, break_with, needle):
+    r = _run_cli_with_broken_interpreter(tmp_path, break_with)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "interpreter" in lines[0], r.stderr
+    assert not (tmp_path / "r.json").exists()  # nothing ran, nothing claimed
