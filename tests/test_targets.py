@@ -69,6 +69,8 @@ def test_kernels_defined_in_the_wrong_mode_are_refused(tmp_path):
     """)
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    if out.stdout.startswith("DeviceModeError") and "interpreter fails" in out.stdout:
+        pytest.skip(f"no working Triton interpreter on this machine: {out.stdout.strip()}")
     assert "TargetLoadError" in out.stdout and "defined compiled" in out.stdout, out.stdout + out.stderr
 
 
