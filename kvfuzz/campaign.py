@@ -78,6 +78,7 @@ class CampaignResult:
     saved: list[Saved]
     seconds: float
     device_name: str  # the GPU's name, or "cpu (triton interpreter)"
+    interrupted: bool = False  # stopped by SIGINT/SIGTERM: partial, findings unminimized
 
     @property
     def cases(self) -> int:
@@ -92,6 +93,7 @@ class CampaignResult:
             "device_name": self.device_name,
             "seed": self.config.seed,
             "seconds": round(self.seconds, 2),
+            "interrupted": self.interrupted,
             "cases": self.cases,
             "ops": {s.op: {"cases": s.cases, "shrink_runs": s.shrink_runs, "seconds": round(s.seconds, 2),
                            "by_status": s.by_status, "skipped": s.skipped} for s in self.stats},
@@ -127,6 +129,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     versions = environment_versions(None if device == "cpu" else devmod.describe(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
+    found: dict[str, Found] = {}  # the current op's findings, not yet saved
+    current: list[OpStats] = []  # the current op's stats as they grow (kept if interrupted)
+    interrupted = False
     try:
         per_op = cfg.budget_s / len(cfg.ops)
         for op in cfg.ops:
@@ -136,10 +141,12 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 if progress:
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
-            found: dict[str, Found] = {}
+            found = {}
+            current[:] = []
             last = [0.0]
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
+                current[:] = [s]
                 now = time.monotonic()
                 if progress and now - last[0] >= PROGRESS_EVERY_S:
                     last[0] = now
@@ -150,32 +157,47 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             s, found = fuzz_op(op, executor, seed=cfg.seed, budget_s=per_op, max_cases=cfg.max_cases,
                                in_contract_only=cfg.in_contract_only, variant=cfg.variant,
                                shrink_budget_s=cfg.minimize_budget_s / 2, known=found, on_case=on_case)
+            current[:] = []
             stats.append(s)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
-            for sig, f in found.items():
-                saved.append(_finish(f, executor, cfg, device, versions, store, progress))
+            for sig in list(found):
+                saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress))
+                del found[sig]
+    except KeyboardInterrupt:
+        # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
+        # unminimized, and still write the report
+        interrupted = True
+        if current:
+            current[0].seconds = time.monotonic() - t_op
+            stats.append(current[0])
+        if progress:
+            progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
+        for f in found.values():
+            saved.append(_finish(f, executor, cfg, device, versions, store, progress, interrupted=True))
     finally:
         executor.close()
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
-                            versions["gpu"])
+                            versions["gpu"], interrupted)
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result
 
 
 def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, versions: dict,
-            store: DirectoryCorpus | None, progress) -> Saved:
-    """kvfuzz's reducer after Hypothesis' shrink, then save the case."""
+            store: DirectoryCorpus | None, progress, interrupted: bool = False) -> Saved:
+    """kvfuzz's reducer after Hypothesis' shrink, then save the case. Interrupted: save the
+    case as it stands, without running anything (the finding was judged on this very case)."""
     sig = f.finding.signature
     case, log, seconds = f.case, [], 0.0
     budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
-    if budget > 0:
+    if budget > 0 and not interrupted:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds
-    verdict = judge(case, executor.run(case))
-    finding = next((x for x in verdict.findings if x.signature == sig), f.finding)
-    f.finding = finding
+    if not interrupted:
+        verdict = judge(case, executor.run(case))
+        f.finding = next((x for x in verdict.findings if x.signature == sig), f.finding)
+    finding = f.finding
     path = None
     if store is not None:
         external = cfg.target != "builtin"

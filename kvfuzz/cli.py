@@ -14,7 +14,9 @@ Only this module prints or exits; everything it calls is library code.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -94,6 +96,9 @@ def _target_device(p: argparse.ArgumentParser, default_target: str | None = "bui
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    # a job scheduler's SIGTERM ends a run like Ctrl-C: workers closed, findings and report kept
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main_thread else None
     try:
         return args.run(args)
     except BadInput as exc:
@@ -102,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvfuzz: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old)
 
 
 # commands ---------------------------------------------------------------------------------
@@ -126,7 +134,9 @@ def cmd_fuzz(args) -> int:
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}")
         print(f"  {x.found.finding.message}")
     print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings, target {args.target} "
-          f"on {result.device_name} in {result.seconds:.1f} s")
+          f"on {result.device_name} in {result.seconds:.1f} s" + (" (interrupted)" if result.interrupted else ""))
+    if result.interrupted and not result.saved:
+        return 130
     return 1 if result.saved else 0
 
 

@@ -28,6 +28,8 @@ from .execute import Outcome, RunResult, one_line, run_case
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, reported as a crash)
+# a worker that dies of these was stopped, not crashed by the kernel: the run is interrupted
+_STOPPED_FROM_OUTSIDE = ("killed by SIGTERM", "killed by SIGINT", "killed by SIGHUP")
 
 
 class Executor(Protocol):
@@ -166,6 +168,8 @@ class WorkerExecutor:
         if reply is None:
             reason = self._died_reason()
             self._kill()
+            if reason in _STOPPED_FROM_OUTSIDE:  # e.g. a scheduler's SIGTERM to the process group
+                raise KeyboardInterrupt(f"worker {reason}")
             return self._lost(DIED, reason, t0)
         outcome = reply[1]
         if outcome.device_lost:
@@ -199,6 +203,8 @@ def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s
 
 
 def _serve(spec: str, device: str) -> int:
+    # Ctrl-C reaches the whole process group: the parent decides, then closes our stdin
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything the target prints goes to the log, not into the protocol
     proto_in = sys.stdin.buffer

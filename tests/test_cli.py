@@ -128,3 +128,55 @@ def test_minimize_command(seed_path, tmp_path):
     assert small.minimized and small.finding.signature == f.signature
     assert small.case.tensors["seq_lens"].shape[0] <= 2 and small.minimize_log
     assert not small.case.tensors["swa_page_table"].is_contiguous  # the defect needs it
+
+
+WRONG_SPLITS = '''
+import os, time
+
+def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group, num_head, num_kv_head,
+                             max_kv_splits, device_core_count):
+    open({marker!r}, "a").close()  # tells the test the campaign is running cases
+    time.sleep(0.05)  # slow enough that the interrupt lands while the finding is being shrunk
+    num_kv_splits_ptr.fill_(1000)
+'''
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig):
+    """A scheduler's SIGTERM (or Ctrl-C) to the process group mid-run: the finding found so far
+    is saved (unminimized), the report is written and says so, no worker is left behind."""
+    import signal
+    import time
+
+    marker = tmp_path / "running"
+    kernels = tmp_path / "wrong_splits.py"
+    kernels.write_text(WRONG_SPLITS.format(marker=str(marker)))
+    corpus, report = tmp_path / "corpus", tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(kernels), "--op",
+                             "num_kv_splits", "--budget", "300", "--minimize-budget", "600", "--corpus", str(corpus),
+                             "--report", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # the first case fails at once: now it is being shrunk
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, getattr(signal, sig))  # the whole group, as `timeout` and Ctrl-C do
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, out + err  # a finding was saved
+    assert "(interrupted)" in out and "Traceback" not in err, out + err
+    doc = json.loads(report.read_text())
+    assert doc["interrupted"] is True and doc["cases"] >= 1
+    [finding] = doc["findings"]
+    assert finding["signature"] == "num_kv_splits:splits:mismatch:num_kv_splits:all"
+    assert finding["minimize_log"] == []
+    r = run("replay", finding["case"])  # the saved case is whole and still shows the defect
+    assert r.returncode == 1 and "mismatch" in r.stdout, r.stdout + r.stderr
+    with pytest.raises(ProcessLookupError):  # no worker left in the group
+        for _ in range(50):
+            os.killpg(proc.pid, 0)
+            time.sleep(0.2)

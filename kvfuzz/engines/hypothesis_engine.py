@@ -108,9 +108,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             stats.shrink_runs += 1
             verdict = judged(case)
             match = [f for f in verdict.findings if f.signature == state["sig"]]
-            if match:
+            if match:  # case and finding move together: an interrupt may save them any time
                 state["best"] = case
-                found[state["sig"]].finding = match[0]
+                found[state["sig"]].case, found[state["sig"]].finding = case, match[0]
             return bool(match)
 
         t_chunk = time.monotonic()
