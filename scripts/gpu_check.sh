@@ -48,8 +48,11 @@ run_builtin() {
         --budget "${BUILTIN_S:-120}" --seed 11 --report "$OUT/builtin.json" 2>&1 | grep -v "cases/s" | tail -6
 }
 run_seed() {
-    timeout $(( ${FUZZ_S:-45} + 60 )) python3 -m kvfuzz.cli fuzz --target "$KVFUZZ_SEED_PATH" --device cuda \
-        --budget "${FUZZ_S:-45}" --seed 2 --report "$OUT/seed.json" --minimize-budget 10 2>&1 | grep -v "cases/s" | tail -12
+    # minimizing comes on top of --budget; past the limit, SIGTERM: kvfuzz saves what it has
+    timeout -s TERM $(( ${FUZZ_S:-45} + 180 )) python3 -m kvfuzz.cli fuzz --target "$KVFUZZ_SEED_PATH" --device cuda \
+        --budget "${FUZZ_S:-45}" --seed 2 --report "$OUT/seed.json" --minimize-budget 10 \
+        --corpus /tmp/kvfuzz-seed-corpus 2>&1 | grep -v "cases/s" | tail -14
+    echo "exit ${PIPESTATUS[0]}"
 }
 run_bench() {
     timeout "${BENCH_S:-240}" python3 scripts/bench_kernels.py --seed-path "$KVFUZZ_SEED_PATH" \
