@@ -9,7 +9,10 @@ Also adds hand-written must-refuse cases (invalid page sizes) for the builtin ta
 fuzzes tests/fixtures/mutant_kernels.py (planted defects: invalid_accepted, input_modified,
 nondeterministic) so that every finding kind has a case: its deterministic findings are kept as
 strict xfail cases for the mutant (a self-check that the detectors still fire), and all of them
-as must-pass cases for builtin.
+as must-pass cases for builtin. Hand-written cases complete the set: must-refuse page sizes,
+and a float32 rounding boundary of num_kv_splits where the NumPy and torch oracles really do
+answer differently (an `oracle_disagreement` case: kvfuzz must accept both sides there, and
+only there). `--hand-only` rewrites just those.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kvfuzz import device as devmod
 from kvfuzz.campaign import CampaignConfig, run_campaign, stderr_progress
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions, read_case_dir
+from kvfuzz.findings import Finding
 
 SGLANG = "sglang==0.5.14"
 MUTANT = "tests/fixtures/mutant_kernels.py"
@@ -42,6 +47,28 @@ def invalid_page_size_case(ps: int) -> Case:
     return Case("decode_metadata", {"max_seq_pages": 3, "seq_len_delta": 0, "page_size": ps}, tensors, values)
 
 
+def rounding_disagreement_case() -> Case:
+    """NumPy's and torch's float32 log2 differ by one ulp at 341364 / 64; with 21 cores the
+    truncated ext_core_count is 260 or 259, and the answer 8 or 7 splits."""
+    C = TensorSpec.contiguous
+    return Case("num_kv_splits", {"num_seq": 1, "num_group": 1, "num_head": 37, "num_kv_head": 37,
+                                  "max_kv_splits": 8, "device_core_count": 21},
+                {"num_kv_splits": C("int32", (1,)), "seq_lens": C("int32", (1,))},
+                {"seq_lens": np.array([341364])})
+
+
+def save_hand_cases(store: DirectoryCorpus, device: str, versions: dict) -> None:
+    for ps in (48, 3, 0):
+        print(store.save(SavedCase(case=invalid_page_size_case(ps), finding=None, target="builtin",
+                                   device=device, versions=versions, origin="hand")).path)
+    disagreement = Finding("oracle_disagreement", "num_kv_splits", "splits", "num_kv_splits", "all",
+                           "num_kv_splits: NumPy (8) and torch (7) oracles disagree on a float32 rounding "
+                           "boundary of the log2 step; both answers must be accepted, here only",
+                           ({"index": [0], "numpy": 8, "torch": 7},))
+    print(store.save(SavedCase(case=rounding_disagreement_case(), finding=disagreement, target="builtin",
+                               device=device, versions=versions, origin="hand")).path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=180.0)
@@ -49,8 +76,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("corpora"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-seed", action="store_true", help="only the mutant campaign")
+    ap.add_argument("--hand-only", action="store_true", help="only the hand-written cases")
     args = ap.parse_args()
     store = DirectoryCorpus(args.out)
+    if args.hand_only:
+        device = devmod.select(args.device)
+        save_hand_cases(store, device, environment_versions(None if device == "cpu" else devmod.describe(device)))
+        return 0
     mutant = run_campaign(CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=args.device, budget_s=40,
                                          seed=args.seed, minimize_budget_s=10), progress=stderr_progress())
     versions = environment_versions(None if mutant.device == "cpu" else mutant.device_name)
@@ -72,9 +104,7 @@ def main() -> int:
         saved = read_case_dir(x.path)
         builtin = dataclasses.replace(saved, target="builtin", expected="pass", reason=None)
         print(store.save(builtin).path)
-    for ps in (48, 3, 0):
-        print(store.save(SavedCase(case=invalid_page_size_case(ps), finding=None, target="builtin",
-                                   device=result.device, versions=versions, origin="hand")).path)
+    save_hand_cases(store, result.device, versions)
     return 0
 
 

@@ -131,3 +131,24 @@ def test_boundary_alternatives_are_not_mismatches(written, kinds, tmp_path, devi
     case = cases.splits([1024], num_head=1, num_kv_head=1, dcc=1)
     verdict = judge(case, run_case(load_target(str(fake), device), case, device))
     assert [f.kind for f in verdict.findings] == kinds
+
+
+# NumPy's and torch's float32 log2 differ by one ulp at 341364 / 64 (on this CPU, and such
+# points exist for any two log2 implementations); with 21 cores the truncated product falls
+# on either side of 260, so the oracles answer 8 and 7 splits. corpora/ keeps this case.
+ROUNDING_DISAGREEMENT = dict(lens=[341364], num_head=37, num_kv_head=37, mks=8, dcc=21)
+
+
+def test_oracles_may_disagree_on_a_rounding_boundary_only_where_the_numpy_oracle_says_so(device):
+    case = cases.splits(**ROUNDING_DISAGREEMENT)
+    exp = numpy_ref.num_kv_splits(case)
+    assert exp.values["num_kv_splits"].tolist() == [8]
+    assert [a["num_kv_splits"].tolist() for a in exp.alternatives] == [[7]] and exp.boundary
+    builtin = __import__("kvfuzz.targets", fromlist=["load_target"]).load_target("builtin", device)
+    outcome = run_case(builtin, case, device)
+    assert outcome.torch_ref["num_kv_splits"].tolist() in ([8], [7])
+    assert judge(case, outcome).findings == []
+    # the detector itself: a torch answer on neither side of the boundary is a disagreement
+    outcome.torch_ref = {"num_kv_splits": np.array([6])}
+    assert [f.signature for f in judge(case, outcome).findings] == [
+        "num_kv_splits:splits:oracle_disagreement:num_kv_splits:all"]
