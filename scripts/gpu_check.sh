@@ -19,7 +19,7 @@ nvidia-smi -L
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"
 
 # between steps: a step cut by its time limit can leave workers behind that slow the next one
-tidy() { pkill -f "m kvfuzz.worker"; pkill -f "python3 -m pytest"; sleep 1; }
+tidy() { pkill -f "m kvfuzz.worker"; pkill -f "python3 -m pytest"; sleep 1; true; }
 step() { echo "== $1 ($(date +%T))"; }
 
 run_suite() {
