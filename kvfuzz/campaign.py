@@ -130,34 +130,32 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     stats: list[OpStats] = []
     saved: list[Saved] = []
     found: dict[str, Found] = {}  # the current op's findings, not yet saved
-    current: list[OpStats] = []  # the current op's stats as they grow (kept if interrupted)
+    current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     interrupted = False
     try:
         per_op = cfg.budget_s / len(cfg.ops)
         for op in cfg.ops:
-            if not executor.supported.get(op):
-                s = OpStats(op, skipped=executor.missing.get(op, "not provided by the target"))
+            if op in executor.missing:
+                s = OpStats(op, skipped=executor.missing[op])
                 stats.append(s)
                 if progress:
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
-            found = {}
-            current[:] = []
+            found, current, t_op = {}, OpStats(op), time.monotonic()
             last = [0.0]
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
-                current[:] = [s]
                 now = time.monotonic()
                 if progress and now - last[0] >= PROGRESS_EVERY_S:
                     last[0] = now
                     rate = s.cases / max(now - t_op, 1e-9)
                     progress(f"[{op}] {s.cases} cases, {len(found)} findings, {rate:.0f} cases/s")
 
-            t_op = time.monotonic()
             s, found = fuzz_op(op, executor, seed=cfg.seed, budget_s=per_op, max_cases=cfg.max_cases,
                                in_contract_only=cfg.in_contract_only, variant=cfg.variant,
-                               shrink_budget_s=cfg.minimize_budget_s / 2, known=found, on_case=on_case)
-            current[:] = []
+                               shrink_budget_s=cfg.minimize_budget_s / 2, known=found, on_case=on_case,
+                               stats=current)
+            current = None
             stats.append(s)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
@@ -168,9 +166,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
         # unminimized, and still write the report
         interrupted = True
-        if current:
-            current[0].seconds = time.monotonic() - t_op
-            stats.append(current[0])
+        if current is not None:
+            current.seconds = time.monotonic() - t_op
+            stats.append(current)
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
         for f in found.values():

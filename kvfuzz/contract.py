@@ -96,10 +96,6 @@ class Contract:
             raise AssertionError(f"Contract {self.name} needs args, variants and paths")
 
     @property
-    def default_variant(self) -> str:
-        return next(iter(self.variants))
-
-    @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.role == "out")
 

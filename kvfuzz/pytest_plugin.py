@@ -94,7 +94,7 @@ class BadCaseItem(pytest.Item):
         return self.path, None, self.name
 
 
-def _gpu_env(config: pytest.Config, device: str) -> dict[str, str]:
+def _gpu_env(device: str) -> dict[str, str]:
     """Under xdist with several GPUs, give each xdist worker its own GPU."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if device != "cuda" or not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
@@ -123,13 +123,13 @@ class CaseItem(pytest.Item):
         key = (spec, device)
         if key not in cache:
             try:
-                cache[key] = WorkerExecutor(spec, device, env=_gpu_env(config, device))
+                cache[key] = WorkerExecutor(spec, device, env=_gpu_env(device))
             except BadInput as exc:
                 cache[key] = f"target {spec} is not available here: {exc}"
         ex = cache[key]
         if isinstance(ex, str):
             pytest.skip(ex)
-        if not ex.supported.get(self.saved.case.op):
+        if self.saved.case.op in ex.missing:
             pytest.skip(f"target {spec} has no {self.saved.case.op}: {ex.missing.get(self.saved.case.op)}")
         return ex, spec, device
 

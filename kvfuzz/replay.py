@@ -32,7 +32,7 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
     spec = target or saved.target
     executor = make_executor(spec, dev, isolate=isolate)
     try:
-        if not executor.supported.get(saved.case.op):
+        if saved.case.op in executor.missing:
             from .errors import TargetLoadError
 
             raise TargetLoadError(f"target {spec} has no {saved.case.op}: {executor.missing.get(saved.case.op)}")

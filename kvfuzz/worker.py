@@ -35,7 +35,7 @@ _STOPPED_FROM_OUTSIDE = ("killed by SIGTERM", "killed by SIGINT", "killed by SIG
 class Executor(Protocol):
     description: str
     identity: str  # the physical device (GPU UUID), see device.identity
-    supported: dict[str, bool]
+    missing: dict[str, str]  # op -> why the target cannot run it; every other op it runs
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome: ...
 
@@ -53,8 +53,6 @@ class InProcessExecutor:
         self.device = device
         self.description = self.target.description
         self.identity = devmod.identity(device)
-        self.supported = {op: self.target.supports(op) for op in self.target.entries} | {
-            op: False for op in self.target.missing}
         self.missing = dict(self.target.missing)
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
@@ -75,7 +73,6 @@ class WorkerExecutor:
         info = self._start()
         self.description = info["description"]
         self.identity = info["identity"]
-        self.supported = {op: True for op in info["entries"]} | {op: False for op in info["missing"]}
         self.missing = info["missing"]
 
     # process management --------------------------------------------------------------
@@ -223,7 +220,7 @@ def _serve(spec: str, device: str) -> int:
     except BadInput as exc:
         send(("error", str(exc)))
         return 2
-    send(("ready", {"description": target.description, "identity": devmod.identity(dev), "entries": list(target.entries),
+    send(("ready", {"description": target.description, "identity": devmod.identity(dev),
                     "missing": dict(target.missing)}))
     while True:
         head = proto_in.read(_HEADER.size)

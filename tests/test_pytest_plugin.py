@@ -144,7 +144,7 @@ def test_xdist_workers_are_pinned_round_robin(monkeypatch, worker, visible, coun
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-    assert pytest_plugin._gpu_env(None, device) == expect
+    assert pytest_plugin._gpu_env(device) == expect
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA")

@@ -56,10 +56,12 @@ def chunk_seed(seed: int, op: str, chunk: int) -> int:
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int,
             in_contract_only: bool = False, variant: str | None = None, determinism_every: int = 10,
             shrink_budget_s: float = 20.0, known: dict[str, Found] | None = None,
-            on_case: Callable[[OpStats, Verdict], None] | None = None) -> tuple[OpStats, dict[str, Found]]:
+            on_case: Callable[[OpStats, Verdict], None] | None = None,
+            stats: OpStats | None = None) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op until the budget or the case count runs out. Returns stats and findings
-    keyed by signature (`known` is updated in place, so several ops can share it)."""
-    stats = OpStats(op)
+    keyed by signature (`known` and `stats` are updated in place: a caller interrupted midway
+    still holds what was found and counted)."""
+    stats = OpStats(op) if stats is None else stats
     found: dict[str, Found] = {} if known is None else known
     t0 = time.monotonic()
     deadline = t0 + budget_s

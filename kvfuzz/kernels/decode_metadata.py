@@ -31,11 +31,11 @@ Differences from the seed, all on purpose:
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import triton
 import triton.language as tl
+
+from ._args import _I32, _INDEX, _INT32, _Tensor, _int_arg, _tensor_arg
 
 __all__ = ["normal_decode_set_metadata"]
 
@@ -50,10 +50,6 @@ GENERAL_NUM_WARPS = 4
 PS1_BLOCK_COLS = PS1_SUM_BLOCK = 32 * PS1_NUM_WARPS
 GENERAL_BLOCK_COLS = GENERAL_SUM_BLOCK = 32 * GENERAL_NUM_WARPS
 
-_Tensor = torch.Tensor
-_I32 = torch.int32
-_INT32 = (torch.int32,)
-_INDEX = (torch.int32, torch.int64)
 # The dtypes of (cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
 # seq_lens) that the checks accept, for the fast path's single set lookup.
 _DECODE_DTYPES = frozenset((_I32, _I32, _I32, r, p, s) for r in _INDEX for p in _INDEX for s in _INDEX)
@@ -223,33 +219,6 @@ def _decode_metadata_general_strided_kernel(
 
 
 # --------------------------------------------------------------------------- host code
-
-
-def _int_arg(name, value):
-    """``value`` as a Python int, or ValueError. Never reads a tensor (no host sync)."""
-    if type(value) is int:
-        return value
-    if isinstance(value, (bool, torch.Tensor)):
-        raise ValueError(f"{name} must be a Python int, got {type(value).__name__}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a Python int, got {type(value).__name__}") from None
-
-
-def _tensor_arg(name, t, ndim, dtypes, device):
-    """Check rank, dtype and device of ``t`` (metadata only); return its shape."""
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    shape = t.shape
-    if len(shape) != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(shape)}")
-    if t.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise ValueError(f"{name} must be {want}, got {str(t.dtype).replace('torch.', '')}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name} is on {t.device}, but the other tensors are on {device}")
-    return shape
 
 
 def _decode_fast_check(cs, cu, pt, rtt, rpi, P, seq_lens, seq_len_delta, page_size, swa_pt, swa_map):

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_metadata import _I32, _INDEX, _INT32, _Tensor, _int_arg, _tensor_arg
+from ._args import _I32, _INDEX, _INT32, _Tensor, _int_arg, _tensor_arg
 
 __all__ = ["get_num_kv_splits", "get_num_kv_splits_triton", "sglang_max_num_seq"]
 
