@@ -12,6 +12,7 @@ import pytest
 from conftest import DEVICE, seed_kernel_path  # the device conftest selected for this process
 from hypothesis import HealthCheck, given, settings
 
+from kvfuzz.campaign import still_fails_fn
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.minimize import aliasing_consistent, contract_class, minimize, rank, relayout, tight
 from kvfuzz.ops import CONTRACTS
@@ -121,15 +122,21 @@ class Checked:
         assert m.steps_tried == len(self.calls)
 
 
+def checked_minimize(case, pred, **kw):
+    """minimize(case, pred), every candidate it tries checked (see Checked)."""
+    pred_ = Checked(pred, case)
+    m = minimize(case, pred_, **kw)
+    pred_.check(m)
+    return m
+
+
 # --------------------------------------------------------------------------- pure tests
 
 
 def test_decode_fake_predicate_shrinks_to_one_row_contiguous_int32():
     case = decode_case(lens=[100, 7, 150, 3, 160, 12])
     assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
-    pred_ = Checked(lambda c: 7 in c.values["seq_lens"] and c.scalars["max_seq_pages"] >= 2, case)
-    m = minimize(case, pred_)
-    pred_.check(m)
+    m = checked_minimize(case, lambda c: 7 in c.values["seq_lens"] and c.scalars["max_seq_pages"] >= 2)
     c = m.case
     assert m.complete and m.steps_tried > 0
     assert c.tensors["seq_lens"].shape == (1,) and int(c.values["seq_lens"][0]) == 7
@@ -170,9 +177,7 @@ def test_decode_block_edge_and_layout_kept_when_needed():
         return (s is not None and c.scalars["max_seq_pages"] > 128 and s.strides[0] < s.strides[1]
                 and s.shape[0] >= 2)
 
-    pred_ = Checked(pred, case)
-    m = minimize(case, pred_)
-    pred_.check(m)
+    m = checked_minimize(case, pred)
     c = m.case
     assert m.complete
     assert c.scalars["max_seq_pages"] == 129
@@ -201,9 +206,7 @@ def test_budget_runs_out():
 
 def test_nothing_to_do_returns_the_case():
     case = decode_case()
-    pred_ = Checked(lambda c: False, case)
-    m = minimize(case, pred_)
-    pred_.check(m)
+    m = checked_minimize(case, lambda c: False)
     assert m.complete and m.log == [] and m.case == case and m.steps_tried > 0
 
 
@@ -215,9 +218,7 @@ def test_spec_fake_predicate_keeps_overflowing_row():
         la, lb = c.values["seq_len_a"], c.values["seq_len_b"]
         return int(la[-1]) + int(lb[-1]) > c.tensors["page_table_dst"].shape[1]
 
-    pred_ = Checked(overflows_last_row, case)
-    m = minimize(case, pred_)
-    pred_.check(m)
+    m = checked_minimize(case, overflows_last_row)
     c = m.case
     assert m.complete
     assert c.scalars["speculative_num_draft_tokens"] == 1
@@ -234,9 +235,7 @@ def test_splits_fake_predicate():
     def pred(c):
         return c.scalars["num_group"] >= 2 and target in c.values["seq_lens"]
 
-    pred_ = Checked(pred, case)
-    m = minimize(case, pred_)
-    pred_.check(m)
+    m = checked_minimize(case, pred)
     c = m.case
     assert m.complete
     assert c.scalars["num_seq"] == 1 and c.tensors["seq_lens"].shape == (1,)
@@ -268,9 +267,8 @@ def test_any_strategy_case_terminates_and_keeps_its_class(op):
     @given(cases(op))
     def run(case):
         path = CONTRACTS[op].kernel_path(case)
-        pred_ = Checked(lambda c: CONTRACTS[op].kernel_path(c) == path and hash(c.digest()) % 3 != 0, case)
-        m = minimize(case, pred_, budget_s=20)
-        pred_.check(m)
+        m = checked_minimize(case, lambda c: CONTRACTS[op].kernel_path(c) == path and hash(c.digest()) % 3 != 0,
+                             budget_s=20)
         assert m.complete
         assert rank(m.case) <= rank(case)
         assert len(m.log) <= m.steps_tried
@@ -283,30 +281,14 @@ def test_any_strategy_case_terminates_and_keeps_its_class(op):
 
 @pytest.fixture(scope="module")
 def seed_target():
-    path = seed_kernel_path()
-    from kvfuzz.targets import load_target
+    from kvfuzz.worker import InProcessExecutor
 
-    return load_target(str(path), DEVICE)
-
-
-def signature_predicate(target, sig):
-    from kvfuzz.execute import run_case
-    from kvfuzz.judge import judge
-
-    def still_fails(c: Case) -> bool:
-        try:
-            return sig in judge(c, run_case(target, c, DEVICE)).signatures()
-        except Exception:
-            return False
-
-    return still_fails
+    return InProcessExecutor(str(seed_kernel_path()), DEVICE)
 
 
 def minimize_checked(case, still_fails, label):
     """Minimize a real seed finding within 30 s to a fixpoint, with every candidate checked."""
-    pred_ = Checked(still_fails, case)
-    m = minimize(case, pred_, budget_s=30)
-    pred_.check(m)
+    m = checked_minimize(case, still_fails, budget_s=30)
     print(f"\n{label}: {m.seconds:.2f} s, {m.steps_tried} runs, complete={m.complete}\n  " + "\n  ".join(m.log))
     assert m.seconds < 30 and m.complete
     return m
@@ -314,14 +296,13 @@ def minimize_checked(case, still_fails, label):
 
 @pytest.mark.seed
 def test_seed_swa_non_contiguous_defect(seed_target):
-    from kvfuzz.execute import run_case
     from kvfuzz.judge import judge
 
     case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="transposed", seed=0)
     assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
     sig = "decode_metadata:swa:mismatch:swa_page_table:all"
-    assert sig in judge(case, run_case(seed_target, case, DEVICE)).signatures()
-    still_fails = signature_predicate(seed_target, sig)
+    assert sig in judge(case, seed_target.run(case)).signatures()
+    still_fails = still_fails_fn(seed_target, sig)
     m = minimize_checked(case, still_fails, "swa decode")
     c = m.case
     assert c.tensors["seq_lens"].shape[0] <= 2
@@ -333,24 +314,22 @@ def test_seed_swa_non_contiguous_defect(seed_target):
 @pytest.mark.seed
 def test_seed_swa_contiguous_case_does_not_fail(seed_target):
     """The control: the same case with a contiguous swa_page_table shows no finding."""
-    from kvfuzz.execute import run_case
     from kvfuzz.judge import judge
 
     case = decode_case(B=5, P=300, ps=2, R=6, swa=True, swa_layout="contiguous", seed=0)
-    assert judge(case, run_case(seed_target, case, DEVICE)).signatures() == []
+    assert judge(case, seed_target.run(case)).signatures() == []
 
 
 @pytest.mark.seed
 def test_seed_spec_out_of_bounds_write(seed_target):
-    from kvfuzz.execute import run_case
     from kvfuzz.judge import judge
 
     case = spec_overflow_case()
-    verdict = judge(case, run_case(seed_target, case, DEVICE))
+    verdict = judge(case, seed_target.run(case))
     assert verdict.status == "out_of_contract"
     sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
     assert verdict.signatures() == [sig]
-    m = minimize_checked(case, signature_predicate(seed_target, sig), "spec overflow")
+    m = minimize_checked(case, still_fails_fn(seed_target, sig), "spec overflow")
     c = m.case
     assert c.tensors["page_table_dst"].shape[0] <= 2
-    assert judge(c, run_case(seed_target, c, DEVICE)).signatures() == [sig]
+    assert judge(c, seed_target.run(c)).signatures() == [sig]

@@ -24,9 +24,8 @@ CORPORA = REPO / "corpora"
 
 def builtin_pass_cases(n: int) -> list[Path]:
     """The first n must-pass builtin cases of the shipped corpus, one per op first."""
-    dirs = sorted(p.parent for p in CORPORA.glob("*/*/case.json"))
-    ok = [d for d in dirs if json.loads((d / "case.json").read_text())["target"] == "builtin"
-          and json.loads((d / "case.json").read_text())["expected"] == "pass"]
+    docs = {p.parent: json.loads(p.read_text()) for p in sorted(CORPORA.glob("*/*/case.json"))}
+    ok = [d for d, doc in docs.items() if doc["target"] == "builtin" and doc["expected"] == "pass"]
     by_op: dict[str, list[Path]] = {}
     for d in ok:
         by_op.setdefault(d.parent.name, []).append(d)
