@@ -73,9 +73,10 @@ def check_interpreter() -> None:
         _probe[(1,)](out, 2)
         ok = out.tolist() == [1, 2]
     except Exception as exc:  # the interpreter's own failure, whatever its type
+        from .execute import one_line  # execute imports this module
         raise DeviceModeError(
             f"Triton {triton.__version__}'s interpreter fails with numpy {numpy.__version__} "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); install the versions in "
+            f"({one_line(exc)}); install the versions in "
             "constraints/cpu.txt (triton 3.6 needs numpy<2.4) or run on a GPU") from None
     if not ok:
         raise DeviceModeError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "

@@ -29,7 +29,7 @@ _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, reported as a crash)
 # a worker that dies of these was stopped, not crashed by the kernel: the run is interrupted
-_STOPPED_FROM_OUTSIDE = ("killed by SIGTERM", "killed by SIGINT", "killed by SIGHUP")
+_STOPPED_FROM_OUTSIDE = (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP)  # exit codes
 
 
 class Executor(Protocol):
@@ -84,7 +84,7 @@ class WorkerExecutor:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env)
         reply = self._recv(time.monotonic() + max(self.timeout_s, 300.0))
         if reply is None:
-            raise TargetLoadError(f"worker for {self.target_spec} did not start: {self._died_reason()}")
+            raise TargetLoadError(f"worker for {self.target_spec} did not start: {_exit_reason(self._exit_code())}")
         kind, payload = reply
         if kind == "error":
             self._kill()
@@ -97,21 +97,14 @@ class WorkerExecutor:
             self.proc.wait()
         self.proc = None
 
-    def _died_reason(self) -> str:
-        code = None
+    def _exit_code(self) -> int | None:
+        """The worker's exit status once it has closed its pipe (None if it does not exit)."""
         if self.proc:
             try:
-                code = self.proc.wait(timeout=10)  # it closed its pipe: let it finish dying
+                return self.proc.wait(timeout=10)  # it closed its pipe: let it finish dying
             except subprocess.TimeoutExpired:
-                code = None
-        if code is None:
-            return "no reply"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exited with status {code}"
+                pass
+        return None
 
     def _log_tail(self, n: int = 6) -> str:
         try:
@@ -163,11 +156,11 @@ class WorkerExecutor:
         except (BrokenPipeError, OSError):
             reply = None
         if reply is None:
-            reason = self._died_reason()
+            code = self._exit_code()
             self._kill()
-            if reason in _STOPPED_FROM_OUTSIDE:  # e.g. a scheduler's SIGTERM to the process group
-                raise KeyboardInterrupt(f"worker {reason}")
-            return self._lost(DIED, reason, t0)
+            if code in _STOPPED_FROM_OUTSIDE:  # e.g. a scheduler's SIGTERM to the process group
+                raise KeyboardInterrupt(f"worker {_exit_reason(code)}")
+            return self._lost(DIED, _exit_reason(code), t0)
         outcome = reply[1]
         if outcome.device_lost:
             self._kill()
@@ -190,6 +183,17 @@ class WorkerExecutor:
             os.unlink(self.log.name)
         except OSError:
             pass
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "no reply"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
 
 
 def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s: float = 120.0) -> Executor:
