@@ -126,7 +126,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     device = devmod.select(cfg.device)
     executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s)
     store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
-    versions = environment_versions(None if device == "cpu" else devmod.describe(device))
+    versions = environment_versions(devmod.gpu_name(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
     found: dict[str, Found] = {}  # the current op's findings, not yet saved

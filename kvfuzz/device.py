@@ -102,6 +102,11 @@ def describe(device: str) -> str:
     return "cpu (triton interpreter)"
 
 
+def gpu_name(device: str) -> str | None:
+    """The GPU's name, None on the CPU (what `corpus.environment_versions` records)."""
+    return describe(device) if device == "cuda" else None
+
+
 def identity(device: str) -> str:
     """Which physical device this process runs on (the GPU's UUID), so a report can show that
     two workers were pinned to two different GPUs."""

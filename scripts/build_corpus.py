@@ -81,11 +81,11 @@ def main() -> int:
     store = DirectoryCorpus(args.out)
     if args.hand_only:
         device = devmod.select(args.device)
-        save_hand_cases(store, device, environment_versions(None if device == "cpu" else devmod.describe(device)))
+        save_hand_cases(store, device, environment_versions(devmod.gpu_name(device)))
         return 0
     mutant = run_campaign(CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=args.device, budget_s=40,
                                          seed=args.seed, minimize_budget_s=10), progress=stderr_progress())
-    versions = environment_versions(None if mutant.device == "cpu" else mutant.device_name)
+    versions = environment_versions(devmod.gpu_name(mutant.device))
     for x in mutant.saved:
         f = x.found.finding
         common = dict(case=x.case, finding=f, device=mutant.device, versions=versions, origin="hypothesis",
