@@ -141,10 +141,19 @@ def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group
 '''
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig):
+def _sigint(disposition):
+    """Start the child with SIGINT at `disposition`: a shell's background job (CI's runner, nohup)
+    starts with it ignored, and Python then never turns it into KeyboardInterrupt."""
+    import signal
+
+    return lambda: signal.signal(signal.SIGINT, getattr(signal, disposition))
+
+
+@pytest.mark.parametrize("sig, sigint_at_start", [("SIGTERM", "SIG_IGN"), ("SIGINT", "SIG_DFL")])
+def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sigint_at_start):
     """A scheduler's SIGTERM (or Ctrl-C) to the process group mid-run: the finding found so far
-    is saved (unminimized), the report is written and says so, no worker is left behind."""
+    is saved (unminimized), the report is written and says so, no worker is left behind. SIGTERM
+    is sent to a run started as a background job (SIGINT ignored), as schedulers start them."""
     import signal
     import time
 
@@ -155,7 +164,7 @@ def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(kernels), "--op",
                              "num_kv_splits", "--budget", "300", "--minimize-budget", "600", "--corpus", str(corpus),
                              "--report", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint(sigint_at_start))
     try:
         deadline = time.monotonic() + 300
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
