@@ -129,7 +129,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     versions = environment_versions(devmod.gpu_name(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
-    found: dict[str, Found] = {}  # the current op's findings, not yet saved
+    found: dict[str, Found] = {}  # the current op's findings, not yet saved minimized
+    first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept")
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     interrupted = False
     try:
@@ -151,16 +152,28 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     rate = s.cases / max(now - t_op, 1e-9)
                     progress(f"[{op}] {s.cases} cases, {len(found)} findings, {rate:.0f} cases/s")
 
+            def on_new(f: Found) -> None:
+                # on disk at once: a SIGKILL (OOM killer, a scheduler's hard stop) during the
+                # long shrink that follows must not lose the finding
+                if store is not None:
+                    try:
+                        res = store.save(_saved_case(f, f.case, cfg, device, versions))
+                        first_saved[f.finding.signature] = res.status
+                    except (OSError, BadInput) as exc:  # _finish saves again and reports it
+                        if progress:
+                            progress(f"  {f.finding.signature}: not saved yet: {exc}")
+
             s, found = fuzz_op(op, executor, seed=cfg.seed, budget_s=per_op, max_cases=cfg.max_cases,
                                in_contract_only=cfg.in_contract_only, variant=cfg.variant,
                                shrink_budget_s=cfg.minimize_budget_s / 2, known=found, on_case=on_case,
-                               stats=current)
+                               on_new=on_new, stats=current)
             current = None
             stats.append(s)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             for sig in list(found):
-                saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress))
+                saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
+                                     first_saved.get(sig)))
                 del found[sig]
     except KeyboardInterrupt:
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
@@ -172,7 +185,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
         for f in found.values():
-            saved.append(_finish(f, executor, cfg, device, versions, store, progress, interrupted=True))
+            saved.append(_finish(f, executor, cfg, device, versions, store, progress,
+                                 first_saved.get(f.finding.signature), interrupted=True))
     finally:
         executor.close()
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
@@ -182,10 +196,22 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     return result
 
 
+def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions: dict,
+                log: tuple[str, ...] = ()) -> SavedCase:
+    external = cfg.target != "builtin"
+    return SavedCase(
+        case=case.with_meta(seed=cfg.seed, first_seen=f.first.digest()), finding=f.finding, target=cfg.target,
+        device=device, versions=versions, origin="hypothesis", expected="xfail" if external else "pass",
+        reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
+        minimized=bool(log or f.shrunk_by), minimize_log=log)
+
+
 def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, versions: dict,
-            store: DirectoryCorpus | None, progress, interrupted: bool = False) -> Saved:
-    """kvfuzz's reducer after Hypothesis' shrink, then save the case. Interrupted: save the
-    case as it stands, without running anything (the finding was judged on this very case)."""
+            store: DirectoryCorpus | None, progress, first_saved: str | None = None,
+            interrupted: bool = False) -> Saved:
+    """kvfuzz's reducer after Hypothesis' shrink, then save the case over the one saved when
+    the finding was first seen. Interrupted: save the case as it stands, without running
+    anything (the finding was judged on this very case)."""
     sig = f.finding.signature
     case, log, seconds = f.case, [], 0.0
     budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
@@ -198,17 +224,10 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     finding = f.finding
     path = None
     if store is not None:
-        external = cfg.target != "builtin"
-        sc = SavedCase(
-            case=case.with_meta(seed=cfg.seed, first_seen=f.first.digest()), finding=finding, target=cfg.target,
-            device=device, versions=versions, origin="hypothesis",
-            expected="xfail" if external else "pass",
-            reason=f"known defect of {cfg.target}: {finding.message}" if external else None,
-            minimized=bool(log or f.shrunk_by), minimize_log=tuple(log))
-        res = store.save(sc)
+        res = store.save(_saved_case(f, case, cfg, device, versions, tuple(log)))
         path = res.path
-        if progress:
-            progress(f"  {finding.kind}: {sig} -> {res.path} ({res.status})")
+        if progress:  # "new" means new to the corpus, even though its first form was saved earlier
+            progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
     return Saved(f, case, path, log, seconds)

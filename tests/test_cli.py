@@ -65,6 +65,11 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
     doc = json.loads(report.read_text())
     finding = doc["findings"][0]
     assert finding["kind"] == "mismatch" and os.path.isdir(finding["case"])
+    # saved when first seen, then its minimized form over it: one case, minimized, reported new
+    from kvfuzz.corpus import read_case_dir
+    assert len(list(corpus.rglob("case.json"))) == len(doc["findings"])
+    assert read_case_dir(finding["case"]).minimized
+    assert f"-> {finding['case']} (new)" in p.stderr, p.stderr[-2000:]
     # replay: still fails on the seed (exit 1), passes on builtin (exit 0)
     r1 = run("replay", finding["case"])
     assert r1.returncode == 1 and "FAIL" in r1.stdout and "numpy=" in r1.stdout
@@ -149,12 +154,9 @@ def _sigint(disposition):
     return lambda: signal.signal(signal.SIGINT, getattr(signal, disposition))
 
 
-@pytest.mark.parametrize("sig, sigint_at_start", [("SIGTERM", "SIG_IGN"), ("SIGINT", "SIG_DFL")])
-def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sigint_at_start):
-    """A scheduler's SIGTERM (or Ctrl-C) to the process group mid-run: the finding found so far
-    is saved (unminimized), the report is written and says so, no worker is left behind. SIGTERM
-    is sent to a run started as a background job (SIGINT ignored), as schedulers start them."""
-    import signal
+def _fuzz_until_shrinking(tmp_path, sigint_at_start="SIG_DFL"):
+    """`kvfuzz fuzz` on a target whose every answer is wrong, in its own process group, returned
+    once its first finding is being shrunk (a long minimize budget keeps it there)."""
     import time
 
     marker = tmp_path / "running"
@@ -165,11 +167,31 @@ def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sig
                              "num_kv_splits", "--budget", "300", "--minimize-budget", "600", "--corpus", str(corpus),
                              "--report", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=_sigint(sigint_at_start))
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3)  # the first case fails at once: now it is being shrunk
+    return proc, corpus, report
+
+
+def _no_process_left(proc):
+    import time
+
+    with pytest.raises(ProcessLookupError):  # no worker left in the group
+        for _ in range(50):
+            os.killpg(proc.pid, 0)
             time.sleep(0.2)
-        time.sleep(3)  # the first case fails at once: now it is being shrunk
+
+
+@pytest.mark.parametrize("sig, sigint_at_start", [("SIGTERM", "SIG_IGN"), ("SIGINT", "SIG_DFL")])
+def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sigint_at_start):
+    """A scheduler's SIGTERM (or Ctrl-C) to the process group mid-run: the finding found so far
+    is saved (unminimized), the report is written and says so, no worker is left behind. SIGTERM
+    is sent to a run started as a background job (SIGINT ignored), as schedulers start them."""
+    import signal
+
+    proc, corpus, report = _fuzz_until_shrinking(tmp_path, sigint_at_start)
+    try:
         assert proc.poll() is None, proc.communicate()
         os.killpg(proc.pid, getattr(signal, sig))  # the whole group, as `timeout` and Ctrl-C do
         out, err = proc.communicate(timeout=120)
@@ -185,7 +207,29 @@ def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sig
     assert finding["minimize_log"] == []
     r = run("replay", finding["case"])  # the saved case is whole and still shows the defect
     assert r.returncode == 1 and "mismatch" in r.stdout, r.stdout + r.stderr
-    with pytest.raises(ProcessLookupError):  # no worker left in the group
-        for _ in range(50):
-            os.killpg(proc.pid, 0)
-            time.sleep(0.2)
+    _no_process_left(proc)
+
+
+def test_a_killed_fuzz_run_has_already_saved_its_finding(tmp_path):
+    """SIGKILL (the OOM killer, a scheduler's hard stop) leaves no chance to clean up: the finding
+    went to the corpus the moment it was seen, before the shrink it is killed in, and replays."""
+    import signal
+
+    from kvfuzz.corpus import iter_cases
+
+    proc, corpus, report = _fuzz_until_shrinking(tmp_path)
+    try:
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not report.exists()  # the report is lost with the process ...
+    [(path, saved)] = list(iter_cases(corpus))  # ... the finding is not
+    assert saved.finding.signature == "num_kv_splits:splits:mismatch:num_kv_splits:all"
+    assert not saved.minimized and saved.expected == "xfail"
+    r = run("replay", str(path))
+    assert r.returncode == 1 and "mismatch" in r.stdout, r.stdout + r.stderr
+    assert not [p for p in corpus.rglob(".tmp-*")]  # nothing half-written
+    _no_process_left(proc)

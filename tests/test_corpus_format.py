@@ -431,6 +431,17 @@ def test_dedup_keeps_the_smaller_case(tmp_path):
     assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
 
 
+def test_at_equal_size_a_minimized_case_replaces_one_saved_as_found(tmp_path):
+    # a campaign saves each finding when first seen, then its minimized form over it
+    store = DirectoryCorpus(tmp_path)
+    found, done = make_saved(make_case(W=2)), make_saved(make_case(W=2), minimized=True, minimize_log=("kept",))
+    assert store.save(found).status == "new"
+    assert store.save(done).status == "replaced" and store.load(found.key()) == done
+    assert store.save(found).status == "kept"  # never back to the unminimized one
+    assert store.save(make_saved(make_case(W=1))).status == "replaced"  # smaller still wins
+    assert store.load(found.key()) == make_saved(make_case(W=1))
+
+
 def test_a_smaller_replacement_keeps_the_xfail_triage(tmp_path):
     store = DirectoryCorpus(tmp_path)
     store.save(make_saved(make_case(W=6), expected="xfail", reason="issue 42"))

@@ -96,6 +96,12 @@ class CorpusStore(abc.ABC):
 # filesystem helpers --------------------------------------------------------------------------
 
 
+def _rank(saved: SavedCase) -> tuple:
+    """Which of two cases of one defect a corpus keeps: the smaller, and at equal size the one
+    the minimizer went through (a campaign saves a finding as found, then its minimized form)."""
+    return saved.case.size_key(), not saved.minimized
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -230,7 +236,7 @@ class DirectoryCorpus(CorpusStore):
             readable = []
             for p in old:
                 with contextlib.suppress(BadCaseFile):
-                    readable.append((read_case_dir(p).case.size_key(), p))
+                    readable.append((_rank(read_case_dir(p)), p))
             if readable:
                 _, best = min(readable)
                 os.rename(best, final)
@@ -260,7 +266,7 @@ class DirectoryCorpus(CorpusStore):
                             return SaveResult(key, final, "new")
                         continue  # a writer without the lock got there first: compare with it
                     existing = self._read_checked(final, key)  # unreadable: BadCaseFile, touch nothing
-                    if not saved.case.size_key() < existing.case.size_key():
+                    if not _rank(saved) < _rank(existing):
                         return SaveResult(key, final, "kept")
                     if existing.expected == "xfail" and saved.expected == "pass":
                         # triage belongs to the defect (the key), not to one example of it

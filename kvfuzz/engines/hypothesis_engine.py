@@ -57,10 +57,13 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             in_contract_only: bool = False, variant: str | None = None, determinism_every: int = 10,
             shrink_budget_s: float = 20.0, known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
+            on_new: Callable[[Found], None] | None = None,
             stats: OpStats | None = None) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op until the budget or the case count runs out. Returns stats and findings
     keyed by signature (`known` and `stats` are updated in place: a caller interrupted midway
-    still holds what was found and counted)."""
+    still holds what was found and counted). `on_new` sees each new finding as it is first
+    seen, before any shrinking (a campaign saves it there); it runs inside Hypothesis' test
+    function, so it must not raise."""
     stats = OpStats(op) if stats is None else stats
     found: dict[str, Found] = {} if known is None else known
     t0 = time.monotonic()
@@ -100,6 +103,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 new = [f for f in verdict.findings if f.signature not in found]
                 for f in new:
                     found[f.signature] = Found(f, case, case)
+                    if on_new:
+                        on_new(found[f.signature])
                 if new:
                     state.update(sig=new[0].signature, best=case, found_at=time.monotonic(),
                                  shrink_deadline=time.monotonic() + shrink_budget_s)
