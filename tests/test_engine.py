@@ -35,12 +35,18 @@ def test_same_seed_same_cases(device):
 
 def test_new_finding_is_shrunk_keeping_its_signature(seed_path, device):
     ex = WorkerExecutor(str(seed_path), device)  # the seed can take its process down
+    seen = []  # what on_new was shown: each finding once, as first seen, before any shrinking
+
+    def on_new(f):
+        seen.append((f.finding.signature, f.case.digest(), f.first.digest(), list(f.shrunk_by)))
     try:
         stats, found = fuzz_op("swa_spec_page_table", ex, seed=1, budget_s=30, max_cases=400,
-                               in_contract_only=True)
+                               in_contract_only=True, on_new=on_new)
     finally:
         ex.close()
     assert found, "the seed's strided seq_len defect should show within 400 in-contract cases"
+    assert sorted(sig for sig, *_ in seen) == sorted(found)
+    assert all(case == found[sig].first.digest() == first and by == [] for sig, case, first, by in seen)
     for sig, f in found.items():
         assert f.finding.signature == sig
         if f.shrunk_by:
