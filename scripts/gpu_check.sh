@@ -49,10 +49,14 @@ run_builtin() {
 }
 run_seed() {
     # minimizing comes on top of --budget; past the limit, SIGTERM: kvfuzz saves what it has
+    rm -rf /tmp/kvfuzz-seed-corpus
     timeout -s TERM $(( ${FUZZ_S:-45} + 180 )) python3 -m kvfuzz.cli fuzz --target "$KVFUZZ_SEED_PATH" --device cuda \
         --budget "${FUZZ_S:-45}" --seed 2 --report "$OUT/seed.json" --minimize-budget 10 \
         --corpus /tmp/kvfuzz-seed-corpus 2>&1 | grep -v "cases/s" | tail -14
     echo "exit ${PIPESTATUS[0]}"
+    # each finding was saved when first seen, then its minimized form over it: one case each
+    python3 -c "import sys; from kvfuzz.corpus import iter_cases; r = [s for _, s in iter_cases(sys.argv[1])]; \
+print(len(r), 'corpus cases,', sum(getattr(s, 'minimized', False) for s in r), 'minimized')" /tmp/kvfuzz-seed-corpus
 }
 run_bench() {
     timeout "${BENCH_S:-240}" python3 scripts/bench_kernels.py --seed-path "$KVFUZZ_SEED_PATH" \
