@@ -159,7 +159,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     try:
                         res = store.save(_saved_case(f, f.case, cfg, device, versions))
                         first_saved[f.finding.signature] = res.status
-                    except (OSError, BadInput) as exc:  # _finish saves again and reports it
+                    except (OSError, ValueError, BadInput) as exc:  # _finish saves again, and fails loudly
                         if progress:
                             progress(f"  {f.finding.signature}: not saved yet: {exc}")
 
