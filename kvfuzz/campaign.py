@@ -18,6 +18,7 @@ from .case import Case
 from .corpus import DirectoryCorpus, SavedCase, environment_versions
 from .engines.hypothesis_engine import Found, OpStats, fuzz_op
 from .errors import BadInput
+from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
@@ -67,6 +68,7 @@ class Saved:
     path: Path | None
     minimize_log: list[str] = field(default_factory=list)
     minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
+    save_error: str | None = None  # the corpus refused it (say, its slot holds an unreadable case)
 
 
 @dataclass
@@ -103,6 +105,7 @@ class CampaignResult:
                 "signature": x.found.finding.signature,
                 "message": x.found.finding.message,
                 "case": str(x.path) if x.path else None,
+                "save_error": x.save_error,
                 "shrunk_by": x.found.shrunk_by,
                 "minimize_log": x.minimize_log,
                 "minimize_seconds": round(x.minimize_seconds, 2),
@@ -222,15 +225,21 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         verdict = judge(case, executor.run(case))
         f.finding = next((x for x in verdict.findings if x.signature == sig), f.finding)
     finding = f.finding
-    path = None
+    path, error = None, None
     if store is not None:
-        res = store.save(_saved_case(f, case, cfg, device, versions, tuple(log)))
-        path = res.path
-        if progress:  # "new" means new to the corpus, even though its first form was saved earlier
-            progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
+        try:
+            res = store.save(_saved_case(f, case, cfg, device, versions, tuple(log)))
+        except (OSError, ValueError, BadInput) as exc:  # one refused save must not cost the others
+            error = one_line(exc)
+            if progress:
+                progress(f"  {finding.kind}: {sig}: NOT SAVED: {error}")
+        else:
+            path = res.path
+            if progress:  # "new": new to the corpus, though its first form was saved earlier
+                progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
-    return Saved(f, case, path, log, seconds)
+    return Saved(f, case, path, log, seconds, error)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

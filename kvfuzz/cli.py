@@ -130,7 +130,7 @@ def cmd_fuzz(args) -> int:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s"
         print(f"{s.op}: {status}")
     for x in result.saved:
-        where = f" -> {x.path}" if x.path else ""
+        where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}")
         print(f"  {x.found.finding.message}")
     print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings, target {args.target} "

@@ -233,3 +233,25 @@ def test_a_killed_fuzz_run_has_already_saved_its_finding(tmp_path):
     assert r.returncode == 1 and "mismatch" in r.stdout, r.stdout + r.stderr
     assert not [p for p in corpus.rglob(".tmp-*")]  # nothing half-written
     _no_process_left(proc)
+
+
+def test_a_finding_the_corpus_refuses_is_reported_and_the_run_goes_on(tmp_path):
+    """The finding's slot holds an unreadable case: that case is left as it is (never replaced by
+    a guess), the finding is still reported with the reason it was not saved, the run ends normally."""
+    import hashlib
+
+    kernels = tmp_path / "wrong_splits.py"
+    kernels.write_text(WRONG_SPLITS.format(marker=str(tmp_path / "running")))
+    sig = "num_kv_splits:splits:mismatch:num_kv_splits:all"
+    slot = tmp_path / "corpus" / "num_kv_splits" / hashlib.sha256(f"{sig}|{kernels}".encode()).hexdigest()[:16]
+    slot.mkdir(parents=True)
+    (slot / "case.json").write_text("{")
+    report = tmp_path / "r.json"
+    p = run("fuzz", "--target", str(kernels), "--op", "num_kv_splits", "--budget", "3", "--minimize-budget", "2",
+            "--corpus", str(tmp_path / "corpus"), "--report", str(report))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    [finding] = json.loads(report.read_text())["findings"]
+    assert finding["signature"] == sig and finding["case"] is None
+    assert "case.json" in finding["save_error"], finding
+    assert f"FINDING mismatch {sig} (NOT SAVED: " in p.stdout, p.stdout
+    assert (slot / "case.json").read_text() == "{" and sorted(p.name for p in slot.iterdir()) == ["case.json"]
