@@ -101,6 +101,8 @@ def main() -> int:
                          minimize_budget_s=30.0)
     result = run_campaign(cfg, progress=stderr_progress())
     for x in result.saved:
+        if x.path is None:  # the corpus refused it; the campaign already said why
+            continue
         saved = read_case_dir(x.path)
         builtin = dataclasses.replace(saved, target="builtin", expected="pass", reason=None)
         print(store.save(builtin).path)
