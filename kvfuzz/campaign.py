@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import device as devmod
 from .case import Case
-from .corpus import DirectoryCorpus, SavedCase, environment_versions
+from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
 from .engines.hypothesis_engine import Found, OpStats, fuzz_op
 from .errors import BadInput
 from .execute import one_line
@@ -159,12 +159,11 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 # on disk at once: a SIGKILL (OOM killer, a scheduler's hard stop) during the
                 # long shrink that follows must not lose the finding
                 if store is not None:
-                    try:
-                        res = store.save(_saved_case(f, f.case, cfg, device, versions))
+                    res, error = _try_save(store, _saved_case(f, f.case, cfg, device, versions))
+                    if res is not None:
                         first_saved[f.finding.signature] = res.status
-                    except (OSError, ValueError, BadInput) as exc:  # _finish saves again, and fails loudly
-                        if progress:
-                            progress(f"  {f.finding.signature}: not saved yet: {exc}")
+                    elif progress:  # _finish saves again, and reports it
+                        progress(f"  {f.finding.signature}: not saved yet: {error}")
 
             s, found = fuzz_op(op, executor, seed=cfg.seed, budget_s=per_op, max_cases=cfg.max_cases,
                                in_contract_only=cfg.in_contract_only, variant=cfg.variant,
@@ -199,6 +198,15 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     return result
 
 
+def _try_save(store: DirectoryCorpus, sc: SavedCase) -> tuple[SaveResult | None, str | None]:
+    """`store.save`, or why it refused (say, the slot holds an unreadable case): one refused
+    save must not cost the run its other findings."""
+    try:
+        return store.save(sc), None
+    except (OSError, ValueError, BadInput) as exc:
+        return None, one_line(exc)
+
+
 def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions: dict,
                 log: tuple[str, ...] = ()) -> SavedCase:
     external = cfg.target != "builtin"
@@ -227,10 +235,8 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     finding = f.finding
     path, error = None, None
     if store is not None:
-        try:
-            res = store.save(_saved_case(f, case, cfg, device, versions, tuple(log)))
-        except (OSError, ValueError, BadInput) as exc:  # one refused save must not cost the others
-            error = one_line(exc)
+        res, error = _try_save(store, _saved_case(f, case, cfg, device, versions, tuple(log)))
+        if res is None:
             if progress:
                 progress(f"  {finding.kind}: {sig}: NOT SAVED: {error}")
         else:

@@ -238,12 +238,17 @@ def test_a_killed_fuzz_run_has_already_saved_its_finding(tmp_path):
 def test_a_finding_the_corpus_refuses_is_reported_and_the_run_goes_on(tmp_path):
     """The finding's slot holds an unreadable case: that case is left as it is (never replaced by
     a guess), the finding is still reported with the reason it was not saved, the run ends normally."""
-    import hashlib
+    import cases
+    from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
+    from kvfuzz.findings import Finding
 
     kernels = tmp_path / "wrong_splits.py"
     kernels.write_text(WRONG_SPLITS.format(marker=str(tmp_path / "running")))
-    sig = "num_kv_splits:splits:mismatch:num_kv_splits:all"
-    slot = tmp_path / "corpus" / "num_kv_splits" / hashlib.sha256(f"{sig}|{kernels}".encode()).hexdigest()[:16]
+    f = Finding("mismatch", "num_kv_splits", "splits", "num_kv_splits", "all", "wrong")
+    sig = f.signature
+    slot = DirectoryCorpus(tmp_path / "corpus").path_for(SavedCase(  # where the finding will be saved
+        case=cases.splits([5]), finding=f, target=str(kernels), device="cpu", versions=environment_versions(),
+        origin="hypothesis", expected="xfail", reason="wrong"))
     slot.mkdir(parents=True)
     (slot / "case.json").write_text("{")
     report = tmp_path / "r.json"
