@@ -9,6 +9,8 @@ how the device rounds that step gets the other possible answers as `alternatives
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
+from functools import lru_cache
 
 import numpy as np
 
@@ -125,10 +127,31 @@ def num_kv_splits_stats(case: Case) -> tuple[int, int]:
     return max(live), min(live)
 
 
+@lru_cache(maxsize=4096)
+def log2_f32(x: float) -> np.float32:
+    """log2 of a float32, correctly rounded to float32, the same on every machine.
+
+    NumPy's float32 log2 is not: it takes a SIMD path chosen by the host's CPU features and
+    may land one ulp off (12.380952 instead of 12.380951 at 5333.8125 on one x86 host), which
+    moved the oracle's answer across a rounding boundary of `num_kv_splits`. Here log2 is
+    computed in decimal arithmetic at 50 digits (software, deterministic) and rounded to the
+    nearest float32 by comparing exact decimal distances."""
+    x32 = np.float32(x)
+    with localcontext() as ctx:
+        ctx.prec = 50
+        exact = Decimal(float(x32)).ln() / Decimal(2).ln()
+    near = np.float32(float(exact))
+    candidates = (np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf)))
+    return min(candidates, key=lambda c: abs(Decimal(float(c)) - exact))
+
+
 def ext_core_count_range(mx: int, device_core_count: int) -> tuple[int, int, int]:
-    """The float32 step: (exact, lowest possible, highest possible) over device log2 error."""
+    """The float32 step: (exact, lowest possible, highest possible) over device log2 error.
+
+    "exact" uses the correctly rounded float32 log2, so the answer and its accepted
+    alternatives depend on the case only, never on the host's libm or SIMD paths."""
     x = np.float32(np.float32(mx) / np.float32(64.0))
-    lg = np.log2(x, dtype=np.float32)
+    lg = log2_f32(float(x))
     dcc = np.float32(device_core_count)
 
     def step(l: float) -> int:
