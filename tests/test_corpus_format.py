@@ -484,6 +484,88 @@ def test_save_recovers_from_a_replace_that_died_halfway(tmp_path):
     assert not dot_entries(tmp_path, ".old-")
 
 
+def test_the_next_save_of_a_key_clears_what_dead_writers_left_of_it(tmp_path):
+    store = DirectoryCorpus(tmp_path)
+    saved = make_saved(make_case(W=3))
+    key, other = saved.key(), make_saved(f=finding(where="other")).key()
+    path = store.save(saved).path
+    op_dir = path.parent
+    half = op_dir / f".tmp-{key}-dead1"  # killed while writing its case
+    half.mkdir()
+    (half / "case.json").write_text("{")
+    swapped_out = op_dir / f".tmp-{key}-dead2"  # killed after an exchange, before removing the old case
+    swapped_out.mkdir()
+    write_case_dir(make_saved(make_case(W=5)), swapped_out)
+    (op_dir / f".old-{key}-dead3").mkdir()  # killed after a two-rename replace, before the cleanup
+    (op_dir / f".del-{key}-dead4").mkdir()  # killed while deleting
+    theirs = op_dir / f".tmp-{other}-dead5"  # another key's: left for that key's next save
+    theirs.mkdir()
+    assert store.save(make_saved(make_case(W=9))).status == "kept"
+    assert sorted(p.name for p in op_dir.iterdir() if not p.name.endswith(".lock")) == sorted([key, theirs.name])
+    assert store.load(key) == saved
+
+
+def test_a_replace_never_leaves_the_key_missing(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    path = store.save(make_saved(make_case(W=5))).path
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    if not store_mod._exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("this filesystem cannot exchange two directories")
+    renames = []
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: renames.append((a, b)) or real_rename(a, b))
+    assert store.save(make_saved(make_case(W=1))).status == "replaced"
+    assert renames == []  # one exchange, no rename aside: the path always holds a whole case
+    assert store.load(make_saved().key()) == make_saved(make_case(W=1)) and path.is_dir()
+    assert not dot_entries(tmp_path / OP, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_without_exchange_a_replace_renames_the_old_case_aside_first(tmp_path, monkeypatch):
+    # as on a filesystem (NFS) or OS that cannot exchange two directories
+    monkeypatch.setattr(store_mod, "_renameat2", None)
+    store = DirectoryCorpus(tmp_path)
+    store.save(make_saved(make_case(W=5), expected="xfail", reason="bug 7"))
+    assert store.save(make_saved(make_case(W=1))).status == "replaced"
+    back = store.load(make_saved().key())
+    assert back.case == make_case(W=1) and (back.expected, back.reason) == ("xfail", "bug 7")
+    assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_a_case_replaced_while_it_is_read_is_read_again(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    store.save(make_saved(make_case(W=5)))
+    small = make_saved(make_case(W=1))
+    real_read = store_mod.read_case_dir
+    raced = []
+
+    def read_then_replaced(path):
+        got = real_read(path)
+        if not raced:  # a concurrent save replaces the case before our read is done
+            raced.append(got)
+            assert store.save(small).status == "replaced"
+        return got
+
+    monkeypatch.setattr(store_mod, "read_case_dir", read_then_replaced)
+    assert [item for _, item in iter_cases(tmp_path)] == [small]
+    assert raced == [make_saved(make_case(W=5))]  # what the first read got: not returned
+
+
+def test_a_case_deleted_while_it_is_read_is_not_reported_broken(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    keep = store.save(make_saved(f=finding(where="keep"))).path
+    gone = store.save(make_saved(f=finding(where="gone"))).key
+    real_read = store_mod.read_case_dir
+
+    def deleted_meanwhile(path):
+        if path.name == gone and gone in store:  # a concurrent delete, between the two files
+            store.delete(gone)
+            raise BadCaseFile(path / "tensors.npz", "missing tensors.npz")
+        return real_read(path)
+
+    monkeypatch.setattr(store_mod, "read_case_dir", deleted_meanwhile)
+    assert [p for p, _ in iter_cases(tmp_path)] == [keep]
+
+
 def test_delete(tmp_path):
     store = DirectoryCorpus(tmp_path)
     key = store.save(make_saved()).key
