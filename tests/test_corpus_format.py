@@ -709,19 +709,75 @@ def test_prune_removes_only_xfail_cases_that_no_longer_fail(tmp_path):
         replayed.append(saved.finding.where)
         return saved.finding.where != "fixed"
 
-    assert prune(tmp_path, still_fails, apply=False) == [(fixed, "would remove (no longer fails)")]
+    assert prune(tmp_path, still_fails, apply=False, device="cpu") == [(fixed, "would remove (no longer fails)")]
     assert fixed.exists() and sorted(replayed) == ["fixed", "still"]  # pass cases are not replayed
-    assert prune(tmp_path, still_fails, apply=True) == [(fixed, "removed (no longer fails)")]
+    assert prune(tmp_path, still_fails, apply=True, device="cpu") == [(fixed, "removed (no longer fails)")]
     assert not fixed.exists() and still.exists() and passing.exists()
     assert not dot_entries(tmp_path, ".del-")
-    assert prune(tmp_path, still_fails, apply=True) == []
+    assert prune(tmp_path, still_fails, apply=True, device="cpu") == []
+
+
+@pytest.mark.parametrize("here, other", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_prune_neither_replays_nor_deletes_a_case_seen_on_another_device(tmp_path, here, other):
+    # e.g. an interpreter-only segfault (seen on cpu) does not show on a GPU: that proves nothing
+    store = DirectoryCorpus(tmp_path)
+    elsewhere = store.save(make_saved(f=finding(where="elsewhere"), device=other, expected="xfail", reason="bug 1")).path
+    gone = store.save(make_saved(f=finding(where="gone"), device=here, expected="xfail", reason="bug 2")).path
+    store.save(make_saved(f=finding(where="pass"), device=other))  # expected pass: not pruned, not listed
+    replayed = []
+
+    def still_fails(saved: SavedCase) -> bool:  # no defect shows anywhere any more
+        replayed.append(saved.finding.where)
+        return False
+
+    skipped = (elsewhere, f"skipped (defect seen on {other}, not replayed on {here}: prune it on {other})")
+    for apply, action in ((False, "would remove (no longer fails)"), (True, "removed (no longer fails)")):
+        replayed.clear()
+        assert sorted(prune(tmp_path, still_fails, apply=apply, device=here)) == sorted([skipped, (gone, action)])
+        assert replayed == ["gone"]
+    assert elsewhere.exists() and not gone.exists()
+    assert prune(tmp_path, still_fails, apply=True, device=other) == [(elsewhere, "removed (no longer fails)")]
+
+
+def test_prune_needs_the_device_it_replays_on(tmp_path):
+    with pytest.raises(TypeError):
+        prune(tmp_path, lambda s: False, apply=True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="device must be one of"):
+        prune(tmp_path, lambda s: False, device="auto")
+
+
+def test_corpus_prune_command_lists_why_it_skipped_a_case(tmp_path, monkeypatch, capsys, device):
+    import kvfuzz.replay
+    from kvfuzz.cli import main
+
+    other = "cuda" if device == "cpu" else "cpu"
+    store = DirectoryCorpus(tmp_path)
+    elsewhere = store.save(make_saved(f=finding(where="elsewhere"), device=other, expected="xfail", reason="b1")).path
+    here = store.save(make_saved(f=finding(where="here"), device=device, expected="xfail", reason="b2")).path
+    replayed = []
+
+    class Replayed:
+        same_defect = False
+
+    def fake_replay(saved, target, dev, **kw):
+        replayed.append((saved.finding.where, dev))
+        return Replayed()
+
+    monkeypatch.setattr(kvfuzz.replay, "replay", fake_replay)
+    assert main(["corpus", "prune", str(tmp_path), "--device", device, "--apply"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert replayed == [("here", device)]
+    assert f"skipped (defect seen on {other}, not replayed on {device}: prune it on {other})  {elsewhere}" in out
+    assert f"removed (no longer fails)  {here}" in out
+    assert out[-1] == f"1 xfail cases no longer fail on {device}, 1 skipped"
+    assert elsewhere.exists() and not here.exists()
 
 
 def test_prune_never_touches_unreadable_cases(tmp_path):
     store = DirectoryCorpus(tmp_path)
     path = store.save(make_saved(expected="xfail", reason="bug")).path
     (path / "case.json").write_text("{")
-    actions = prune(tmp_path, lambda s: False, apply=True)
+    actions = prune(tmp_path, lambda s: False, apply=True, device="cpu")
     assert len(actions) == 1 and actions[0][0] == path and actions[0][1].startswith("skipped (unreadable")
     assert path.exists()
 

@@ -488,25 +488,47 @@ def merge(sources: PathLike | Iterable[PathLike], dest: CorpusStore | PathLike) 
 
 WOULD_REMOVE = "would remove (no longer fails)"
 REMOVED = "removed (no longer fails)"
+DEVICES = ("cpu", "cuda")
+
+
+def skipped_other_device(seen_on: str, device: str) -> str:
+    """prune's action for an xfail case whose defect was seen on another device."""
+    return (f"skipped (defect seen on {seen_on}, not replayed on {device}: "
+            f"prune it on {seen_on})")
 
 
 def prune(
     paths: PathLike | Iterable[PathLike],
     still_fails: Callable[[SavedCase], bool],
     apply: bool = False,
+    *,
+    device: str,
 ) -> list[tuple[Path, str]]:
     """Find xfail cases whose defect no longer shows (`still_fails(saved)` is False).
 
-    Returns (path, action) for each of them, and for each unreadable case (never touched).
-    With `apply=True` the no-longer-failing ones are deleted (renamed aside, then removed).
-    Cases expected to pass are not replayed: they are the regression suite proper.
+    `device` ("cpu" or "cuda") is where `still_fails` replays. A case whose defect was seen
+    on the other device (`SavedCase.device`) is neither replayed nor deleted: a defect may show
+    on one device only (a wild read that segfaults the CPU interpreter, a race on the GPU), so
+    not seeing it here says nothing. Such cases are reported as skipped, with the reason.
+
+    Returns (path, action) for each no-longer-failing case, each case skipped for its device
+    and each unreadable case (never touched). With `apply=True` the no-longer-failing ones
+    are deleted (renamed aside, then removed). Cases expected to pass are not replayed: they
+    are the regression suite proper.
     """
+    if device not in DEVICES:
+        raise ValueError(f"prune: device must be one of {DEVICES} (where still_fails replays), got {device!r}")
     actions = []
     for path, item in iter_cases(paths):
         if isinstance(item, BadCaseFile):
             actions.append((path, f"skipped (unreadable: {item.why})"))
             continue
-        if item.expected != "xfail" or still_fails(item):
+        if item.expected != "xfail":
+            continue
+        if item.device != device:
+            actions.append((path, skipped_other_device(item.device, device)))
+            continue
+        if still_fails(item):
             continue
         if apply:
             _remove_case_dir(path)
