@@ -9,6 +9,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -528,6 +529,36 @@ def test_without_exchange_a_replace_renames_the_old_case_aside_first(tmp_path, m
     assert store.save(make_saved(make_case(W=1))).status == "replaced"
     back = store.load(make_saved().key())
     assert back.case == make_case(W=1) and (back.expected, back.reason) == ("xfail", "bug 7")
+    assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_without_exchange_a_save_whose_staged_case_vanishes_puts_the_old_case_back(tmp_path, monkeypatch):
+    # a writer whose locks do not reach us (an NFS mount with local_lock) may clear our .tmp-*
+    # as a dead writer's; if staging again then fails, the case in place must still be there
+    monkeypatch.setattr(store_mod, "_renameat2", None)
+    store = DirectoryCorpus(tmp_path)
+    big = make_saved(make_case(W=5))
+    path = store.save(big).path
+    real_rename, real_stage = store_mod._try_rename, DirectoryCorpus._stage
+
+    def tmp_vanishes(src, dst):
+        if src.name.startswith(".tmp-") and dst == path:
+            shutil.rmtree(src)
+        return real_rename(src, dst)
+
+    stages = []
+
+    def stage_once(self, saved, op_dir):
+        stages.append(saved)
+        if len(stages) > 1:
+            raise OSError("disk full")
+        return real_stage(self, saved, op_dir)
+
+    monkeypatch.setattr(store_mod, "_try_rename", tmp_vanishes)
+    monkeypatch.setattr(DirectoryCorpus, "_stage", stage_once)
+    with pytest.raises(OSError, match="disk full"):
+        store.save(make_saved(make_case(W=1)))
+    assert store.load(big.key()) == big
     assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
 
 

@@ -195,8 +195,10 @@ def _remove_case_dir(path: Path) -> None:
 def _identity(path: Path) -> tuple | None:
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE):  # ESTALE: removed by another NFS client
+            return None
+        raise
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
@@ -379,6 +381,8 @@ class DirectoryCorpus(CorpusStore):
                         _fsync_dir(op_dir)
                         shutil.rmtree(aside, ignore_errors=True)
                         return SaveResult(key, final, "replaced")
+                    if _try_rename(aside, final):
+                        continue  # ours vanished (a writer without working locks): put the old one back
                     # another writer slipped a case in: ours is smaller than the one set aside,
                     # so that one can go; ours now competes with the newcomer
                     shutil.rmtree(aside, ignore_errors=True)
