@@ -162,14 +162,14 @@ def exchange_works(tmp_path: Path) -> bool:
 
 
 def test_a_reader_racing_a_replacing_writer_sees_whole_cases_only(tmp_path):
-    """400 replaces of two keys while another process reads the corpus over and over: every read
-    gives one case a writer offered, and a key once there never goes missing."""
+    """400 saves, all but two of them replaces, of two keys while another process reads the corpus
+    over and over: every read gives one case a writer offered; a key once there never goes missing."""
     if not exchange_works(tmp_path):
         pytest.skip("this filesystem cannot exchange two directories (renameat2): see docs/case-format.md")
     root = tmp_path / "corpus"
     root.mkdir()
-    jobs = [{"where": w, "W": W, "fill": fill, "min": m}
-            for W in range(100, 0, -1) for fill in (2, 1) for w in ("a", "b") for m in (False, True)]
+    jobs = [{"where": w, "W": W, "fill": 1, "min": m}
+            for W in range(100, 0, -1) for w in ("a", "b") for m in (False, True)]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
     stop = tmp_path / "stop"
     reader = spawn("read", root, tmp_path / "jobs.json", stop)
@@ -180,7 +180,7 @@ def test_a_reader_racing_a_replacing_writer_sees_whole_cases_only(tmp_path):
     statuses = [json.loads(line)["status"] for line in finish(writer).splitlines()]
     stop.touch()
     seen = json.loads(finish(reader))
-    assert statuses.count("new") == 2 and statuses.count("replaced") > 700  # (ties are kept)
+    assert statuses.count("new") == 2 and statuses.count("replaced") == len(jobs) - 2
     assert seen["errors"] == [], seen["errors"]
     assert seen["scans"] >= 2
     assert leftovers(root) == []
@@ -239,7 +239,7 @@ def test_a_writer_killed_20_times_mid_save_loses_and_corrupts_nothing(tmp_path, 
     rng = random.Random(20 + exchange)
     attempted: set[int] = set()
     start, kills, points = 0, 0, []
-    may_miss: set[str] = set()
+    dirty, missing = 0, 0  # rounds whose kill left work in progress; or left a key in .old-* only
     for round_ in range(20):
         pause = None
         if round_ % 2 == 0:
@@ -268,7 +268,9 @@ def test_a_writer_killed_20_times_mid_save_loses_and_corrupts_nothing(tmp_path, 
         in_flight = max(attempted)
         # killed between the two renames of a replace: that key is back at its next save
         allowed = set() if exchange else {key_of(in_flight)}
-        check_after_kill(root, acked, attempted, may_miss=allowed)
+        cases = check_after_kill(root, acked, attempted, may_miss=allowed)
+        dirty += bool(leftovers(root))
+        missing += not {key_of(i) for i in acked} <= set(cases)
         start = in_flight  # restart on the save it was killed in: the same key, its leftovers
     assert kills == 20
     # a last run, not killed: saves every key once more, each one recovering that key's leftovers
@@ -279,4 +281,7 @@ def test_a_writer_killed_20_times_mid_save_loses_and_corrupts_nothing(tmp_path, 
     cases = check_after_kill(root, acked, attempted)
     assert len(cases) == 4
     assert leftovers(root) == [], leftovers(root)
-    assert len(acked) > 40 and points  # it did save and get killed mid-save, many times
+    assert len(points) == 10  # half of the kills at a chosen point inside save
+    assert dirty >= 5  # the kills did leave work in progress for the next save to recover
+    if not exchange:  # and some came between the two renames of a replace (rename:1 always does)
+        assert missing >= 1
