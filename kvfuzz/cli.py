@@ -240,6 +240,7 @@ def cmd_corpus_merge(args) -> int:
 def cmd_corpus_prune(args) -> int:
     from . import device as devmod
     from .corpus import prune
+    from .corpus.store import REMOVED, WOULD_REMOVE
     from .replay import replay
 
     dev = devmod.select(args.device)
@@ -247,10 +248,14 @@ def cmd_corpus_prune(args) -> int:
     def still_fails(saved) -> bool:
         return replay(saved, None, dev).same_defect
 
-    actions = prune(args.paths, still_fails, apply=args.apply)
+    # a case whose defect was seen on the other device is skipped, not replayed here
+    actions = prune(args.paths, still_fails, apply=args.apply, device=dev)
     for path, action in actions:
         print(f"{action}  {path}")
-    print(f"{len(actions)} xfail cases no longer fail" + ("" if args.apply else " (use --apply to delete)"))
+    gone = sum(action in (REMOVED, WOULD_REMOVE) for _, action in actions)
+    skipped = len(actions) - gone
+    print(f"{gone} xfail cases no longer fail on {dev}" + (f", {skipped} skipped" if skipped else "")
+          + ("" if args.apply or not gone else " (use --apply to delete)"))
     return 0
 
 

@@ -9,6 +9,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -484,6 +485,118 @@ def test_save_recovers_from_a_replace_that_died_halfway(tmp_path):
     assert not dot_entries(tmp_path, ".old-")
 
 
+def test_the_next_save_of_a_key_clears_what_dead_writers_left_of_it(tmp_path):
+    store = DirectoryCorpus(tmp_path)
+    saved = make_saved(make_case(W=3))
+    key, other = saved.key(), make_saved(f=finding(where="other")).key()
+    path = store.save(saved).path
+    op_dir = path.parent
+    half = op_dir / f".tmp-{key}-dead1"  # killed while writing its case
+    half.mkdir()
+    (half / "case.json").write_text("{")
+    swapped_out = op_dir / f".tmp-{key}-dead2"  # killed after an exchange, before removing the old case
+    swapped_out.mkdir()
+    write_case_dir(make_saved(make_case(W=5)), swapped_out)
+    (op_dir / f".old-{key}-dead3").mkdir()  # killed after a two-rename replace, before the cleanup
+    (op_dir / f".del-{key}-dead4").mkdir()  # killed while deleting
+    theirs = op_dir / f".tmp-{other}-dead5"  # another key's: left for that key's next save
+    theirs.mkdir()
+    assert store.save(make_saved(make_case(W=9))).status == "kept"
+    assert sorted(p.name for p in op_dir.iterdir() if not p.name.endswith(".lock")) == sorted([key, theirs.name])
+    assert store.load(key) == saved
+
+
+def test_a_replace_never_leaves_the_key_missing(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    path = store.save(make_saved(make_case(W=5))).path
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    if not store_mod._exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("this filesystem cannot exchange two directories")
+    renames = []
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: renames.append((a, b)) or real_rename(a, b))
+    assert store.save(make_saved(make_case(W=1))).status == "replaced"
+    assert renames == []  # one exchange, no rename aside: the path always holds a whole case
+    assert store.load(make_saved().key()) == make_saved(make_case(W=1)) and path.is_dir()
+    assert not dot_entries(tmp_path / OP, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_without_exchange_a_replace_renames_the_old_case_aside_first(tmp_path, monkeypatch):
+    # as on a filesystem (NFS) or OS that cannot exchange two directories
+    monkeypatch.setattr(store_mod, "_renameat2", None)
+    store = DirectoryCorpus(tmp_path)
+    store.save(make_saved(make_case(W=5), expected="xfail", reason="bug 7"))
+    assert store.save(make_saved(make_case(W=1))).status == "replaced"
+    back = store.load(make_saved().key())
+    assert back.case == make_case(W=1) and (back.expected, back.reason) == ("xfail", "bug 7")
+    assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_without_exchange_a_save_whose_staged_case_vanishes_puts_the_old_case_back(tmp_path, monkeypatch):
+    # a writer whose locks do not reach us (an NFS mount with local_lock) may clear our .tmp-*
+    # as a dead writer's; if staging again then fails, the case in place must still be there
+    monkeypatch.setattr(store_mod, "_renameat2", None)
+    store = DirectoryCorpus(tmp_path)
+    big = make_saved(make_case(W=5))
+    path = store.save(big).path
+    real_rename, real_stage = store_mod._try_rename, DirectoryCorpus._stage
+
+    def tmp_vanishes(src, dst):
+        if src.name.startswith(".tmp-") and dst == path:
+            shutil.rmtree(src)
+        return real_rename(src, dst)
+
+    stages = []
+
+    def stage_once(self, saved, op_dir):
+        stages.append(saved)
+        if len(stages) > 1:
+            raise OSError("disk full")
+        return real_stage(self, saved, op_dir)
+
+    monkeypatch.setattr(store_mod, "_try_rename", tmp_vanishes)
+    monkeypatch.setattr(DirectoryCorpus, "_stage", stage_once)
+    with pytest.raises(OSError, match="disk full"):
+        store.save(make_saved(make_case(W=1)))
+    assert store.load(big.key()) == big
+    assert not dot_entries(tmp_path, ".tmp-") and not dot_entries(tmp_path, ".old-")
+
+
+def test_a_case_replaced_while_it_is_read_is_read_again(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    store.save(make_saved(make_case(W=5)))
+    small = make_saved(make_case(W=1))
+    real_read = store_mod.read_case_dir
+    raced = []
+
+    def read_then_replaced(path):
+        got = real_read(path)
+        if not raced:  # a concurrent save replaces the case before our read is done
+            raced.append(got)
+            assert store.save(small).status == "replaced"
+        return got
+
+    monkeypatch.setattr(store_mod, "read_case_dir", read_then_replaced)
+    assert [item for _, item in iter_cases(tmp_path)] == [small]
+    assert raced == [make_saved(make_case(W=5))]  # what the first read got: not returned
+
+
+def test_a_case_deleted_while_it_is_read_is_not_reported_broken(tmp_path, monkeypatch):
+    store = DirectoryCorpus(tmp_path)
+    keep = store.save(make_saved(f=finding(where="keep"))).path
+    gone = store.save(make_saved(f=finding(where="gone"))).key
+    real_read = store_mod.read_case_dir
+
+    def deleted_meanwhile(path):
+        if path.name == gone and gone in store:  # a concurrent delete, between the two files
+            store.delete(gone)
+            raise BadCaseFile(path / "tensors.npz", "missing tensors.npz")
+        return real_read(path)
+
+    monkeypatch.setattr(store_mod, "read_case_dir", deleted_meanwhile)
+    assert [p for p, _ in iter_cases(tmp_path)] == [keep]
+
+
 def test_delete(tmp_path):
     store = DirectoryCorpus(tmp_path)
     key = store.save(make_saved()).key
@@ -627,19 +740,75 @@ def test_prune_removes_only_xfail_cases_that_no_longer_fail(tmp_path):
         replayed.append(saved.finding.where)
         return saved.finding.where != "fixed"
 
-    assert prune(tmp_path, still_fails, apply=False) == [(fixed, "would remove (no longer fails)")]
+    assert prune(tmp_path, still_fails, apply=False, device="cpu") == [(fixed, "would remove (no longer fails)")]
     assert fixed.exists() and sorted(replayed) == ["fixed", "still"]  # pass cases are not replayed
-    assert prune(tmp_path, still_fails, apply=True) == [(fixed, "removed (no longer fails)")]
+    assert prune(tmp_path, still_fails, apply=True, device="cpu") == [(fixed, "removed (no longer fails)")]
     assert not fixed.exists() and still.exists() and passing.exists()
     assert not dot_entries(tmp_path, ".del-")
-    assert prune(tmp_path, still_fails, apply=True) == []
+    assert prune(tmp_path, still_fails, apply=True, device="cpu") == []
+
+
+@pytest.mark.parametrize("here, other", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_prune_neither_replays_nor_deletes_a_case_seen_on_another_device(tmp_path, here, other):
+    # e.g. an interpreter-only segfault (seen on cpu) does not show on a GPU: that proves nothing
+    store = DirectoryCorpus(tmp_path)
+    elsewhere = store.save(make_saved(f=finding(where="elsewhere"), device=other, expected="xfail", reason="bug 1")).path
+    gone = store.save(make_saved(f=finding(where="gone"), device=here, expected="xfail", reason="bug 2")).path
+    store.save(make_saved(f=finding(where="pass"), device=other))  # expected pass: not pruned, not listed
+    replayed = []
+
+    def still_fails(saved: SavedCase) -> bool:  # no defect shows anywhere any more
+        replayed.append(saved.finding.where)
+        return False
+
+    skipped = (elsewhere, f"skipped (defect seen on {other}, not replayed on {here}: prune it on {other})")
+    for apply, action in ((False, "would remove (no longer fails)"), (True, "removed (no longer fails)")):
+        replayed.clear()
+        assert sorted(prune(tmp_path, still_fails, apply=apply, device=here)) == sorted([skipped, (gone, action)])
+        assert replayed == ["gone"]
+    assert elsewhere.exists() and not gone.exists()
+    assert prune(tmp_path, still_fails, apply=True, device=other) == [(elsewhere, "removed (no longer fails)")]
+
+
+def test_prune_needs_the_device_it_replays_on(tmp_path):
+    with pytest.raises(TypeError):
+        prune(tmp_path, lambda s: False, apply=True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="device must be one of"):
+        prune(tmp_path, lambda s: False, device="auto")
+
+
+def test_corpus_prune_command_lists_why_it_skipped_a_case(tmp_path, monkeypatch, capsys, device):
+    import kvfuzz.replay
+    from kvfuzz.cli import main
+
+    other = "cuda" if device == "cpu" else "cpu"
+    store = DirectoryCorpus(tmp_path)
+    elsewhere = store.save(make_saved(f=finding(where="elsewhere"), device=other, expected="xfail", reason="b1")).path
+    here = store.save(make_saved(f=finding(where="here"), device=device, expected="xfail", reason="b2")).path
+    replayed = []
+
+    class Replayed:
+        same_defect = False
+
+    def fake_replay(saved, target, dev, **kw):
+        replayed.append((saved.finding.where, dev))
+        return Replayed()
+
+    monkeypatch.setattr(kvfuzz.replay, "replay", fake_replay)
+    assert main(["corpus", "prune", str(tmp_path), "--device", device, "--apply"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert replayed == [("here", device)]
+    assert f"skipped (defect seen on {other}, not replayed on {device}: prune it on {other})  {elsewhere}" in out
+    assert f"removed (no longer fails)  {here}" in out
+    assert out[-1] == f"1 xfail cases no longer fail on {device}, 1 skipped"
+    assert elsewhere.exists() and not here.exists()
 
 
 def test_prune_never_touches_unreadable_cases(tmp_path):
     store = DirectoryCorpus(tmp_path)
     path = store.save(make_saved(expected="xfail", reason="bug")).path
     (path / "case.json").write_text("{")
-    actions = prune(tmp_path, lambda s: False, apply=True)
+    actions = prune(tmp_path, lambda s: False, apply=True, device="cpu")
     assert len(actions) == 1 and actions[0][0] == path and actions[0][1].startswith("skipped (unreadable")
     assert path.exists()
 

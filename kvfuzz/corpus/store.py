@@ -6,8 +6,10 @@ So a store never drops a case it cannot read (it raises `BadCaseFile`), and dedu
 replaces a case by a smaller one with the same key (same defect signature on the same target).
 
 Layout of a `DirectoryCorpus`: `root/<op>/<key>/{case.json,tensors.npz}`. Names starting
-with a dot are the store's own (`.tmp-*` half-written cases, `.old-*`/`.del-*` cases being
-replaced or deleted, `.<key>.lock` lock files) and every reader skips them.
+with a dot are the store's own (`.tmp-*` cases being written, or just replaced; `.old-*`/`.del-*`
+cases being replaced or deleted; `.<key>.lock` lock files) and every reader skips them.
+docs/case-format.md ("Atomicity and concurrency") says what a save guarantees, to concurrent
+writers and readers and across SIGKILL, and what it needs from the filesystem.
 
 Nothing here imports torch or triton: `prune` takes the replay function as an argument.
 """
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import ctypes
 import dataclasses
 import errno
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -140,6 +144,39 @@ def _try_rename(src: Path, dst: Path) -> bool:
     return True
 
 
+def _load_renameat2():
+    """glibc's renameat2 (Linux >= 3.15, glibc >= 2.28), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _load_renameat2()
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+# the filesystem (or kernel, or a seccomp filter) cannot exchange: fall back on two renames
+_NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing directory entries in one atomic step (renameat2 RENAME_EXCHANGE), so
+    that `b` is never missing. False where that cannot be done (not Linux, NFS, ...): the caller
+    then renames twice. FileNotFoundError if either is gone."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NO_EXCHANGE:
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))  # ENOENT: FileNotFoundError
+
+
 def _aside_name(parent: Path, tag: str, name: str) -> Path:
     return parent / f".{tag}-{name}-{uuid.uuid4().hex[:8]}"
 
@@ -155,6 +192,38 @@ def _remove_case_dir(path: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
+def _identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE):  # ESTALE: removed by another NFS client
+            return None
+        raise
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def _read_stable(path: Path) -> SavedCase | None:
+    """`read_case_dir(path)`, read again if a concurrent save or delete replaced or removed the
+    directory while its two files were being read, so a reader never gets a case made of two
+    cases' files nor a "missing case.json" from a replace. None if the directory is gone.
+    BadCaseFile if the same directory stays unreadable."""
+    error: BadCaseFile | None = None
+    for _ in range(_MAX_ATTEMPTS):
+        before = _identity(path)
+        try:
+            saved, error = read_case_dir(path), None
+        except BadCaseFile as exc:
+            saved, error = None, exc
+        after = _identity(path)
+        if before is not None and before == after:  # one directory throughout
+            if error is not None:
+                raise error
+            return saved
+        if before is None and after is None:
+            return None
+    raise error or BadCaseFile(path, f"replaced {_MAX_ATTEMPTS} times while being read")
+
+
 def _check_key(key: str) -> str:
     if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         raise ValueError(f"{key!r} is not a corpus key (16 lowercase hex digits)")
@@ -167,8 +236,10 @@ def _check_key(key: str) -> str:
 class DirectoryCorpus(CorpusStore):
     """Cases as directories: `root/<op>/<key>/case.json|tensors.npz`.
 
-    `save` is atomic (write into `root/<op>/.tmp-*`, fsync, rename into place) and safe when
-    many processes save into one corpus at once (a per-key `flock` around compare-and-replace).
+    `save` is atomic (write into `root/<op>/.tmp-*`, fsync, rename into place, or exchange with
+    the case it replaces) and safe when many processes save into one corpus at once (a per-key
+    `flock` around recover, compare, write and replace). A writer killed at any point loses no
+    saved case; the next save of the key cleans up after it (`_recover`).
     """
 
     def __init__(self, root: PathLike) -> None:
@@ -203,14 +274,20 @@ class DirectoryCorpus(CorpusStore):
 
     def load(self, key: str) -> SavedCase:
         path = self.path_of(key)
-        return self._read_checked(path, key)
+        saved = self._read_checked(path, key)
+        if saved is None:  # deleted meanwhile
+            raise KeyError(key)
+        return saved
 
     def delete(self, key: str) -> None:
         _remove_case_dir(self.path_of(key))
 
     @staticmethod
-    def _read_checked(path: Path, key: str) -> SavedCase:
-        saved = read_case_dir(path)
+    def _read_checked(path: Path, key: str) -> SavedCase | None:
+        """The case at `path` (None if the directory is gone), which must be the case of `key`."""
+        saved = _read_stable(path)
+        if saved is None:
+            return None
         if saved.key() != key or saved.case.op != path.parent.name:
             raise BadCaseFile(
                 path, f"holds a case whose place is {saved.case.op}/{saved.key()}, not "
@@ -228,11 +305,11 @@ class DirectoryCorpus(CorpusStore):
         return tmp
 
     def _recover(self, op_dir: Path, key: str, final: Path) -> None:
-        """Under the key's lock: finish a replace or delete that a dead process left half done."""
+        """Under the key's lock: clean up after saves and deletes of `key` that died halfway."""
         old = sorted(p for p in op_dir.glob(f".old-{key}-*") if p.is_dir())
         if not final.exists() and old:
-            # died between "rename the old case aside" and "rename the new one in": put back
-            # the best readable one (the new one, still a .tmp-*, is lost; it gets re-found)
+            # a two-rename replace died between "rename the old case aside" and "rename the new
+            # one in": put back the best readable old one (the new one is lost; it was not saved)
             readable = []
             for p in old:
                 with contextlib.suppress(BadCaseFile):
@@ -247,6 +324,12 @@ class DirectoryCorpus(CorpusStore):
                 shutil.rmtree(p, ignore_errors=True)
         for p in op_dir.glob(f".del-{key}-*"):
             shutil.rmtree(p, ignore_errors=True)
+        if fcntl is not None:
+            # a save stages its .tmp-<key>-* directory under this lock and removes it before
+            # letting go, so any left now belongs to a dead process: half written, or after an
+            # exchange the case it replaced
+            for p in op_dir.glob(f".tmp-{key}-*"):
+                shutil.rmtree(p, ignore_errors=True)
 
     def save(self, saved: SavedCase) -> SaveResult:
         key = saved.key()
@@ -254,25 +337,43 @@ class DirectoryCorpus(CorpusStore):
         op_dir.mkdir(parents=True, exist_ok=True)
         final = op_dir / key
         staged: list[Path] = []
+        tmp: Path | None = None
+
+        def stage() -> Path:
+            # (again, if it vanished: only a racing writer without working locks removes it)
+            if tmp is not None and tmp.is_dir():
+                return tmp
+            staged.append(self._stage(saved, op_dir))
+            return staged[-1]
+
         try:
-            tmp = self._stage(saved, op_dir)
-            staged.append(tmp)
             with _key_lock(op_dir, key):
                 self._recover(op_dir, key, final)
                 for _ in range(_MAX_ATTEMPTS):
                     if not os.path.lexists(final):
+                        tmp = stage()
                         if _try_rename(tmp, final):
                             _fsync_dir(op_dir)
                             return SaveResult(key, final, "new")
                         continue  # a writer without the lock got there first: compare with it
                     existing = self._read_checked(final, key)  # unreadable: BadCaseFile, touch nothing
+                    if existing is None:
+                        continue  # vanished under us: start over
                     if not _rank(saved) < _rank(existing):
                         return SaveResult(key, final, "kept")
                     if existing.expected == "xfail" and saved.expected == "pass":
                         # triage belongs to the defect (the key), not to one example of it
                         saved = dataclasses.replace(saved, expected="xfail", reason=existing.reason)
-                        tmp = self._stage(saved, op_dir)
-                        staged.append(tmp)
+                        tmp = None
+                    tmp = stage()
+                    try:
+                        swapped = _exchange(tmp, final)
+                    except FileNotFoundError:
+                        continue  # ours or theirs vanished under us: start over
+                    if swapped:  # `final` was never missing; `tmp` now holds the replaced case
+                        _fsync_dir(op_dir)
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        return SaveResult(key, final, "replaced")
                     aside = _aside_name(op_dir, "old", key)
                     if not _try_rename(final, aside):
                         continue  # vanished under us: start over
@@ -280,6 +381,8 @@ class DirectoryCorpus(CorpusStore):
                         _fsync_dir(op_dir)
                         shutil.rmtree(aside, ignore_errors=True)
                         return SaveResult(key, final, "replaced")
+                    if _try_rename(aside, final):
+                        continue  # ours vanished (a writer without working locks): put the old one back
                     # another writer slipped a case in: ours is smaller than the one set aside,
                     # so that one can go; ours now competes with the newcomer
                     shutil.rmtree(aside, ignore_errors=True)
@@ -334,12 +437,13 @@ def iter_cases(paths: PathLike | Iterable[PathLike]) -> Iterator[tuple[Path, Sav
             if real in seen:
                 continue
             seen.add(real)
-            item: SavedCase | BadCaseFile
+            item: SavedCase | BadCaseFile | None
             try:
-                item = read_case_dir(case_dir)
+                item = _read_stable(case_dir)
             except BadCaseFile as exc:
                 item = exc
-            yield case_dir, item
+            if item is not None:  # None: deleted while we walked
+                yield case_dir, item
 
 
 @dataclass(frozen=True)
@@ -388,25 +492,47 @@ def merge(sources: PathLike | Iterable[PathLike], dest: CorpusStore | PathLike) 
 
 WOULD_REMOVE = "would remove (no longer fails)"
 REMOVED = "removed (no longer fails)"
+DEVICES = ("cpu", "cuda")
+
+
+def skipped_other_device(seen_on: str, device: str) -> str:
+    """prune's action for an xfail case whose defect was seen on another device."""
+    return (f"skipped (defect seen on {seen_on}, not replayed on {device}: "
+            f"prune it on {seen_on})")
 
 
 def prune(
     paths: PathLike | Iterable[PathLike],
     still_fails: Callable[[SavedCase], bool],
     apply: bool = False,
+    *,
+    device: str,
 ) -> list[tuple[Path, str]]:
     """Find xfail cases whose defect no longer shows (`still_fails(saved)` is False).
 
-    Returns (path, action) for each of them, and for each unreadable case (never touched).
-    With `apply=True` the no-longer-failing ones are deleted (renamed aside, then removed).
-    Cases expected to pass are not replayed: they are the regression suite proper.
+    `device` ("cpu" or "cuda") is where `still_fails` replays. A case whose defect was seen
+    on the other device (`SavedCase.device`) is neither replayed nor deleted: a defect may show
+    on one device only (a wild read that segfaults the CPU interpreter, a race on the GPU), so
+    not seeing it here says nothing. Such cases are reported as skipped, with the reason.
+
+    Returns (path, action) for each no-longer-failing case, each case skipped for its device
+    and each unreadable case (never touched). With `apply=True` the no-longer-failing ones
+    are deleted (renamed aside, then removed). Cases expected to pass are not replayed: they
+    are the regression suite proper.
     """
+    if device not in DEVICES:
+        raise ValueError(f"prune: device must be one of {DEVICES} (where still_fails replays), got {device!r}")
     actions = []
     for path, item in iter_cases(paths):
         if isinstance(item, BadCaseFile):
             actions.append((path, f"skipped (unreadable: {item.why})"))
             continue
-        if item.expected != "xfail" or still_fails(item):
+        if item.expected != "xfail":
+            continue
+        if item.device != device:
+            actions.append((path, skipped_other_device(item.device, device)))
+            continue
+        if still_fails(item):
             continue
         if apply:
             _remove_case_dir(path)
