@@ -273,7 +273,7 @@ def test_must_refuse(kv, tmp_path):
     case = decode_swa_transposed(kv).with_scalars(page_size=3)  # not a power of two: must be refused
     script = emit(kv, tmp_path, kv.saved(case))
     src = script.read_text()
-    assert "STATUS = 'must_refuse'" in src and "page_size 3" in src
+    assert "status='must_refuse'" in src and "page_size 3" in src
 
     accepts = write_kernels(tmp_path, "accepts.py", """
         def normal_decode_set_metadata(*args, **kwargs):
