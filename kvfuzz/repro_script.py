@@ -155,8 +155,7 @@ def supervise(argv, timeout, case):
         os.close(read_end)
     report = Report(case)
     report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
-    print("FAIL: 1 defect(s).")
-    return 1
+    return conclude(report)
 
 
 def _read_status(fd):
@@ -696,7 +695,12 @@ def _main_in_process(args, case):
 
     print(f"repro: {case.op} case {case.digest} [{case.variant}] ({case.status.replace('_', ' ')}) -> {case.entry} "
           f"from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
-    report = run_case(case, entry, device, args.runs)
+    return conclude(run_case(case, entry, device, args.runs))
+
+
+def conclude(report):
+    """The last line (FAIL or OK) and the exit status: 1 with defects, else 0."""
+    case = report.case
     if report.defects:
         again = ""
         if case.saved_signature is not None:
