@@ -446,6 +446,7 @@ def test_template_module_is_clean_and_standalone():
     source = repro.script_source()
     assert Path(repro_script.__file__).read_text(encoding="utf-8") == source
     assert lint(source, "repro_script.py") == []
+    ast.parse(source, feature_version=(3, 9))  # the script promises Python 3.9+
     assert script_imports(source) <= SCRIPT_IMPORTS, script_imports(source) - SCRIPT_IMPORTS
     assert source.split("\n").count(repro.CASE_LINE) == 1
     assert repro_script.CASE is None
