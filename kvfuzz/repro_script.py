@@ -676,10 +676,11 @@ def main(argv, case=None):
             return supervise(argv, args.timeout, case)
     except UsageError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
-        return 2
-    rc = _main_in_process(args, case)
+        rc = 2
+    else:
+        rc = _main_in_process(args, case)
     sys.stdout.flush()
-    _hand_status(rc)
+    _hand_status(rc)  # in a supervised child, every verdict (usage errors too) goes to the parent
     return rc
 
 
