@@ -273,7 +273,7 @@ def test_must_refuse(kv, tmp_path):
     case = decode_swa_transposed(kv).with_scalars(page_size=3)  # not a power of two: must be refused
     script = emit(kv, tmp_path, kv.saved(case))
     src = script.read_text()
-    assert "STATUS = 'must_refuse'" in src and "page_size 3" in src
+    assert "status='must_refuse'" in src and "page_size 3" in src
 
     accepts = write_kernels(tmp_path, "accepts.py", """
         def normal_decode_set_metadata(*args, **kwargs):
@@ -370,3 +370,198 @@ def test_a_broken_triton_interpreter_is_a_usage_error_not_a_defect(kv, tmp_path)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "interpreter fails with numpy" in lines[0], show(r)
     assert "DEFECT" not in r.stdout, show(r)
+
+
+# --------------------------------------------------------------------------- the template module
+# kvfuzz/repro_script.py is the script: a module like any other, linted here with the standard
+# library (compile, ast, symtable), and every emitted script is a copy of it plus its case.
+
+
+def lint(source: str, filename: str) -> list[str]:
+    """pyflakes' main checks, with the standard library: every name read must be bound (in its
+    function, an enclosing one, the module or builtins); every import and every local variable
+    must be used."""
+    import builtins
+    import symtable
+
+    compile(source, filename, "exec")
+    top = symtable.symtable(source, filename, "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    bound |= {"__file__", "__name__", "__doc__", "__spec__", "__package__", "__loader__"}  # every module has them
+    problems, used = [], set()
+
+    def free_below(table):
+        """Names that scopes nested in `table` read from it (closures)."""
+        names = set()
+        for child in table.get_children():
+            names |= {s.get_name() for s in child.get_symbols() if s.is_free()} | free_below(child)
+        return names
+
+    def walk(table):
+        where = f"{filename}:{table.get_lineno()} {table.get_name()}"
+        closed_over = free_below(table)
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if sym.is_referenced():
+                used.add(name)
+                if sym.is_global() and name not in bound and not hasattr(builtins, name):
+                    problems.append(f"{where}: undefined name {name!r}")
+            if (table.get_type() == "function" and sym.is_local() and not sym.is_referenced()
+                    and name not in closed_over and not sym.is_parameter() and not sym.is_namespace() and not name.startswith(("_", "."))):
+                problems.append(f"{where}: {name!r} is {'imported' if sym.is_imported() else 'assigned'} but never used")
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    problems += [f"{filename}: {s.get_name()!r} imported but never used"
+                 for s in top.get_symbols() if s.is_imported() and s.get_name() not in used]
+    return problems
+
+
+def script_imports(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module)
+    return names
+
+
+def test_lint_catches_what_it_should():
+    bad = ("import os\nimport sys\n\ndef f(a):\n    b = 1\n    d = 2\n\n    def g():\n        return d\n\n"
+           "    return a + c + sys.argv + g()\n")
+    problems = lint(bad, "bad.py")
+    assert any("undefined name 'c'" in p for p in problems), problems
+    assert any("'b' is assigned but never used" in p for p in problems), problems
+    assert any("'os' imported but never used" in p for p in problems), problems
+    assert not any("'sys'" in p or "'a'" in p or "'d'" in p for p in problems), problems
+
+
+def test_template_module_is_clean_and_standalone():
+    """repro_script.py compiles, passes the lint, imports only stdlib, torch and triton, holds
+    the line the emitter replaces exactly once, and imported as a module holds no case."""
+    from kvfuzz import repro, repro_script
+
+    source = repro.script_source()
+    assert Path(repro_script.__file__).read_text(encoding="utf-8") == source
+    assert lint(source, "repro_script.py") == []
+    ast.parse(source, feature_version=(3, 9))  # the script promises Python 3.9+
+    assert script_imports(source) <= SCRIPT_IMPORTS, script_imports(source) - SCRIPT_IMPORTS
+    assert source.split("\n").count(repro.CASE_LINE) == 1
+    assert repro_script.CASE is None
+
+
+def test_template_without_a_case_is_a_usage_error(capsys):
+    from kvfuzz import repro_script
+
+    assert repro_script.main([str(SEED or "kernels.py")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no case" in err[0] and "--emit-repro" in err[0]
+
+
+def test_emitted_script_is_the_template_plus_its_case(kv, tmp_path):
+    """An emitted script is repro_script.py with only its docstring and its CASE line changed,
+    passes the same lint, and its CASE is the ReproCase that repro.repro_case builds."""
+    import importlib.util
+
+    from kvfuzz import repro
+
+    template = repro.script_source().split("\n")
+    for case in (decode_swa_transposed(kv), spec_overflow(kv), splits_zero_length(kv)):
+        saved = kv.saved(case)
+        script = emit(kv, tmp_path, saved, name=f"{case.op}.py")
+        source = script.read_text()
+        assert lint(source, script.name) == []
+        tree = ast.parse(source)
+        body = [n for n in tree.body[1:]]  # the docstring aside
+        emitted_code = [ast.dump(n) for n in body if not (isinstance(n, ast.Assign) and n.targets[0].id == "CASE")]
+        template_tree = ast.parse("\n".join(template))
+        template_code = [ast.dump(n) for n in template_tree.body[1:]
+                         if not (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "CASE")]
+        assert emitted_code == template_code
+
+        spec = importlib.util.spec_from_file_location(f"emitted_{case.op}", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # not __main__: defines everything, runs nothing
+        assert vars(module.CASE) == vars(repro.repro_case(saved))
+
+
+# --------------------------------------------------------------------------- CUDA faults
+# On CUDA a CUDA error in the call, the synchronisation after it or the read-back is one
+# `crash` defect where "cuda_fault", in contract or not, never a refusal (kvfuzz's judge gains
+# the same rule). The verdict logic is checked here on the CPU; the real fault on a GPU below.
+
+
+def test_cuda_errors_are_told_from_ordinary_exceptions():
+    import torch
+
+    from kvfuzz.repro_script import is_cuda_error
+
+    faults = [RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+                           "asynchronously reported"),
+              RuntimeError("CUDA error: device-side assert triggered"),
+              RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")]
+    if hasattr(torch, "AcceleratorError"):
+        faults.append(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+        faults.append(torch.AcceleratorError("something the driver said"))
+    ordinary = [ValueError("page_size must be a power of two"), AssertionError("Torch not compiled with CUDA enabled"),
+                TypeError("CUDA error in the message of a TypeError"), RuntimeError("shape '[2]' is invalid")]
+    assert [is_cuda_error(e) for e in faults] == [True] * len(faults)
+    assert [is_cuda_error(e) for e in ordinary] == [False] * len(ordinary)
+
+
+def test_a_cuda_fault_is_one_crash_in_contract_or_not(kv, capsys):
+    import torch
+
+    from kvfuzz import repro_script as rs
+    from kvfuzz.repro import repro_case
+
+    fault = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    cases = {"in_contract": decode_swa_transposed(kv), "out_of_contract": spec_overflow(kv),
+             "must_refuse": decode_swa_transposed(kv).with_scalars(page_size=3)}
+    for status, case in cases.items():
+        rc = repro_case(kv.saved(case))
+        assert rc.status == status
+        image = rs.host_bytes(rc.arena_image, torch.uint8)
+        owner = rs.host_bytes(rc.owner, torch.uint8)
+        crash = rc.signature("crash", "-", "cuda_fault")
+        clean = rs.Run(after=image.clone())
+        for runs in ([rs.Run(fault=fault)], [clean, rs.Run(fault=fault)],
+                     [rs.Run(error="ValueError: bad", error_type="ValueError", detail="", fault=fault)]):
+            report = rs.Report(rc)
+            rs.judge_runs(report, rc, runs, image, owner)
+            assert report.defects == [crash], (status, report.defects)
+        # an ordinary exception stays what it was: a refusal, or a crash only in contract
+        report = rs.Report(rc)
+        rs.judge_runs(report, rc, [rs.Run(error="ValueError: bad", error_type="ValueError", after=image.clone())] * 2,
+                      image, owner)
+        assert report.defects == ([rc.signature("crash", "-", "ValueError")] if status == "in_contract" else [])
+    assert "DEFECT crash: a CUDA error on the device: " + fault in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (the scripts run on the test session's device)")
+def test_real_cuda_faults_are_crashes(kv, tmp_path):
+    """An illegal memory access in a Triton kernel, and a device-side assert in torch."""
+    case = splits_zero_length(kv, (4, 5, 9, 1))
+    script = emit(kv, tmp_path, kv.saved(case))
+    wild = write_kernels(tmp_path, "wild.py", """
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _wild(out_ptr):
+            tl.store(out_ptr + (1 << 40), 1)
+
+        def get_num_kv_splits_triton(out, *args):
+            _wild[(1,)](out)
+    """)
+    assertion = write_kernels(tmp_path, "assertion.py", """
+        def get_num_kv_splits_triton(out, seq_lens, *args):
+            out.copy_(seq_lens[torch.full_like(seq_lens, 1 << 20).long()].to(out.dtype))
+    """)
+    for r in run_many((script, wild, "--device", "cuda"), (script, assertion, "--device", "cuda")):
+        assert r.returncode == 1, show(r)
+        assert "[num_kv_splits:splits:crash:-:cuda_fault]" in r.stdout, show(r)
+        assert r.stdout.count("DEFECT") == 1, show(r)

@@ -1,0 +1,726 @@
+#!/usr/bin/env python3
+"""The standalone repro script that `kvfuzz replay CASE --emit-repro FILE.py` writes.
+
+This module is the script: `kvfuzz.repro` copies its source into FILE.py, replaces this
+docstring with a description of the case and the line `CASE = None` (near the end) with the
+case's data (a `ReproCase`). So it must run with only Python 3.9+, torch and triton: it
+imports nothing else, not NumPy, not kvfuzz (tests/test_repro.py checks its imports).
+
+Imported as `kvfuzz.repro_script` it holds no case (its `main` refuses to run); callers
+build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, `judge_runs`
+and the checks directly.
+
+It rebuilds the guarded arena, calls the entry point the way SGLang does (twice, on fresh
+arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
+`kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
+the oracle on their required cells and leave their untouched cells alone; no case may change
+a byte outside every tensor's elements or an input element; runs must agree; on CUDA, a CUDA
+error (an illegal memory access, a device-side assert) is a crash (`cuda_fault`), in
+contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage error.
+"""
+
+import argparse
+import base64
+import faulthandler
+import importlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import traceback
+import types
+import zlib
+
+MAX_SHOWN = 8  # differing cells / bytes printed per defect
+DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
+DEFAULT_TIMEOUT = 600.0  # seconds the child process calling the kernel may take
+SWA_POOL_MODULE = "sglang.srt.mem_cache.swa_memory_pool"
+STATUS_FD_ENV = "KVFUZZ_REPRO_STATUS_FD"  # the supervising parent's pipe for the child's verdict
+# messages of a CUDA error raised by torch (RuntimeError before torch.AcceleratorError) or Triton
+CUDA_ERROR_MARKS = ("CUDA error", "CUDA_ERROR", "Triton Error [CUDA]", "device-side assert")
+
+
+# ---------------------------------------------------------------------------- the case
+
+
+class ReproCase:
+    """Everything kvfuzz knows about one case, computed at emit time (kvfuzz.repro).
+
+    `tensors`: per tensor (in the arena's order), its role ("in" or "out"), dtype, shape,
+    strides and offset (elements, as torch's as_strided takes them), and where its storage
+    lies in the arena: `start` byte, `nbytes`, and `guard` canary bytes before it (and after
+    it, past alignment slack). `arena_image` (the arena before the call: canaries, input
+    values, output poison) and `owner` (per arena byte: 0 = no tensor's element, k = an element
+    of the k-th tensor) are zlib-compressed, base64-encoded bytes. `cells`, for an in-contract
+    case, per output: masks of the required and the must-stay-untouched cells (uint8, the
+    output's logical shape, row-major) and the accepted values (int64 blobs, the oracle's
+    answer first)."""
+
+    def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
+                 saved_signature, scalars, tensors, arena_bytes, canary_byte, align, arena_image,
+                 owner, cells):
+        self.op = op  # kvfuzz's op name
+        self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
+        self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
+        self.variant = variant  # the contract variant that judges it
+        self.digest = digest
+        self.status = status  # in_contract | out_of_contract | must_refuse
+        self.reasons = list(reasons)  # why the case is out of contract / must be refused
+        self.refuse_where = refuse_where  # the `where` of an invalid_accepted defect
+        self.saved_signature = saved_signature  # the finding kvfuzz recorded, if any
+        self.scalars = dict(scalars)
+        self.tensors = dict(tensors)
+        self.arena_bytes = arena_bytes
+        self.canary_byte = canary_byte
+        self.align = align
+        self.arena_image = arena_image
+        self.owner = owner
+        self.cells = dict(cells)
+
+    def signature(self, kind, tensor, where):
+        """kvfuzz's finding signature: op:path:kind:tensor:where."""
+        return f"{self.op}:{self.kernel_path}:{kind}:{tensor}:{where}"
+
+
+# ---------------------------------------------------------------------------- arguments
+
+
+class UsageError(Exception):
+    """Exit status 2, one line on stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_args(argv, case):
+    ap = _Parser(description=f"Reproduce kvfuzz case {case.digest} ({case.op}) against a kernel file.")
+    ap.add_argument("kernels", help=f"the Python file (or package directory) that defines {case.entry}")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                    help="cuda (compiled) or cpu (Triton interpreter); default: cuda if available")
+    ap.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                    help=f"calls on fresh arenas; more than one also checks that runs agree (default {DEFAULT_RUNS}, "
+                         "as kvfuzz replay)")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                    help=f"seconds the child process may take before it counts as hung (default {DEFAULT_TIMEOUT:g})")
+    ap.add_argument("--in-process", action="store_true",
+                    help="call the kernel in this process (for a debugger); by default a child process "
+                         "calls it, so that a kernel that kills its process is reported too")
+    args = ap.parse_args(argv)
+    if args.runs < 1:
+        raise UsageError("--runs must be >= 1")
+    return args
+
+
+def supervise(argv, timeout, case):
+    """Run this script again with --in-process and pass its verdict on. The child hands its
+    exit status over a pipe when it finishes; a child that dies without one (killed by a
+    signal, as a wild memory access under Triton's interpreter is, or exiting from inside the
+    kernel) or that hangs is a crash defect, as a dead kvfuzz worker is."""
+    sys.stdout.flush()
+    read_end, write_end = os.pipe()
+    env = dict(os.environ)
+    env[STATUS_FD_ENV] = str(write_end)
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--in-process"]
+    try:
+        child = subprocess.Popen(cmd, env=env, pass_fds=(write_end,))
+    finally:
+        os.close(write_end)
+    try:
+        try:
+            rc = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            why, where = f"no result after {timeout:g} s (child killed)", "timeout"
+        except KeyboardInterrupt:
+            child.kill()
+            raise
+        else:
+            status = _read_status(read_end)
+            if status is not None:
+                return status
+            if rc < 0:
+                try:
+                    where = signal.Signals(-rc).name
+                except ValueError:
+                    where = str(-rc)
+                why = f"killed by {where} (under Triton's interpreter a stray access touches host memory directly)"
+            else:
+                where = str(rc)
+                why = f"exited with status {rc} before giving a verdict"
+    finally:
+        os.close(read_end)
+    report = Report(case)
+    report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
+    return conclude(report)
+
+
+def _read_status(fd):
+    """The exit status the child wrote to the pipe (it has exited), or None."""
+    os.set_blocking(fd, False)
+    try:
+        data = os.read(fd, 64)
+    except BlockingIOError:
+        return None
+    text = data.decode("ascii", "replace").strip()
+    return int(text) if text in ("0", "1", "2") else None
+
+
+def _hand_status(rc):
+    """In the supervised child: give the parent our exit status (see supervise)."""
+    fd = os.environ.pop(STATUS_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), str(rc).encode("ascii"))
+        os.close(int(fd))
+    except (OSError, ValueError):
+        pass
+
+
+def _truthy(value):
+    return (value or "0").strip().lower() not in ("", "0", "false", "off", "no")
+
+
+def select_device(requested):
+    """cpu or cuda, with Triton's mode to match: the interpreter must be switched on before
+    triton is imported and before any @triton.jit decorator runs."""
+    if requested == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    if requested is None:
+        requested = "cpu" if _truthy(os.environ.get("TRITON_INTERPRET")) or not torch.cuda.is_available() else "cuda"
+    if requested == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: torch sees no CUDA device; use --device cpu")
+        if _truthy(os.environ.get("TRITON_INTERPRET")):
+            raise UsageError("--device cuda, but TRITON_INTERPRET is set: unset it to run compiled kernels")
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+        check_interpreter()
+    return requested
+
+
+def check_interpreter():
+    """Refuse an interpreter that cannot run kernels here (triton 3.6 with numpy >= 2.4 fails
+    every loop over a runtime bound) instead of reporting a crash defect (as kvfuzz.device does)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _probe(out_ptr, n):
+        for i in range(n):
+            tl.store(out_ptr + i, i + 1)
+
+    out = torch.zeros(2, dtype=torch.int32)
+    try:
+        _probe[(1,)](out, 2)
+    except Exception as exc:
+        numpy = sys.modules.get("numpy")
+        raise UsageError(f"Triton {triton.__version__}'s interpreter fails with numpy "
+                         f"{getattr(numpy, '__version__', '?')} ({type(exc).__name__}: {_first_line(exc)}); "
+                         "use numpy<2.4 with triton 3.6, or --device cuda") from None
+    if out.tolist() != [1, 2]:
+        raise UsageError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "
+                         "it cannot be trusted here")
+
+
+# ---------------------------------------------------------------------------- loading
+# (kvfuzz/targets/sglang_shim.py and targets/__init__.py do this inside kvfuzz; a repro script
+# must run without kvfuzz installed, so it carries its own copy)
+
+
+class SWAKVPool:
+    """Stand-in for sglang.srt.mem_cache.swa_memory_pool.SWAKVPool (the kernels read only
+    .full_to_swa_index_mapping and check isinstance)."""
+
+    full_to_swa_index_mapping = None
+
+
+def swa_pool_type():
+    """The real SWAKVPool when sglang imports; else install a stand-in module tree so that
+    `from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool` finds ours."""
+    try:
+        return importlib.import_module(SWA_POOL_MODULE).SWAKVPool
+    except Exception:  # not installed, or installed without its heavy dependencies
+        pass
+    parts = SWA_POOL_MODULE.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        mod = sys.modules.get(name)
+        if mod is None or i == len(parts):
+            mod = types.ModuleType(name, "kvfuzz repro stand-in")
+            mod.__path__ = []  # a package, so submodules resolve
+            sys.modules[name] = mod
+        if i > 1:
+            setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod)
+    sys.modules[SWA_POOL_MODULE].SWAKVPool = SWAKVPool
+    return SWAKVPool
+
+
+def check_kernel_file(path):
+    if not os.path.exists(path):
+        raise UsageError(f"kernel file {path!r} does not exist")
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "__init__.py")):
+            raise UsageError(f"{path!r} is a directory but not a Python package (no __init__.py)")
+    elif not os.path.isfile(path):
+        raise UsageError(f"kernel file {path!r} is not a file")
+
+
+def load_kernels(path, entry_name):
+    """The entry point from a kernel file, imported by path as a member of a stand-in package
+    for its directory (so `from .sibling import x` works), or from a package directory (its
+    __init__.py, e.g. kvfuzz/kernels for kvfuzz's `builtin` target); UsageError if it cannot
+    be loaded."""
+    check_kernel_file(path)
+    path = os.path.abspath(path)
+    package = "_kvfuzz_repro_kernels"
+    if os.path.isdir(path):
+        name, directory = package, path
+        spec = importlib.util.spec_from_file_location(name, os.path.join(path, "__init__.py"),
+                                                      submodule_search_locations=[path])
+    else:
+        directory, filename = os.path.split(path)
+        pkg = types.ModuleType(package)
+        pkg.__path__ = [directory]
+        sys.modules[package] = pkg
+        name = f"{package}.{os.path.splitext(filename)[0]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise UsageError(f"loading {path!r} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    entry = getattr(module, entry_name, None)
+    if entry is None:
+        raise UsageError(f"{path!r} defines no {entry_name}")
+    return entry
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def one_line(exc):
+    """'TypeName: first line of the message', as kvfuzz records a target's error."""
+    return f"{type(exc).__name__}: {_first_line(exc)}"[:300]
+
+
+# ---------------------------------------------------------------------------- the calls
+# Copies of kvfuzz/targets/calls.py: how SGLang calls each op's entry point.
+
+
+def call_decode_metadata(entry, t, s):
+    """normal_decode_set_metadata as SGLang's flashattention backend calls it; with SWA the
+    pool is an SWAKVPool built without its constructor, holding only the token mapping."""
+    swa = "swa_page_table" in t and "full_to_swa_index_mapping" in t
+    pool = None
+    if swa:
+        cls = swa_pool_type()
+        pool = cls.__new__(cls)
+        pool.full_to_swa_index_mapping = t["full_to_swa_index_mapping"]
+    entry(
+        t["cache_seqlens_int32"], t["cu_seqlens_k"], t["page_table"], t["req_to_token"],
+        t["req_pool_indices"], t["strided_indices"], s["max_seq_pages"], t["seq_lens"],
+        s["seq_len_delta"], s["page_size"],
+        swa_page_table=t["swa_page_table"] if swa else None,
+        token_to_kv_pool=pool,
+    )
+
+
+def call_swa_spec_page_table(entry, t, s):
+    """prepare_swa_spec_page_table_triton as SGLang's speculative-verify path calls it."""
+    entry(t["page_table_dst"], t["page_table_a"], t["page_table_b"], t["seq_len_a"], t["seq_len_b"],
+          s["speculative_num_draft_tokens"])
+
+
+def sglang_max_num_seq(num_seq):
+    """SGLang's MAX_NUM_SEQ: 256 below 256 sequences, else the next power of two."""
+    return 256 if num_seq < 256 else 1 << (num_seq - 1).bit_length()
+
+
+def call_num_kv_splits(entry, t, s):
+    """get_num_kv_splits_triton: a bare @triton.jit kernel is launched on grid (1,) as SGLang's
+    triton backend does; a plain Python function is called with the same arguments."""
+    from triton.runtime.jit import KernelInterface
+
+    args = (t["num_kv_splits"], t["seq_lens"], s["num_seq"], s["num_group"], s["num_head"],
+            s["num_kv_head"], s["max_kv_splits"], s["device_core_count"])
+    if isinstance(entry, KernelInterface):
+        entry[(1,)](*args, MAX_NUM_SEQ=sglang_max_num_seq(s["num_seq"]))
+    else:
+        entry(*args)
+
+
+CALLS = {
+    "decode_metadata": call_decode_metadata,
+    "swa_spec_page_table": call_swa_spec_page_table,
+    "num_kv_splits": call_num_kv_splits,
+}
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def unpack(blob):
+    return zlib.decompress(base64.b64decode(blob))
+
+
+def host_bytes(blob, dtype):
+    """A CPU tensor from an embedded little-endian blob."""
+    import torch
+
+    data = bytearray(unpack(blob))
+    if not data:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(data, dtype=dtype)
+
+
+def views_of(case, arena):
+    """A strided view per tensor into `arena` (any device), as kvfuzz materialises them."""
+    import torch
+
+    views = {}
+    for name, t in case.tensors.items():
+        base = arena[t["start"] : t["start"] + t["nbytes"]].view(getattr(torch, t["dtype"]))
+        views[name] = base.as_strided(t["shape"], t["strides"], base.storage_offset() + t["offset"])
+    return views
+
+
+def elements(case, arena_host, name):
+    """A tensor's logical values (int64 copy) read from a host arena."""
+    import torch
+
+    return views_of(case, arena_host)[name].to(torch.int64)
+
+
+def is_cuda_error(exc):
+    """A CUDA error (illegal memory access, device-side assert, launch failure): the context
+    is unusable afterwards. torch raises torch.AcceleratorError (newer versions) or a
+    RuntimeError saying "CUDA error"; Triton's launcher says "Triton Error [CUDA]"."""
+    torch = sys.modules.get("torch")
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if isinstance(accelerator_error, type) and isinstance(exc, accelerator_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in CUDA_ERROR_MARKS)
+
+
+class Run:
+    """One call on a fresh arena: what it raised, the arena after it, or the CUDA fault that
+    left the device unusable (then `after` is None)."""
+
+    def __init__(self, error=None, error_type=None, detail=None, after=None, fault=None):
+        self.error = error  # "TypeName: first line" of an ordinary exception the call raised
+        self.error_type = error_type
+        self.detail = detail  # its traceback
+        self.after = after  # uint8 CPU tensor: the arena's bytes after the call
+        self.fault = fault  # "TypeName: first line" of the CUDA error
+
+
+def run_once(case, entry, image, device):
+    """Call the entry point once on a fresh device copy of `image` and read the arena back."""
+    import torch
+
+    run = Run()
+    arena = image.clone().to(device)
+    views = views_of(case, arena)
+    try:
+        CALLS[case.op](entry, views, case.scalars)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        if device == "cuda" and is_cuda_error(exc):
+            run.fault, run.detail = one_line(exc), traceback.format_exc()
+            return run
+        run.error, run.error_type, run.detail = one_line(exc), type(exc).__name__, traceback.format_exc()
+        if device == "cuda":  # an ordinary exception after a launch that faulted: the fault decides
+            try:
+                torch.cuda.synchronize()
+            except Exception as sync_exc:
+                run.fault = one_line(sync_exc)
+                return run
+    if device == "cuda":
+        try:
+            run.after = arena.cpu()
+        except Exception as exc:
+            run.fault = one_line(exc)
+    else:
+        run.after = arena
+    return run
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+class Report:
+    """The defects found, each printed as it is found with kvfuzz's signature."""
+
+    def __init__(self, case):
+        self.case = case
+        self.defects = []  # signatures, in the order found
+
+    def defect(self, kind, tensor, where, message, lines=()):
+        signature = self.case.signature(kind, tensor, where)
+        self.defects.append(signature)
+        print(f"DEFECT {kind}: {message}  [{signature}]")
+        for line in lines:
+            print(f"    {line}")
+
+
+def fmt_index(idx):
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def byte_runs(positions):
+    """[(first, last)] of consecutive runs in a sorted list of byte positions."""
+    runs = []
+    for b in positions:
+        if runs and b == runs[-1][1] + 1:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b])
+    return [tuple(r) for r in runs]
+
+
+def hex_bytes(arena, first, last, limit=16):
+    data = arena[first : min(last, first + limit - 1) + 1].tolist()
+    more = " ..." if last - first + 1 > limit else ""
+    return " ".join(f"{x:02x}" for x in data) + more
+
+
+def check_memory(report, case, image, owner, after):
+    """Bytes outside every tensor's elements, and input elements, must not change. A stray
+    byte is charged to the first tensor (in arena order) whose guard band before it, storage
+    (a stride gap) or guard band after it holds it, as kvfuzz's Plan.region_of_byte does."""
+    import torch
+
+    changed = after != image
+    stray = changed & (owner == 0)
+    if bool(stray.any()):
+        claimed = torch.zeros_like(stray)
+        for name, t in case.tensors.items():
+            s, n, g = t["start"], t["nbytes"], t["guard"]
+            for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
+                lo, hi = max(lo, 0), min(hi, case.arena_bytes)
+                if lo >= hi:
+                    continue
+                hit = stray[lo:hi] & ~claimed[lo:hi]
+                claimed[lo:hi] |= hit
+                if not bool(hit.any()):
+                    continue
+                at = (torch.nonzero(hit).flatten() + lo).tolist()
+                shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
+                         f"(its storage is {n} bytes): canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
+                         for a, b in byte_runs(at)[:MAX_SHOWN]]
+                report.defect("out_of_bounds_write", name, where,
+                              f"{len(at)} bytes {where} {name}'s elements changed "
+                              f"(outside every tensor's elements)", shown)
+        rest = stray & ~claimed
+        if bool(rest.any()):
+            at = torch.nonzero(rest).flatten()
+            report.defect("out_of_bounds_write", "-", "outside",
+                          f"{len(at)} arena bytes outside every tensor changed",
+                          [f"arena bytes {a}..{b}: canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
+                           for a, b in byte_runs(at.tolist())[:MAX_SHOWN]])
+    for i, (name, t) in enumerate(case.tensors.items()):
+        if t["role"] != "in":
+            continue
+        hit = changed & (owner == i + 1)
+        if bool(hit.any()):
+            got, before = elements(case, after, name), elements(case, image, name)
+            diff = torch.nonzero(got != before)
+            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
+                     for ix in diff[:MAX_SHOWN].tolist()]
+            report.defect("input_modified", name, "elements",
+                          f"input {name} changed ({int(hit.sum())} bytes, {len(diff)} elements)", shown)
+
+
+def check_outputs(report, case, image, after):
+    """In-contract case: required cells equal the oracle (or an accepted alternative); the
+    cells the contract leaves untouched keep their value."""
+    import torch
+
+    for name, c in case.cells.items():
+        t = case.tensors[name]
+        got, before = elements(case, after, name), elements(case, image, name)
+        shape = tuple(t["shape"])
+        required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
+        untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
+        accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
+        want = accepted[0]
+        if not any(torch.equal(got[required], a[required]) for a in accepted):
+            bad = required & (got != want)
+            lost = bad & (got == before)
+            n_bad, n_req = int(bad.sum()), int(required.sum())
+            note = f" ({int(lost.sum())} never written)" if bool(lost.any()) else ""
+            shown = []
+            for ix in torch.nonzero(bad)[:MAX_SHOWN].tolist():
+                ix = tuple(ix)
+                alts = sorted({int(a[ix]) for a in accepted[1:]} - {int(want[ix])})
+                also = f" (or {', '.join(map(str, alts))})" if alts else ""
+                poison = "  [never written: still poison]" if int(got[ix]) == int(before[ix]) else ""
+                shown.append(f"{name}{fmt_index(ix)}: expected {int(want[ix])}{also}, got {int(got[ix])}{poison}")
+            report.defect("mismatch", name, "all" if n_bad == n_req else "partial",
+                          f"{name}: {n_bad} of {n_req} required cells differ{note}", shown)
+        hit = untouched & (got != before)
+        if bool(hit.any()):
+            shown = [f"{name}{fmt_index(ix)}: must stay {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
+                     for ix in torch.nonzero(hit)[:MAX_SHOWN].tolist()]
+            report.defect("untouched_write", name, "cells",
+                          f"{name}: {int(hit.sum())} cells the contract leaves untouched changed", shown)
+
+
+def check_unchanged_outputs(report, case, image, after, error_type):
+    """A refused must-refuse case must have raised before writing anything."""
+    import torch
+
+    for name, t in case.tensors.items():
+        if t["role"] != "out":
+            continue
+        got, before = elements(case, after, name), elements(case, image, name)
+        hit = got != before
+        if bool(hit.any()):
+            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
+                     for ix in torch.nonzero(hit)[:MAX_SHOWN].tolist()]
+            report.defect("untouched_write", name, "after_error",
+                          f"{name}: {int(hit.sum())} cells changed although the call raised {error_type}", shown)
+
+
+def owners_of(case, owner, diff):
+    """Sorted names of the tensors whose elements hold the bytes in `diff` ("-" for bytes
+    that are no tensor's element), as kvfuzz's judge names them."""
+    import torch
+
+    names = list(case.tensors)
+    return sorted({names[o - 1] if o else "-" for o in torch.unique(owner[diff]).tolist()})
+
+
+def judge_runs(report, case, runs, image, owner):
+    """kvfuzz.judge's rules over the runs of one case (the first judged in full, the later
+    ones compared with it)."""
+    import torch
+
+    faults = [r.fault for r in runs if r.fault is not None]
+    if faults:  # a CUDA error: the context is unusable, the arena unreadable; nothing else is judged
+        report.defect("crash", "-", "cuda_fault", f"a CUDA error on the device: {faults[0]}")
+        return
+    first = runs[0]
+    if case.status == "must_refuse" and first.error is None:
+        report.defect("invalid_accepted", "-", case.refuse_where, f"ran a case it must refuse: {case.reasons[0]}")
+    if case.status == "in_contract" and first.error is not None:
+        report.defect("crash", "-", first.error_type or "Exception", f"raised on an in-contract case: {first.error}")
+    check_memory(report, case, image, owner, first.after)
+    if case.status == "in_contract" and first.error is None:
+        check_outputs(report, case, image, first.after)
+    elif case.status == "must_refuse" and first.error is not None:
+        check_unchanged_outputs(report, case, image, first.after, first.error_type)
+    for i, later in enumerate(runs[1:], start=2):
+        if later.error != first.error or not torch.equal(later.after, first.after):
+            diff = later.after != first.after
+            owners = owners_of(case, owner, diff)
+            report.defect("nondeterministic", owners[0] if owners else "-", "rerun",
+                          f"run {i} differs from run 1 ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'}; "
+                          f"errors: {first.error!r} vs {later.error!r})")
+
+
+def run_case(case, entry, device, runs=DEFAULT_RUNS):
+    """Call the entry point `runs` times on fresh arenas (stopping at a CUDA fault) and judge
+    them; the Report (defects printed as found)."""
+    import torch
+
+    image = host_bytes(case.arena_image, torch.uint8)
+    owner = host_bytes(case.owner, torch.uint8)
+    assert image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
+    done = []
+    for _ in range(runs):
+        run = run_once(case, entry, image, device)
+        done.append(run)
+        if len(done) == 1 and run.error is not None:
+            print(f"raised: {run.error}")
+            if case.status == "in_contract":
+                sys.stderr.write(run.detail or "")
+        if run.fault is not None:
+            sys.stderr.write(run.detail or "")
+            break
+    report = Report(case)
+    judge_runs(report, case, done, image, owner)
+    return report
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv, case=None):
+    """The script's command line; `case` defaults to the one this file holds. Only a case this
+    file holds can run supervised (the child is this file again); any other runs in-process."""
+    if case is None:
+        case = CASE
+    if case is None:
+        print("repro: error: this is kvfuzz's repro template and holds no case; write a script with "
+              "`kvfuzz replay CASE --emit-repro FILE.py`", file=sys.stderr)
+        return 2
+    try:
+        args = parse_args(argv, case)
+        check_kernel_file(args.kernels)  # before importing torch: a typo answers at once
+        if not args.in_process and case is CASE:
+            return supervise(argv, args.timeout, case)
+    except UsageError as exc:
+        print(f"repro: error: {exc}", file=sys.stderr)
+        rc = 2
+    else:
+        rc = _main_in_process(args, case)
+    sys.stdout.flush()
+    _hand_status(rc)  # in a supervised child, every verdict (usage errors too) goes to the parent
+    return rc
+
+
+def _main_in_process(args, case):
+    try:
+        faulthandler.enable()  # a segfault prints where it happened
+        device = select_device(args.device)
+        swa_pool_type()  # before the kernel file runs: its SWA path imports the type
+        entry = load_kernels(args.kernels, case.entry)
+    except UsageError as exc:
+        print(f"repro: error: {exc}", file=sys.stderr)
+        return 2
+
+    print(f"repro: {case.op} case {case.digest} [{case.variant}] ({case.status.replace('_', ' ')}) -> {case.entry} "
+          f"from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
+    return conclude(run_case(case, entry, device, args.runs))
+
+
+def conclude(report):
+    """The last line (FAIL or OK) and the exit status: 1 with defects, else 0."""
+    case = report.case
+    if report.defects:
+        again = ""
+        if case.saved_signature is not None:
+            again = (" The saved finding reproduces." if case.saved_signature in report.defects
+                     else f" (kvfuzz saved {case.saved_signature}.)")
+        print(f"FAIL: {len(report.defects)} defect(s).{again}")
+        return 1
+    checked = {"in_contract": "required cells match the oracle, untouched cells kept",
+               "must_refuse": "refused as it must",
+               "out_of_contract": "no write outside the tensors"}[case.status]
+    print(f"OK: {case.op} case {case.digest}: {checked}; no byte outside the tensors' elements and no input changed.")
+    return 0
+
+
+# ---------------------------------------------------------------------------- data
+# In a script written by `kvfuzz replay --emit-repro`, the next line holds the case.
+
+CASE = None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,206 @@
+"""The standalone repro script agrees with kvfuzz's judge.
+
+For every saved case under corpora/, the script that `kvfuzz replay --emit-repro` writes is run
+as a user runs it (`python FILE.py KERNELS --device D`, a fresh process that supervises a child)
+against the case's own target, and its verdict — exit status, and the signature
+`op:path:kind:tensor:where` of every defect it prints — must equal the verdict of kvfuzz's
+judge on the same case, target and device, as `kvfuzz replay` and the pytest plugin reach it
+(a kvfuzz worker process, two runs). Targets: `builtin` is kvfuzz's kernels package (the script
+is given the directory kvfuzz/kernels and loads its __init__.py, which is what `builtin`
+imports); `sglang==0.5.14` is the seed file (conftest.seed_kernel_path); a file target is that
+file. A known defect that was seen on another device and does not show here is skipped, as the
+pytest plugin skips it. A few plain-torch kernels then check rules the corpus does not reach
+(a nondeterministic kernel, a kernel that ends its process, an in-contract raise).
+
+`oracle_disagreement` findings are left out of the comparison: they say kvfuzz's two oracles
+disagree, which is about kvfuzz, not the kernel; the script embeds the NumPy oracle's answers only.
+
+Each case costs one script process (the judge's worker runs meanwhile and is kept per target);
+`-n 2` runs two cases at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import DEVICE, seed_kernel_path
+from kvfuzz.corpus import SavedCase, iter_cases
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "corpora"
+NOT_COMPARED = ("oracle_disagreement",)  # kvfuzz's oracles against each other, not the kernel
+DEFECT_LINE = re.compile(r"^DEFECT (\w+): .*  \[([^\]\s]+)\]$", re.M)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+CASES = list(iter_cases(CORPUS))
+
+
+def _case_id(item) -> str:
+    path, saved = item
+    if not isinstance(saved, SavedCase):
+        return f"unreadable:{path.name}"
+    return f"{saved.case.op}:{saved.finding.kind if saved.finding else 'regression'}:{path.name}"
+
+
+def target_files(target: str) -> tuple[Path, str]:
+    """(what the script is given, the spec the judge loads) for a case's target."""
+    if target == "builtin":
+        return REPO / "kvfuzz" / "kernels", "builtin"
+    if target.startswith("sglang=="):
+        version = target.split("==", 1)[1]
+        if version == "0.5.14":
+            path = seed_kernel_path()
+        else:
+            from kvfuzz.errors import BadInput
+            from kvfuzz.targets.wheels import sglang_kernel_file
+
+            try:
+                path = sglang_kernel_file(version)
+            except BadInput as exc:
+                pytest.skip(f"target {target} is not available here: {exc}")
+        return Path(path), str(path)
+    path = Path(target) if Path(target).is_absolute() else REPO / target
+    if not path.is_file():
+        pytest.skip(f"target {target} is not available here")
+    return path, str(path)
+
+
+@pytest.fixture(scope="module")
+def judge_on():
+    """judge_on(spec, case) -> kvfuzz's Verdict: a worker process per target (kept for the
+    module, as the pytest plugin keeps one), two runs, the judge."""
+    from kvfuzz.judge import judge
+    from kvfuzz.worker import WorkerExecutor
+
+    executors: dict[str, WorkerExecutor] = {}
+
+    def run(spec, case):
+        if spec not in executors:
+            executors[spec] = WorkerExecutor(spec, DEVICE)
+        ex = executors[spec]
+        if case.op in ex.missing:
+            pytest.skip(f"target {spec} has no {case.op}: {ex.missing[case.op]}")
+        return judge(case, ex.run(case, repeats=2))
+
+    yield run
+    for ex in executors.values():
+        ex.close()
+
+
+def start_script(script: Path, kernels: Path) -> subprocess.Popen:
+    """The script as a user runs it: a fresh process, no PYTHONPATH, no TRITON_INTERPRET, the
+    working directory the script's own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    return subprocess.Popen([sys.executable, str(script), str(kernels), "--device", DEVICE], env=env,
+                            cwd=str(script.parent), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def script_verdict(r: subprocess.CompletedProcess) -> list[str]:
+    """The signatures of the defects the script printed; its exit status must say the same."""
+    assert r.returncode in (0, 1), f"the script did not give a verdict\n{show(r)}"
+    defects = [sig for _, sig in DEFECT_LINE.findall(r.stdout)]
+    assert r.stdout.count("\nDEFECT ") + r.stdout.startswith("DEFECT ") == len(defects), show(r)
+    assert r.returncode == (1 if defects else 0), show(r)
+    return sorted(defects)
+
+
+def judge_verdict(verdict) -> list[str]:
+    return sorted(f.signature for f in verdict.findings if f.kind not in NOT_COMPARED)
+
+
+def show(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("item", CASES, ids=[_case_id(c) for c in CASES])
+def test_script_verdict_equals_replay(item, judge_on, tmp_path):
+    from kvfuzz.repro import write_repro
+
+    path, saved = item
+    if not isinstance(saved, SavedCase):
+        pytest.fail(f"{path}: unreadable case: {saved}")
+    kernels, spec = target_files(saved.target)
+    script = tmp_path / "repro.py"
+    write_repro(saved, script, device=DEVICE)
+    proc = start_script(script, kernels)
+    try:
+        verdict = judge_on(spec, saved.case)
+    finally:
+        r = finish(proc)
+    judged = judge_verdict(verdict)
+    saved_sig = saved.finding.signature if saved.finding else None
+    if saved.expected == "xfail" and saved.device != DEVICE and saved_sig not in judged:
+        pytest.skip(f"defect was seen on {saved.device}; it does not show on {DEVICE}")  # as the plugin does
+
+    assert script_verdict(r) == judged, f"kvfuzz's judge: {judged}\n{show(r)}"
+    reproduces = saved_sig is not None and saved_sig in judged
+    assert ("The saved finding reproduces." in r.stdout) == reproduces, show(r)
+
+
+# --------------------------------------------------------------------------- beyond the corpus
+# Plain-torch kernels for one num_kv_splits case, each breaking a rule the corpus does not reach.
+
+KERNELS = {
+    # the second call differs from the first: nondeterministic, named after the tensor
+    "nondeterministic": "CALLS.append(1); out[1] += len(CALLS) - 1",
+    # the process ends inside the kernel, with a status that is not a verdict
+    "exits": "import os; os._exit(0)",
+    "sys_exit": "raise SystemExit(1)",
+    # an in-contract case that raises (the corpus has none)
+    "raises": "raise RuntimeError('boom')",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_path):
+    import numpy as np
+
+    from kvfuzz.case import Case, TensorSpec
+    from kvfuzz.corpus import environment_versions
+    from kvfuzz.ops import CONTRACTS
+    from kvfuzz.repro import write_repro
+
+    lens = np.array([4, 5, 9, 1])
+    c = TensorSpec.contiguous
+    case = Case("num_kv_splits", dict(num_seq=4, num_group=1, num_head=32, num_kv_head=32, max_kv_splits=8,
+                                      device_core_count=132),
+                {"num_kv_splits": c("int32", (4,)), "seq_lens": c("int32", (4,))}, {"seq_lens": lens})
+    want = CONTRACTS["num_kv_splits"].numpy_ref(case).values["num_kv_splits"].tolist()
+    kernels = tmp_path / f"k_{name}.py"
+    kernels.write_text("import torch\n\nCALLS = []\n\n" + textwrap.dedent(f"""
+        def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv_head,
+                                     max_kv_splits, device_core_count):
+            out.copy_(torch.tensor({want!r}, dtype=out.dtype))
+            {KERNELS[name]}
+    """))
+    saved = SavedCase(case=case, finding=None, target=str(kernels), device=DEVICE,
+                      versions=environment_versions(), origin="hand")
+    script = tmp_path / "repro.py"
+    write_repro(saved, script, device=DEVICE)
+    proc = start_script(script, kernels)
+    try:
+        judged = judge_verdict(judge_on(str(kernels), case))
+    finally:
+        r = finish(proc)
+    expected = {"nondeterministic": ["num_kv_splits:splits:nondeterministic:num_kv_splits:rerun"],
+                "exits": ["num_kv_splits:splits:crash:-:0"], "sys_exit": ["num_kv_splits:splits:crash:-:1"],
+                "raises": ["num_kv_splits:splits:crash:-:RuntimeError"]}[name]
+    assert judged == expected  # what the judge says, so the comparison below means something
+    assert script_verdict(r) == judged, show(r)
