@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from . import environment
 from .errors import DeviceModeError
 
 CHOICES = ("auto", "cpu", "cuda")
@@ -49,38 +50,9 @@ def select(requested: str = "auto") -> str:
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         if _selected is None:
-            check_interpreter()
+            environment.check_interpreter()  # refuses, with one line, an interpreter that fails its probes
     _selected = device
     return device
-
-
-def check_interpreter() -> None:
-    """Refuse a Triton interpreter that cannot run kernels here, before it yields a crash
-    "finding" for every case: triton 3.6's interpreter calls int() on 1-element arrays, which
-    numpy >= 2.4 rejects, so every kernel with a loop over a runtime bound fails."""
-    import numpy
-    import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _probe(out_ptr, n):
-        for i in range(n):
-            tl.store(out_ptr + i, i + 1)
-
-    out = torch.zeros(2, dtype=torch.int32)
-    try:
-        _probe[(1,)](out, 2)
-        ok = out.tolist() == [1, 2]
-    except Exception as exc:  # the interpreter's own failure, whatever its type
-        from .execute import one_line  # execute imports this module
-        raise DeviceModeError(
-            f"Triton {triton.__version__}'s interpreter fails with numpy {numpy.__version__} "
-            f"({one_line(exc)}); install the versions in "
-            "constraints/cpu.txt (triton 3.6 needs numpy<2.4) or run on a GPU") from None
-    if not ok:
-        raise DeviceModeError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "
-                              "it cannot be trusted here")
 
 
 def selected() -> str | None:

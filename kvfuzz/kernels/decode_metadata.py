@@ -116,7 +116,11 @@ def _decode_metadata_body(
         row_ok = (row >= 0) & (row < n_pool_rows)
         row64 = tl.where(row_ok, row, 0).to(tl.int64)
         cols = pid_c * BLOCK + tl.arange(0, BLOCK)
-        m = (cols < n_cols) & row_ok
+        # The row check folded into the column bound (a bad row has no columns), the same mask as
+        # `(cols < n_cols) & row_ok` (cols >= 0), which triton 3.9's interpreter rejects ("mask
+        # has unsupported dtype": it splats a scalar comparison as an integer). Compiled, one
+        # scalar select replaces a per-column `and`.
+        m = cols < tl.where(row_ok, n_cols, 0)
         cols64 = cols.to(tl.int64)
         tok = tl.load(req_to_token + (row64 * req_to_token_s0 + (cols64 << SHIFT) * req_to_token_s1),
                       mask=m, other=0, cache_modifier=".cg")
