@@ -1,12 +1,20 @@
-"""A fuzz campaign: ops x one target, each finding minimized, saved and reported.
+"""A fuzz campaign: ops x one target, each finding confirmed, minimized, saved and reported.
 
 Library code behind `kvfuzz fuzz` (the CLI only parses and prints). The target runs in a
 worker subprocess by default, so a kernel that crashes its process costs one case.
+
+Life of a finding: an engine sees it (the batched engine re-runs it alone first); it is
+confirmed in a fresh worker from its saved form (`confirm.py`) and saved to the corpus at
+once, so even SIGKILL loses nothing confirmed; one that does not reproduce there is
+reported as flaky and never saved. When the op's budget is spent each finding is minimized
+in the warm worker, the minimized case is confirmed the same way and saved over the first
+one; if minimizing lost the signature, the confirmed case saved earlier stays.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,18 +23,20 @@ from typing import Callable
 
 from . import device as devmod
 from .case import Case
+from .confirm import TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
-from .engines.hypothesis_engine import Found, OpStats, fuzz_op
+from .engines import batch_engine, hypothesis_engine
+from .engines.common import Found, OpStats
 from .errors import BadInput
 from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
-from .worker import Executor, make_executor
-
+from .worker import Executor, WorkerExecutor, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log (nightly jobs)
 PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
+ENGINES = ("batch", "hypothesis")
 
 
 @dataclass
@@ -43,7 +53,12 @@ class CampaignConfig:
     isolate: bool = True
     minimize_budget_s: float = 30.0  # per new finding (Hypothesis' shrink, then kvfuzz's reducer)
     variant: str | None = None
-    case_timeout_s: float = 120.0
+    case_timeout_s: float = 60.0  # a run (or a batch, plus a little per case) longer than this is a hang
+    engine: str = "batch"
+    rerun_every: int | None = None  # determinism re-run of every N-th case; None: 1 on CUDA, 10 on the CPU
+    batch: int | None = None  # cases per synchronisation (batched engine); None: per device
+    confirm_tries: int = TRIES  # fresh processes tried for a finding that does not show at once
+    shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
 
     def validate(self) -> None:
         for op in self.ops:
@@ -54,11 +69,35 @@ class CampaignConfig:
             raise BadInput(f"--max-cases must be >= 1, got {self.max_cases}")
         if self.minimize_budget_s < 0:
             raise BadInput("--minimize-budget must be >= 0")
+        if self.case_timeout_s <= 0:
+            raise BadInput(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s}")
+        if self.rerun_every is not None and self.rerun_every < 0:
+            raise BadInput(f"--rerun-every must be >= 0 (0: never), got {self.rerun_every}")
+        if self.batch is not None and self.batch < 1:
+            raise BadInput(f"--batch must be >= 1, got {self.batch}")
+        if self.confirm_tries < 1:
+            raise BadInput(f"--confirm-tries must be >= 1, got {self.confirm_tries}")
+        if self.engine not in ENGINES:
+            raise BadInput(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        i, n = self.shard
+        if not (n >= 1 and 1 <= i <= n):
+            raise BadInput(f"--shard must be I/N with 1 <= I <= N, got {i}/{n}")
         if self.variant is not None:
             for op in self.ops:
                 if self.variant not in CONTRACTS[op].variants:
                     raise BadInput(f"op {op} has no contract variant {self.variant!r}; "
                                    f"it has {', '.join(CONTRACTS[op].variants)}")
+
+    def rerun_for(self, device: str) -> int:
+        """Every case is re-run on CUDA (races, uninitialised reads); the interpreter runs a
+        kernel's programs one after another, so there a re-run can only show host-side
+        nondeterminism and every tenth case is enough."""
+        return self.rerun_every if self.rerun_every is not None else (1 if device == "cuda" else 10)
+
+    def stream_seed(self) -> int:
+        """The seed of this shard's case stream (shard 1 of 1 keeps the campaign's seed)."""
+        i, n = self.shard
+        return self.seed if n == 1 else self.seed * 1_000_003 + i
 
 
 @dataclass
@@ -69,6 +108,14 @@ class Saved:
     minimize_log: list[str] = field(default_factory=list)
     minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
     save_error: str | None = None  # the corpus refused it (say, its slot holds an unreadable case)
+    confirmation: Confirmation | None = None  # of the case saved
+    minimized_confirmed: bool | None = None  # None: not minimized further
+
+
+@dataclass
+class Flaky:
+    finding: Found
+    confirmation: Confirmation
 
 
 @dataclass
@@ -81,10 +128,17 @@ class CampaignResult:
     seconds: float
     device_name: str  # the GPU's name, or "cpu (triton interpreter)"
     interrupted: bool = False  # stopped by SIGINT/SIGTERM: partial, findings unminimized
+    flaky: list[Flaky] = field(default_factory=list)
+    startup_s: float = 0.0  # from the campaign's start to its first judged case
+    versions: dict = field(default_factory=dict)
 
     @property
     def cases(self) -> int:
         return sum(s.cases for s in self.stats)
+
+    @property
+    def not_target(self) -> int:
+        return sum(s.not_target for s in self.stats)
 
     def report(self) -> dict:
         return {
@@ -93,12 +147,17 @@ class CampaignResult:
             "target_description": self.target_description,
             "device": self.device,
             "device_name": self.device_name,
+            "versions": self.versions,
             "seed": self.config.seed,
+            "shard": list(self.config.shard),
+            "engine": self.config.engine,
             "seconds": round(self.seconds, 2),
+            "startup_s": round(self.startup_s, 2),
             "interrupted": self.interrupted,
             "cases": self.cases,
-            "ops": {s.op: {"cases": s.cases, "shrink_runs": s.shrink_runs, "seconds": round(s.seconds, 2),
-                           "by_status": s.by_status, "skipped": s.skipped} for s in self.stats},
+            "cases_per_s": round(self.cases / max(sum(s.seconds for s in self.stats), 1e-9), 1),
+            "not_target": self.not_target,
+            "ops": {s.op: s.to_json() for s in self.stats},
             "findings": [{
                 "op": x.found.finding.op,
                 "kind": x.found.finding.kind,
@@ -106,11 +165,21 @@ class CampaignResult:
                 "message": x.found.finding.message,
                 "case": str(x.path) if x.path else None,
                 "save_error": x.save_error,
+                "confirmed": x.confirmation.describe() if x.confirmation else None,
+                "minimized_confirmed": x.minimized_confirmed,
                 "shrunk_by": x.found.shrunk_by,
                 "minimize_log": x.minimize_log,
                 "minimize_seconds": round(x.minimize_seconds, 2),
                 "size": list(x.case.size_key()),
             } for x in self.saved],
+            "flaky": [{
+                "op": x.finding.finding.op,
+                "signature": x.finding.finding.signature,
+                "message": x.finding.finding.message,
+                "reproduced": x.confirmation.reproduced,
+                "tries": x.confirmation.tries,
+                "case_digest": x.finding.first.digest(),
+            } for x in self.flaky],
         }
 
 
@@ -123,18 +192,39 @@ def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]
     return still_fails
 
 
+def triton_cache_dir(target: str, device: str) -> Path:
+    """Where compiled kernels of `target` on `device` persist between campaigns (warm start)."""
+    import hashlib
+
+    from .targets.wheels import cache_dir
+
+    tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+    where = "cpu" if device == "cpu" else devmod.describe(device).replace(" ", "_")
+    return cache_dir() / "triton" / f"{tag}-{where}"
+
+
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None) -> CampaignResult:
     cfg.validate()
     t0 = time.monotonic()
     device = devmod.select(cfg.device)
-    executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s)
+    if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # workers inherit it
+        os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(cfg.target, device))
+    executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True)
     store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
+
+    def fresh() -> WorkerExecutor:  # a process that has run no case, for confirmations
+        if isinstance(executor, WorkerExecutor):
+            return executor.fresh()
+        return WorkerExecutor(cfg.target, device, cfg.case_timeout_s)
     versions = environment_versions(devmod.gpu_name(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
-    found: dict[str, Found] = {}  # the current op's findings, not yet saved minimized
+    flaky: list[Flaky] = []
+    found: dict[str, Found] = {}  # the current op's confirmed findings, not yet minimized
+    confirmed: dict[str, Confirmation] = {}
     first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept")
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
+    first_case = [0.0]
     interrupted = False
     try:
         per_op = cfg.budget_s / len(cfg.ops)
@@ -150,32 +240,49 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
                 now = time.monotonic()
+                if not first_case[0]:
+                    first_case[0] = now - t0
                 if progress and now - last[0] >= PROGRESS_EVERY_S:
                     last[0] = now
                     rate = s.cases / max(now - t_op, 1e-9)
                     progress(f"[{op}] {s.cases} cases, {len(found)} findings, {rate:.0f} cases/s")
 
-            def on_new(f: Found) -> None:
-                # on disk at once: a SIGKILL (OOM killer, a scheduler's hard stop) during the
-                # long shrink that follows must not lose the finding
+            def on_new(f: Found, found=found) -> None:
+                # confirmed in a fresh process before it counts; then on disk at once: a
+                # SIGKILL during the long minimization that follows must not lose it
+                sc = _saved_case(f, f.case, cfg, device, versions)
+                c = confirm(sc, fresh, cfg.confirm_tries)
+                if not c.confirmed:  # stays in `found`, so the engine does not report it again
+                    flaky.append(Flaky(f, c))
+                    if progress:
+                        progress(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
+                    return
+                confirmed[f.finding.signature] = c
                 if store is not None:
-                    res, error = _try_save(store, _saved_case(f, f.case, cfg, device, versions))
+                    res, error = _try_save(store, sc)
                     if res is not None:
                         first_saved[f.finding.signature] = res.status
                     elif progress:  # _finish saves again, and reports it
                         progress(f"  {f.finding.signature}: not saved yet: {error}")
 
-            s, found = fuzz_op(op, executor, seed=cfg.seed, budget_s=per_op, max_cases=cfg.max_cases,
-                               in_contract_only=cfg.in_contract_only, variant=cfg.variant,
-                               shrink_budget_s=cfg.minimize_budget_s / 2, known=found, on_case=on_case,
-                               on_new=on_new, stats=current)
+            common = dict(seed=cfg.stream_seed(), budget_s=per_op, max_cases=cfg.max_cases,
+                          in_contract_only=cfg.in_contract_only, variant=cfg.variant,
+                          rerun_every=cfg.rerun_for(device), known=found, on_case=on_case,
+                          on_new=on_new, stats=current)
+            if cfg.engine == "batch":
+                s, found = batch_engine.fuzz_op(op, executor, device=device, batch=cfg.batch,
+                                                shard=cfg.shard, pool_seed=cfg.seed, **common)
+            else:
+                s, found = hypothesis_engine.fuzz_op(op, executor, shrink_budget_s=cfg.minimize_budget_s / 2,
+                                                     **common)
             current = None
             stats.append(s)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             for sig in list(found):
-                saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
-                                     first_saved.get(sig)))
+                if sig in confirmed:
+                    saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
+                                         first_saved.get(sig), confirmed[sig]))
                 del found[sig]
     except KeyboardInterrupt:
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
@@ -186,13 +293,14 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             stats.append(current)
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
-        for f in found.values():
-            saved.append(_finish(f, executor, cfg, device, versions, store, progress,
-                                 first_saved.get(f.finding.signature), interrupted=True))
+        for sig, f in found.items():
+            if sig in confirmed:
+                saved.append(_finish(f, executor, cfg, device, versions, store, progress,
+                                     first_saved.get(sig), confirmed[sig], interrupted=True))
     finally:
         executor.close()
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
-                            versions["gpu"], interrupted)
+                            versions["gpu"], interrupted, flaky, first_case[0], versions)
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result
@@ -212,26 +320,42 @@ def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions
     external = cfg.target != "builtin"
     return SavedCase(
         case=case.with_meta(seed=cfg.seed, first_seen=f.first.digest()), finding=f.finding, target=cfg.target,
-        device=device, versions=versions, origin="hypothesis", expected="xfail" if external else "pass",
+        device=device, versions=versions, origin="hypothesis" if cfg.engine == "hypothesis" else "batch",
+        expected="xfail" if external else "pass",
         reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
-        minimized=bool(log or f.shrunk_by), minimize_log=log)
+        minimized=case != f.first, minimize_log=log)
 
 
 def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, versions: dict,
             store: DirectoryCorpus | None, progress, first_saved: str | None = None,
-            interrupted: bool = False) -> Saved:
-    """kvfuzz's reducer after Hypothesis' shrink, then save the case over the one saved when
-    the finding was first seen. Interrupted: save the case as it stands, without running
-    anything (the finding was judged on this very case)."""
+            confirmation: Confirmation | None = None, interrupted: bool = False) -> Saved:
+    """kvfuzz's reducer after the engine's own shrinking; the result is confirmed in a fresh
+    process and saved over the case saved when the finding was first seen. If minimizing lost
+    the signature, the confirmed case stays. Interrupted: save the case as it stands (it was
+    confirmed when first seen), running nothing."""
     sig = f.finding.signature
     case, log, seconds = f.case, [], 0.0
+    fresh = executor.fresh if isinstance(executor, WorkerExecutor) else (
+        lambda: WorkerExecutor(cfg.target, device, cfg.case_timeout_s))
+    minimized_confirmed = None
     budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
     if budget > 0 and not interrupted:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds
-    if not interrupted:
+    if not interrupted and (case != f.first):
         verdict = judge(case, executor.run(case))
-        f.finding = next((x for x in verdict.findings if x.signature == sig), f.finding)
+        finding = next((x for x in verdict.findings if x.signature == sig), None)
+        c = None
+        if finding is not None:
+            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, 1)
+        minimized_confirmed = bool(c and c.confirmed)
+        if minimized_confirmed:
+            f.finding, confirmation = finding, c
+        else:  # the smaller case lost it: keep the confirmed one
+            if progress:
+                progress(f"  {sig}: the minimized case did not reproduce in a fresh process; "
+                         "keeping the case it was confirmed on")
+            case, log = f.first, []
     finding = f.finding
     path, error = None, None
     if store is not None:
@@ -245,7 +369,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
                 progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
-    return Saved(f, case, path, log, seconds, error)
+    return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
@@ -257,13 +381,13 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     tmp.replace(path)
 
 
-def stderr_progress() -> Callable[[str], None]:
+def stderr_progress(prefix: str = "") -> Callable[[str], None]:
     tty = sys.stderr.isatty()
 
     def say(line: str) -> None:
-        if tty and line.startswith("[") and " cases, " in line:
+        if tty and not prefix and line.startswith("[") and " cases, " in line:
             sys.stderr.write("\r\033[K" + line)
         else:
-            sys.stderr.write(("\r\033[K" if tty else "") + line + "\n")
+            sys.stderr.write(("\r\033[K" if tty and not prefix else "") + prefix + line + "\n")
         sys.stderr.flush()
     return say

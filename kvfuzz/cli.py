@@ -2,6 +2,7 @@
 
 commands:
   fuzz      generate cases, judge a target against the NumPy and torch oracles, save findings
+  bench     measure throughput: bare target calls/s against fully checked cases/s, compiles
   replay    re-run one saved case and print what is wrong (or that it passes now)
   minimize  shrink one saved case while its finding's signature holds
   corpus    ls | merge SRC... DST | prune: manage saved cases
@@ -49,7 +50,30 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
+    f.add_argument("--engine", choices=("batch", "hypothesis"), default="batch",
+                   help="batch: seeded generation, many cases per synchronisation (default); "
+                   "hypothesis: one case at a time through Hypothesis, which shrinks as it goes")
+    f.add_argument("--rerun-every", type=int, metavar="N",
+                   help="run every N-th case twice to check determinism (0: never; default 1 on CUDA, 10 on the CPU)")
+    f.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a case (or a batch, plus 2 s a case) running longer is a hang: a crash finding (default 60)")
+    f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
+    f.add_argument("--confirm-tries", type=int, default=3, metavar="N",
+                   help="fresh processes tried on a finding that does not reproduce at once (default 3)")
+    f.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="N shards in parallel processes (one per GPU on CUDA), one corpus, one report")
+    f.add_argument("--shard", type=_shard, default=(1, 1), metavar="I/N",
+                   help="run the I-th of N disjoint shards of this campaign (for a Slurm array or CI matrix)")
     f.set_defaults(run=cmd_fuzz)
+
+    b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
+    b.add_argument("--op", action="append", dest="ops", metavar="NAME", help="op to measure (repeatable; default: all)")
+    _target_device(b)
+    b.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
+                   help="time for the whole measurement, split over the ops (default 60)")
+    b.add_argument("--seed", type=int, default=0, help="the case mix (default 0)")
+    b.add_argument("--report", type=Path, metavar="FILE.json", help="write the figures as JSON")
+    b.set_defaults(run=cmd_bench)
 
     r = sub.add_parser("replay", help="re-run one saved case")
     r.add_argument("case", type=Path, help="a case directory (or its case.json)")
@@ -94,8 +118,20 @@ def _target_device(p: argparse.ArgumentParser, default_target: str | None = "bui
                    help="run the target in this process (faster; a crashing kernel ends the run)")
 
 
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 2/8), got {text!r}") from None
+    if not (n >= 1 and 1 <= i <= n):
+        raise argparse.ArgumentTypeError(f"expected I/N with 1 <= I <= N, got {text!r}")
+    return i, n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     main_thread = threading.current_thread() is threading.main_thread()
     # a job scheduler's SIGTERM ends a run like Ctrl-C: workers closed, findings and report kept
     old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main_thread else None
@@ -123,9 +159,16 @@ def cmd_fuzz(args) -> int:
         ops=args.ops or list(CONTRACTS), target=args.target, device=args.device, budget_s=args.budget,
         max_cases=args.max_cases, seed=args.seed, corpus=args.corpus, report=args.report,
         in_contract_only=args.in_contract_only, isolate=not args.in_process,
-        minimize_budget_s=args.minimize_budget, variant=args.variant)
+        minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
+        rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
+        confirm_tries=args.confirm_tries, shard=args.shard)
     _check_writable(args.report)
-    result = run_campaign(cfg, progress=stderr_progress())
+    if args.jobs < 1:
+        raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > 1:
+        return _fuzz_jobs(args, cfg)
+    prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
+    result = run_campaign(cfg, progress=stderr_progress(prefix))
     for s in result.stats:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s"
         print(f"{s.op}: {status}")
@@ -133,11 +176,70 @@ def cmd_fuzz(args) -> int:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}")
         print(f"  {x.found.finding.message}")
-    print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings, target {args.target} "
-          f"on {result.device_name} in {result.seconds:.1f} s" + (" (interrupted)" if result.interrupted else ""))
-    if result.interrupted and not result.saved:
-        return 130
-    return 1 if result.saved else 0
+    for x in result.flaky:
+        print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
+    print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings"
+          + (f", {len(result.flaky)} flaky" if result.flaky else "")
+          + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
+          + (" (interrupted)" if result.interrupted else ""))
+    if result.saved:
+        return 1
+    if result.not_target:
+        first = next(m for s in result.stats for m in s.not_target_messages)
+        raise BadInput(f"{result.not_target} runs failed for reasons that are not the target's "
+                       f"(this machine's Triton, or kvfuzz itself), e.g. {first}")
+    return 130 if result.interrupted else 0
+
+
+def _fuzz_jobs(args, cfg) -> int:
+    from . import device as devmod
+    from .campaign import stderr_progress
+    from .jobs import run_jobs
+
+    if cfg.shard != (1, 1):
+        raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
+    cfg.validate()
+    device = devmod.select(cfg.device)
+    argv = _without(args.argv, {"--jobs", "--report"})
+    say = stderr_progress()
+    merged, code = run_jobs(argv, args.jobs, device, args.report, say)
+    for f in merged["findings"]:
+        print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else ""))
+    for f in merged["flaky"]:
+        print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
+    print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
+          f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
+    return code
+
+
+def _without(argv: list[str], options: set[str]) -> list[str]:
+    """argv with each of `options` (and its value) removed."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in options:
+            skip = "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def cmd_bench(args) -> int:
+    from .bench import render, run_bench
+    from .ops import CONTRACTS
+
+    _check_writable(args.report)
+    result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
+                       isolate=not args.in_process)
+    print(render(result))
+    if args.report:
+        from .campaign import write_json_atomic
+
+        write_json_atomic(args.report, result)
+    return 0
 
 
 def _check_writable(path: Path | None) -> None:
@@ -157,10 +259,12 @@ def _read_case(path: Path):
 
 
 def cmd_replay(args) -> int:
-    from .replay import render, replay
+    from .replay import render, replay, version_warnings
 
     saved = _read_case(args.case)
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
+    for line in version_warnings(saved):
+        print(f"kvfuzz: warning: {line}", file=sys.stderr)
     print(render(r))
     if args.emit_repro:
         from .repro import write_repro

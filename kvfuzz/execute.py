@@ -1,8 +1,19 @@
-"""Launch one case on one target: materialise, call, synchronise, snapshot. No judging.
+"""Launch cases on a target: materialise, call, synchronise, snapshot. No judging.
 
-What comes back (`Outcome`) is plain data — host images of the arena after each run, the
-error if the target raised, the torch oracle's answer computed on the same device — so the
-same function can run inside a worker process and send its result back.
+What comes back (`Outcome`) is plain data (host images of the arena after each run, the
+error if the target raised, the torch oracle's answer computed on the same device) so the
+same functions run inside a worker process and send their result back.
+
+Two ways to run:
+* `run_case`: one case, its own arena, one synchronisation per run. Replays, the minimizer
+  and every finding's confirmation use it.
+* `run_batch`: many cases packed into one device arena (`materialize.pack`): one copy to
+  the device, every case launched, one synchronisation, one copy back. The fuzzing loop uses
+  it. A CUDA fault inside a batch poisons the context and cannot be pinned on one case from
+  there, so the batch reports itself lost and the caller re-runs its cases one by one.
+
+A CUDA error raised by the target's call or by the synchronisation after it is a device
+fault (`CudaFault`): the kernel made an illegal access, never an argument refusal.
 """
 
 from __future__ import annotations
@@ -14,9 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .case import Case
+from .contract import Expected
 from .device import torch_device
-from .materialize import Plan, plan as make_plan, to_device
+from .materialize import Plan, Region, pack, plan as make_plan, to_device, views_at
 from .ops import CONTRACTS
+
+CUDA_FAULT = "CudaFault"  # error type of a run whose kernel faulted the device
+ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
+HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, never a finding)
 
 
 @dataclass
@@ -36,9 +52,35 @@ class Outcome:
     device_lost: bool = False  # a CUDA error left the context unusable: stop this process
 
 
+@dataclass
+class Prepared:
+    """One case planned and classified once: what the launch and the judge both need."""
+
+    case: Case
+    plan: Plan
+    status: str  # in_contract | out_of_contract | must_refuse
+    reasons: list[str]
+    expected: Expected | None  # the NumPy oracle's answer (in-contract cases)
+
+
+def prepare(case: Case) -> Prepared:
+    contract = CONTRACTS[case.op]
+    status, reasons, expected = contract.assess(case)
+    return Prepared(case, make_plan(case, contract.outputs), status, reasons, expected)
+
+
 def one_line(exc: BaseException) -> str:
     msg = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """A CUDA error (torch.AcceleratorError, or a RuntimeError naming one): the context is gone."""
+    if type(exc).__name__ == "AcceleratorError":
+        return True
+    msg = str(exc)
+    return isinstance(exc, RuntimeError) and ("CUDA error" in msg or "illegal memory access" in msg
+                                              or "device-side assert" in msg or "CUDA_ERROR" in msg)
 
 
 def _sync(device: str) -> None:
@@ -46,6 +88,35 @@ def _sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+def _error_of(exc: BaseException, device: str) -> tuple[str, str]:
+    """(error line, error type) of an exception raised by a target call or its synchronisation."""
+    if device == "cuda" and is_device_fault(exc):
+        return f"{CUDA_FAULT}: {one_line(exc)}", CUDA_FAULT
+    from .environment import classify_error
+
+    if classify_error(exc) == "environment":
+        return f"{ENVIRONMENT}: {one_line(exc)}", ENVIRONMENT
+    return one_line(exc), type(exc).__name__
+
+
+def _call(target, case: Case, views, device: str, run: RunResult) -> bool:
+    """Call the target and synchronise; record an error in `run`. False if the device faulted."""
+    t0 = time.perf_counter()
+    try:
+        target.invoke(case.op, views, case.scalars)
+        _sync(device)
+    except Exception as exc:  # the target's exception is data here, judged later
+        run.error, run.error_type = _error_of(exc, device)
+        run.detail = "".join(traceback.format_exception(exc)[-3:])
+        if run.error_type != CUDA_FAULT and device == "cuda":
+            try:  # an ordinary error can still leave a faulting kernel behind it
+                _sync(device)
+            except Exception as late:
+                run.error, run.error_type = f"{CUDA_FAULT}: {one_line(late)}", CUDA_FAULT
+    run.seconds = time.perf_counter() - t0
+    return run.error_type != CUDA_FAULT
 
 
 def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool = True,
@@ -57,30 +128,162 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
     for _ in range(repeats):
         arena, views = to_device(p, dev)
         run = RunResult()
-        t0 = time.perf_counter()
-        try:
-            target.invoke(case.op, views, case.scalars)
-            _sync(device)
-        except Exception as exc:  # the target's exception is data here, judged later
-            run.error, run.error_type = one_line(exc), type(exc).__name__
-            run.detail = "".join(traceback.format_exception(exc)[-3:])
+        ok = _call(target, case, views, device, run)
+        if ok:
             try:
-                _sync(device)
-            except Exception:
-                out.device_lost = True
-        run.seconds = time.perf_counter() - t0
-        try:
-            run.after = arena.cpu().numpy()
-        except Exception:
-            out.device_lost = True
+                run.after = arena.cpu().numpy()
+            except Exception as exc:  # the fault showed only when the arena was read back
+                run.error, run.error_type = f"{CUDA_FAULT}: {one_line(exc)}", CUDA_FAULT
         out.runs.append(run)
-        if out.device_lost:
+        if run.error_type == CUDA_FAULT:
+            out.device_lost = True
             return out
     # the torch oracle only for in-contract cases: torch's own indexing of out-of-range values
     # is a device-side assert on CUDA, which would poison the context for every later case
     if torch_ref and contract.classify(case)[0] == "in_contract":
         try:
-            out.torch_ref = contract.torch_ref(case, dev)
+            out.torch_ref = {k: v.cpu().numpy() for k, v in contract.torch_ref(case, dev).items()}
         except Exception as exc:
             out.torch_ref_error = one_line(exc)
+    return out
+
+
+# batches ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    """One case of a batch, as a worker needs it: no oracle, no owner map."""
+
+    case: Case
+    regions: dict[str, Region]
+    base: int  # byte offset of the case's image in the batch image
+    size: int  # bytes of the case's image
+    repeat: bool  # run it a second time (determinism)
+    torch_ref: bool  # compute the torch oracle (in-contract cases)
+
+
+def launches(prepared: list[Prepared], repeat: list[bool]) -> tuple[np.ndarray, list[Launch]]:
+    image, bases = pack([p.plan for p in prepared])
+    return image, [Launch(p.case, p.plan.regions, base, p.plan.image.size, rep, p.status == "in_contract")
+                   for p, base, rep in zip(prepared, bases, repeat)]
+
+
+@dataclass
+class BatchResult:
+    afters: list[np.ndarray | None]  # the batch arena after the first pass, and after the second
+    errors: list[list[tuple[str, str, str] | None]]  # per pass, per launch: (error, type, detail)
+    seconds: list[list[float]]
+    torch_refs: list[dict[str, np.ndarray] | None]
+    torch_errors: list[str | None]
+    lost: str | None = None  # why the batch cannot be judged (a device fault): re-run one by one
+    stages: dict[str, float] = field(default_factory=dict)  # seconds: transfer, launch, torch oracle, sync
+
+
+def run_batch(target, image: np.ndarray, batch: list[Launch], device: str) -> BatchResult:
+    """Every launch of `batch` on one arena (and the repeated ones on a second), one sync."""
+    import torch
+
+    dev = torch_device(device)
+    contract_of = {b.case.op: CONTRACTS[b.case.op] for b in batch}
+    stages = {"transfer": 0.0, "launch": 0.0, "torch_oracle": 0.0, "synchronise": 0.0}
+    host = torch.from_numpy(image)
+    passes = [list(range(len(batch))), [i for i, b in enumerate(batch) if b.repeat]]
+    arenas, errors, seconds = [], [], []
+    for sel in passes:
+        if not sel:
+            arenas.append(None)
+            errors.append([None] * len(batch))
+            seconds.append([0.0] * len(batch))
+            continue
+        t0 = time.perf_counter()
+        arena = host.to(dev, copy=True)
+        stages["transfer"] += time.perf_counter() - t0
+        errs: list = [None] * len(batch)
+        secs = [0.0] * len(batch)
+        for i in sel:
+            b = batch[i]
+            t0 = time.perf_counter()
+            try:
+                target.invoke(b.case.op, views_at(arena, b.regions, b.base), b.case.scalars)
+            except Exception as exc:
+                error, kind = _error_of(exc, device)
+                if kind == CUDA_FAULT:
+                    return _lost(batch, f"{error} (case {i} of the batch)")
+                errs[i] = (error, kind, "".join(traceback.format_exception(exc)[-3:]))
+            secs[i] = time.perf_counter() - t0
+            stages["launch"] += secs[i]
+        arenas.append(arena)
+        errors.append(errs)
+        seconds.append(secs)
+    refs: list = [None] * len(batch)
+    ref_errors: list = [None] * len(batch)
+    t0 = time.perf_counter()
+    for i, b in enumerate(batch):
+        if b.torch_ref:
+            try:
+                refs[i] = contract_of[b.case.op].torch_ref(b.case, dev)
+            except Exception as exc:
+                if device == "cuda" and is_device_fault(exc):
+                    return _lost(batch, f"{CUDA_FAULT}: {one_line(exc)} (torch oracle, case {i})")
+                ref_errors[i] = one_line(exc)
+    stages["torch_oracle"] += time.perf_counter() - t0
+    try:
+        t0 = time.perf_counter()
+        _sync(device)
+        t1 = time.perf_counter()
+        afters = [None if a is None else a.cpu().numpy() for a in arenas]
+        refs = _refs_to_host(refs)
+        stages["synchronise"] += t1 - t0
+        stages["transfer"] += time.perf_counter() - t1
+    except Exception as exc:
+        return _lost(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
+    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages)
+
+
+def _refs_to_host(refs: list[dict | None]) -> list[dict[str, np.ndarray] | None]:
+    """Every torch oracle answer of the batch to the host in one copy."""
+    import torch
+
+    flat = [t.reshape(-1) for r in refs if r is not None for t in r.values()]
+    if not flat:
+        return refs
+    host = torch.cat(flat).cpu().numpy()
+    out, at = [], 0
+    for r in refs:
+        if r is None:
+            out.append(None)
+            continue
+        d = {}
+        for k, t in r.items():
+            d[k] = host[at : at + t.numel()].reshape(tuple(t.shape))
+            at += t.numel()
+        out.append(d)
+    return out
+
+
+def _lost(batch: list[Launch], why: str) -> BatchResult:
+    n = len(batch)
+    return BatchResult([None, None], [[None] * n, [None] * n], [[0.0] * n, [0.0] * n], [None] * n, [None] * n,
+                       lost=why)
+
+
+def outcomes(batch: list[Launch], result: BatchResult) -> list[Outcome]:
+    """Split a batch result into one `Outcome` per case (empty list if the batch was lost)."""
+    if result.lost:
+        return []
+    out = []
+    for i, b in enumerate(batch):
+        runs = []
+        for p in (0, 1):
+            if p == 1 and not b.repeat:
+                break
+            err = result.errors[p][i]
+            after = result.afters[p]
+            run = RunResult(seconds=result.seconds[p][i],
+                            after=None if after is None else after[b.base : b.base + b.size].copy())
+            if err is not None:
+                run.error, run.error_type, run.detail = err
+            runs.append(run)
+        out.append(Outcome(runs, result.torch_refs[i], result.torch_errors[i]))
     return out

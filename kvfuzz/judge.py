@@ -3,7 +3,12 @@
 The contract decides what is checked: an in-contract case must match the oracles on its
 required cells and leave its untouched cells alone; an out-of-contract case may be refused
 (any exception) or run, but must never write outside its tensors or change its inputs; a
-must-refuse case that runs is `invalid_accepted`.
+must-refuse case that runs is `invalid_accepted`. A run that faulted the GPU, killed its
+process or hung is a `crash` whatever the case, never a refusal.
+
+Some failures are not the target's: kvfuzz's own harness failing (`HarnessError`) and
+Triton's machinery failing on this machine (`EnvironmentError`, see environment.py). They
+come back as `Verdict.not_target` and never as findings.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import numpy as np
 
 from .case import Case
 from .contract import Cells, Contract, Expected
-from .execute import Outcome, RunResult
+from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
 from .findings import Finding
-from .materialize import NOBODY, Plan, plan as make_plan
+from .materialize import NOBODY, Plan
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
-LOST = ("WorkerDied", "Timeout", "HarnessError")  # the process died or hung, or kvfuzz itself failed
+# the process died or hung, or the kernel faulted the GPU: never acceptable, in contract or not
+LOST = {"WorkerDied": None, "Timeout": "timeout", CUDA_FAULT: "cuda_fault"}
 
 
 @dataclass
@@ -31,6 +37,7 @@ class Verdict:
     findings: list[Finding] = field(default_factory=list)
     expected: Expected | None = None
     refused: str | None = None  # the error the target raised, if it raised one
+    not_target: str | None = None  # kvfuzz's or the environment's failure: nothing was judged
 
     @property
     def failed(self) -> bool:
@@ -45,11 +52,17 @@ def classify(case: Case) -> tuple[str, list[str]]:
     return CONTRACTS[case.op].classify(case)
 
 
-def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
+def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prepared | None = None) -> Verdict:
+    """The verdict on one run of `case`. `prepared` (from `execute.prepare`) carries the plan,
+    the classification and the NumPy oracle's answer, so nothing is computed twice."""
+    if prepared is None:
+        prepared = prepare(case)
+        if plan is not None:
+            prepared.plan = plan
     contract = CONTRACTS[case.op]
-    p = plan or make_plan(case, contract.outputs)
+    p = prepared.plan
     path = contract.kernel_path(case)
-    status, reasons = classify(case)
+    status, reasons = prepared.status, prepared.reasons
     verdict = Verdict(status, reasons)
     first = outcome.runs[0]
     verdict.refused = first.error
@@ -57,11 +70,14 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
     def finding(kind, tensor, where, message, cells=()):
         return Finding(kind, case.op, path, tensor, where, message, tuple(cells))
 
+    if first.error_type in (HARNESS, ENVIRONMENT):
+        verdict.not_target = first.error
+        return verdict
     if status == "must_refuse" and first.error is None:
         verdict.findings.append(finding("invalid_accepted", "-", reasons[0].split()[0],
                                         f"ran a case it must refuse: {reasons[0]}"))
-    if first.error_type in LOST:  # the process died or hung: never acceptable, in contract or not
-        where = {"WorkerDied": first.error.split()[-1], "Timeout": "timeout", "HarnessError": "harness"}[first.error_type]
+    if first.error_type in LOST:
+        where = LOST[first.error_type] or first.error.split()[-1]
         tail = (first.detail or "").strip().splitlines()[-1:]
         verdict.findings.append(finding("crash", "-", where, f"the run was lost: {first.error}"
                                         + (f" (last output: {tail[0][:200]})" if tail else "")))
@@ -71,12 +87,12 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
     if first.after is None:
         return verdict
 
-    changed = first.after != p.image
-    verdict.findings += _memory_findings(contract, p, changed, finding)
+    changed = np.flatnonzero(first.after != p.image)
+    owner = p.owner_of(changed)
+    verdict.findings += _memory_findings(contract, p, changed, owner, finding)
     if status == "in_contract" and first.error is None:
-        expected = contract.numpy_ref(case)
-        verdict.expected = expected
-        verdict.findings += _output_findings(contract, case, p, first, expected, outcome, finding)
+        verdict.expected = prepared.expected
+        verdict.findings += _output_findings(contract, case, p, first, prepared.expected, outcome, finding)
     elif status == "must_refuse" and first.error is not None:
         # refused: it must have refused before touching anything, outputs included
         for name in contract.outputs:
@@ -91,21 +107,22 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None) -> Verdict:
                         _cells(hit, got=got)))
     for later in outcome.runs[1:]:
         if later.after is not None and (later.error != first.error or not np.array_equal(later.after, first.after)):
-            diff = later.after != first.after
-            owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner[diff])})
+            diff = np.flatnonzero(later.after != first.after)
+            owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
             verdict.findings.append(finding(
                 "nondeterministic", owners[0] if owners else "-", "rerun",
-                f"a second run of the same case differs ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'})"))
+                f"a second run of the same case differs ({diff.size} bytes in {', '.join(owners) or 'the error'})"))
     return verdict
 
 
-def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, finding) -> Iterator[Finding]:
+def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np.ndarray,
+                     finding) -> Iterator[Finding]:
     """Bytes outside every element (guards, gaps) and input elements that changed."""
-    stray = changed & (p.owner == NOBODY)
-    if stray.any():
+    stray = changed[owner == NOBODY]
+    if stray.size:
         by_place: dict[tuple[str, str], list[int]] = {}
-        for b in np.flatnonzero(stray):
-            by_place.setdefault(p.region_of_byte(int(b)), []).append(int(b))
+        for b in stray.tolist():
+            by_place.setdefault(p.region_of_byte(b), []).append(b)
         for (tensor, where), bytes_ in sorted(by_place.items()):
             r = p.regions.get(tensor)
             rel = [b - r.start for b in bytes_[:MAX_CELLS]] if r else bytes_[:MAX_CELLS]
@@ -116,11 +133,9 @@ def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, finding) 
     for i, name in enumerate(p.names):
         if name in contract.outputs:
             continue
-        hit = changed & (p.owner == i)
-        if hit.any():
-            r = p.regions[name]
-            yield finding("input_modified", name, "elements",
-                          f"input {name} changed ({int(hit.sum())} bytes)")
+        hit = int((owner == i).sum())
+        if hit:
+            yield finding("input_modified", name, "elements", f"input {name} changed ({hit} bytes)")
 
 
 def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, expected: Expected,

@@ -4,7 +4,8 @@ All tensors of a case live in one byte arena. Each tensor's storage sits between
 bands; every byte that is no tensor's element (guards, stride gaps, slack) holds the canary
 byte, inputs hold their values and outputs start from a poison value, never zeros. After a
 run, one comparison of the arena against its image tells every byte that changed, and
-`owner` says whose element (or nobody's) each byte is.
+`owner_of` says whose element (or nobody's) each of them is. `pack` puts a batch of case
+images into one arena, so a batch needs one copy to the device and one back.
 """
 
 from __future__ import annotations
@@ -40,19 +41,64 @@ class Region:
 
     def elements(self, arena: np.ndarray) -> np.ndarray:
         """The tensor's logical values (a copy), read through its layout."""
-        if self.spec.numel == 0:
-            return np.zeros(self.spec.shape, dtype=self.spec.dtype)
-        return self.typed(arena)[self.spec.element_index()]
+        spec = self.spec
+        if spec.numel == 0:
+            return np.zeros(spec.shape, dtype=spec.dtype)
+        if spec.is_contiguous:
+            return self.typed(arena)[spec.offset : spec.offset + spec.numel].reshape(spec.shape).copy()
+        return self.typed(arena)[spec.element_index()]
 
 
-@dataclass(frozen=True)
 class Plan:
-    """Where every tensor of a case lives in the arena, and the arena's initial image."""
+    """Where every tensor of a case lives in the arena, and the arena's initial image.
 
-    regions: dict[str, Region]
-    image: np.ndarray  # uint8, read-only
-    owner: np.ndarray  # int16 per byte: index into `names`, or NOBODY
-    names: tuple[str, ...]
+    `owner` (whose element each byte is, or NOBODY) is built only when asked for: the judge
+    needs it only for the few bytes that changed (`owner_of`)."""
+
+    def __init__(self, regions: dict[str, Region], image: np.ndarray, names: tuple[str, ...]) -> None:
+        self.regions, self.image, self.names = regions, image, names
+        self._elem_bytes: dict[str, np.ndarray] = {}
+        self._owner: np.ndarray | None = None
+        self._starts = np.array([regions[n].start for n in names], dtype=np.int64)
+
+    def element_bytes(self, name: str) -> np.ndarray:
+        """Sorted arena byte offsets of `name`'s elements (cached)."""
+        got = self._elem_bytes.get(name)
+        if got is None:
+            r = self.regions[name]
+            item = r.spec.itemsize
+            if r.spec.numel == 0:
+                got = np.zeros(0, dtype=np.int64)
+            else:
+                idx = np.unique(r.spec.element_index().ravel())
+                got = (r.start + idx[:, None] * item + np.arange(item)[None, :]).ravel()
+            self._elem_bytes[name] = got
+        return got
+
+    def owner_of(self, byte_idx: np.ndarray) -> np.ndarray:
+        """owner for the given arena byte offsets: the index into `names`, or NOBODY."""
+        out = np.full(byte_idx.shape, NOBODY, dtype=np.int16)
+        if byte_idx.size == 0:
+            return out
+        slot = np.searchsorted(self._starts, byte_idx, side="right") - 1
+        for i in np.unique(slot[slot >= 0]):
+            name = self.names[i]
+            sel = np.flatnonzero(slot == i)
+            elems = self.element_bytes(name)
+            hit = sel[np.isin(byte_idx[sel], elems, assume_unique=False)]
+            out[hit] = i
+        return out
+
+    @property
+    def owner(self) -> np.ndarray:
+        """int16 per byte: index into `names`, or NOBODY (the whole map; for repro scripts)."""
+        if self._owner is None:
+            owner = np.full(self.image.size, NOBODY, dtype=np.int16)
+            for i, name in enumerate(self.names):
+                owner[self.element_bytes(name)] = i
+            owner.setflags(write=False)
+            self._owner = owner
+        return self._owner
 
     def region_of_byte(self, b: int) -> tuple[str, str]:
         """(tensor, before|after|gap) for a byte that belongs to no element: each tensor owns
@@ -83,22 +129,35 @@ def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
         cursor = _round_up(start + nbytes) + guard  # the guard after is the tensor's own too
     total = max(cursor, GUARD_MIN)
     image = np.full(total, CANARY_BYTE, dtype=np.uint8)
-    owner = np.full(total, NOBODY, dtype=np.int16)
-    for i, name in enumerate(names):
+    for name in names:
         r = regions[name]
-        if r.spec.numel == 0:
+        spec = r.spec
+        if spec.numel == 0:
             continue
-        idx = r.spec.element_index().ravel()
+        typed = r.typed(image)
         if name in outputs:
-            r.typed(image)[idx] = POISON[r.spec.dtype]
+            data = POISON[spec.dtype]
         else:
-            r.typed(image)[idx] = np.asarray(case.values[name], dtype=r.spec.dtype).ravel()
-        item = r.spec.itemsize
-        byte_idx = (r.start + idx[:, None] * item + np.arange(item)[None, :]).ravel()
-        owner[byte_idx] = i
+            data = np.asarray(case.values[name], dtype=spec.dtype)
+        if spec.is_contiguous:  # one slice, no index arrays (most tensors, including the large ones)
+            typed[spec.offset : spec.offset + spec.numel] = np.ravel(data) if np.ndim(data) else data
+        else:
+            typed[spec.element_index()] = data
     image.setflags(write=False)
-    owner.setflags(write=False)
-    return Plan(regions, image, owner, names)
+    return Plan(regions, image, names)
+
+
+def views_at(arena, regions: dict[str, Region], base: int = 0) -> dict:
+    """A strided view per tensor into a device arena whose case image starts at byte `base`."""
+    import torch
+
+    views = {}
+    for name, r in regions.items():
+        dtype = getattr(torch, r.spec.dtype)
+        start = base + r.start
+        buf = arena[start : start + r.nbytes].view(dtype)
+        views[name] = buf.as_strided(r.spec.shape, r.spec.strides, buf.storage_offset() + r.spec.offset)
+    return views
 
 
 def to_device(p: Plan, device):
@@ -106,9 +165,17 @@ def to_device(p: Plan, device):
     import torch
 
     arena = torch.from_numpy(p.image.copy()).to(device)
-    views = {}
-    for name, r in p.regions.items():
-        dtype = getattr(torch, r.spec.dtype)
-        base = arena[r.start : r.start + r.nbytes].view(dtype)
-        views[name] = base.as_strided(r.spec.shape, r.spec.strides, base.storage_offset() + r.spec.offset)
-    return arena, views
+    return arena, views_at(arena, p.regions)
+
+
+def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:
+    """One image holding every plan's image (each at an ALIGN-aligned base): a batch of cases
+    goes to the device in one copy, and each pointer keeps its alignment class."""
+    bases, cursor = [], 0
+    for p in plans:
+        bases.append(cursor)
+        cursor = _round_up(cursor + p.image.size)
+    image = np.empty(max(cursor, 1), dtype=np.uint8)
+    for p, base in zip(plans, bases):
+        image[base : base + p.image.size] = p.image
+    return image, bases

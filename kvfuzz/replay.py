@@ -42,6 +42,24 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
         executor.close()
 
 
+VERSIONS_CHECKED = ("torch", "triton", "numpy", "gpu")
+
+
+def version_warnings(saved: SavedCase) -> list[str]:
+    """One line per version that differs from the one the case was found on: a defect that no
+    longer shows (or a new one) may be the environment's doing."""
+    from .corpus import environment_versions
+
+    gpu = devmod.gpu_name(devmod.selected()) if devmod.selected() else None
+    now = environment_versions(gpu)
+    out = []
+    for key in VERSIONS_CHECKED:
+        was = saved.versions.get(key)
+        if was is not None and was != now.get(key):
+            out.append(f"the case was found with {key} {was}, this is {now.get(key)}")
+    return out
+
+
 def render(r: Replayed) -> str:
     c, v = r.saved.case, r.verdict
     lines = [f"case     {c.op} [{c.variant}] {c.digest()}  ({v.status.replace('_', ' ')})",

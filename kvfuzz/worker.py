@@ -2,10 +2,15 @@
 
 The Triton interpreter does no bounds checking (a wild read can segfault the process) and a
 CUDA fault poisons the whole context: either way the process is lost. `WorkerExecutor`
-keeps the target in `python -m kvfuzz.worker SPEC DEVICE`, sends it cases, and gets
-`Outcome`s back over a pipe (length-prefixed pickle frames, between our own processes
-only). A worker that dies or overruns its deadline yields a `WorkerDied` / `Timeout`
-outcome for that case, and the next case starts a fresh worker.
+keeps the target in `python -m kvfuzz.worker SPEC DEVICE`, sends it cases (one, or a batch
+packed in one arena), and gets `Outcome`s back over a pipe (length-prefixed pickle frames,
+between our own processes only). A worker that dies or overruns its deadline yields a
+`WorkerDied` / `Timeout` outcome for that case (a lost batch for a batch), and the next
+request starts a fresh worker.
+
+Each worker records the Triton specialisation key of every launch it makes
+(`specialize.LaunchRecorder`) and reports the new ones with every reply, so a campaign
+knows how many kernel variants it made the target compile, on the CPU as on a GPU.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ import tempfile
 import time
 from typing import Any, Protocol
 
+import numpy as np
+
 from .case import Case
 from .errors import BadInput, TargetLoadError
-from .execute import Outcome, RunResult, one_line, run_case
+from .execute import HARNESS, BatchResult, Launch, Outcome, RunResult, _lost, one_line, run_batch, run_case
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
-HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, reported as a crash)
+BATCH_SECONDS_PER_CASE = 2.0  # a batch's deadline: the case timeout plus this per case
 # a worker that dies of these was stopped, not crashed by the kernel: the run is interrupted
 _STOPPED_FROM_OUTSIDE = (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP)  # exit codes
 
@@ -36,8 +43,16 @@ class Executor(Protocol):
     description: str
     identity: str  # the physical device (GPU UUID), see device.identity
     missing: dict[str, str]  # op -> why the target cannot run it; every other op it runs
+    launch_keys: set  # Triton specialisation keys of every launch so far (see specialize.py)
+    compiled: int  # kernel variants Triton compiled in the worker (0 under the interpreter)
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome: ...
+
+    def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult: ...
+
+    def submit(self, image: np.ndarray, batch: list[Launch]) -> None: ...  # run_batch, split in two
+
+    def collect(self) -> BatchResult: ...
 
     def close(self) -> None: ...
 
@@ -47,6 +62,7 @@ class InProcessExecutor:
 
     def __init__(self, target_spec: str, device: str) -> None:
         from . import device as devmod
+        from .specialize import recorder
         from .targets import load_target
 
         self.target = load_target(target_spec, device)
@@ -54,48 +70,98 @@ class InProcessExecutor:
         self.description = self.target.description
         self.identity = devmod.identity(device)
         self.missing = dict(self.target.missing)
+        self.recorder = recorder()
+
+    @property
+    def launch_keys(self) -> set:
+        return set(self.recorder.keys)
+
+    @property
+    def compiled(self) -> int:
+        return self.recorder.compiled()
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
         return run_case(self.target, case, self.device, repeats=repeats, torch_ref=torch_ref)
+
+    def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
+        return run_batch(self.target, image, batch, self.device)
+
+    def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
+        self._pending = (image, batch)
+
+    def collect(self) -> BatchResult:
+        (image, batch), self._pending = self._pending, None
+        return self.run_batch(image, batch)
 
     def close(self) -> None:
         pass
 
 
 class WorkerExecutor:
-    def __init__(self, target_spec: str, device: str, timeout_s: float = 120.0,
-                 env: dict[str, str] | None = None) -> None:
+    """`standby`: keep a second worker started and idle, so that a worker lost to a crash is
+    replaced at once instead of after a new interpreter has imported torch (about 2 s)."""
+
+    def __init__(self, target_spec: str, device: str, timeout_s: float = 60.0,
+                 env: dict[str, str] | None = None, standby: bool = False,
+                 _proc: subprocess.Popen | None = None) -> None:
         self.target_spec, self.device, self.timeout_s = target_spec, device, timeout_s
         self.extra_env = dict(env or {})  # e.g. CUDA_VISIBLE_DEVICES to pin this worker to one GPU
         self.proc: subprocess.Popen | None = None
+        self.standby: subprocess.Popen | None = _proc  # a process already started for us
+        self.use_standby = standby
         self.log = tempfile.NamedTemporaryFile(prefix="kvfuzz-worker-", suffix=".log", delete=False)
         self.restarts = 0
+        self.launch_keys: set = set()
+        self.compiled = 0  # summed over the worker's lives
+        self._compiled_now = 0
         info = self._start()
         self.description = info["description"]
         self.identity = info["identity"]
         self.missing = info["missing"]
 
     # process management --------------------------------------------------------------
-    def _start(self) -> dict[str, Any]:
+    def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ) | self.extra_env
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "kvfuzz.worker", self.target_spec, self.device],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env)
-        reply = self._recv(time.monotonic() + max(self.timeout_s, 300.0))
+
+    def _start(self) -> dict[str, Any]:
+        ready = self.standby is not None and self.standby.poll() is None
+        self.proc, self.standby = (self.standby if ready else self._spawn()), None
+        try:
+            reply = self._recv(time.monotonic() + max(self.timeout_s, 300.0))
+        except TimeoutError:
+            reply = None
         if reply is None:
             raise TargetLoadError(f"worker for {self.target_spec} did not start: {_exit_reason(self._exit_code())}")
         kind, payload = reply
         if kind == "error":
             self._kill()
             raise TargetLoadError(payload)
+        if self.use_standby:
+            self.standby = self._spawn()  # imports while this one works
         return payload
+
+    def fresh(self) -> "WorkerExecutor":
+        """A new executor on a process that has run no case (the standby, if one is up)."""
+        proc, self.standby = self.standby, None
+        if self.use_standby:
+            self.standby = self._spawn()
+        return WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
 
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+        self._compiled_now = 0  # a new worker compiles (or loads from Triton's cache) anew
+
+    def _telemetry(self, keys: list, compiled: int) -> None:
+        self.launch_keys.update(keys)
+        self.compiled += max(compiled - self._compiled_now, 0)
+        self._compiled_now = compiled
 
     def _exit_code(self) -> int | None:
         """The worker's exit status once it has closed its pipe (None if it does not exit)."""
@@ -142,29 +208,67 @@ class WorkerExecutor:
         return b"".join(chunks)
 
     # running -----------------------------------------------------------------------------
-    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
+    def _begin(self, message: tuple, deadline_s: float) -> None:
+        """Send a request (starting a worker if none runs); `_end` collects its reply."""
         if self.proc is None or self.proc.poll() is not None:
             self.restarts += 1
             self._start()
-        t0 = time.monotonic()
+        self._t0, self._deadline, self._send_failed = time.monotonic(), deadline_s, False
         try:
-            self._send(("run", case, repeats, torch_ref))
-            reply = self._recv(t0 + self.timeout_s)
-        except TimeoutError:
-            self._kill()
-            return self._lost(TIMEOUT, f"no result after {self.timeout_s:.0f} s (worker killed)", t0)
+            self._send(message)
         except (BrokenPipeError, OSError):
-            reply = None
+            self._send_failed = True
+
+    def _end(self) -> tuple[Any, str | None, float]:
+        """(reply payload, why the worker was lost, t0); raises KeyboardInterrupt when the
+        worker was stopped from outside (a scheduler's SIGTERM to the process group)."""
+        t0 = self._t0
+        reply = None
+        if not self._send_failed:
+            try:
+                reply = self._recv(t0 + self._deadline)
+            except TimeoutError:
+                self._kill()
+                return None, f"{TIMEOUT}: no result after {self._deadline:.0f} s (worker killed)", t0
+            except (BrokenPipeError, OSError):
+                reply = None
         if reply is None:
             code = self._exit_code()
             self._kill()
-            if code in _STOPPED_FROM_OUTSIDE:  # e.g. a scheduler's SIGTERM to the process group
+            if code in _STOPPED_FROM_OUTSIDE:
                 raise KeyboardInterrupt(f"worker {_exit_reason(code)}")
-            return self._lost(DIED, _exit_reason(code), t0)
-        outcome = reply[1]
+            return None, f"{DIED}: {_exit_reason(code)}", t0
+        _, payload, keys, compiled = reply
+        self._telemetry(keys, compiled)
+        return payload, None, t0
+
+    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
+        self._begin(("run", case, repeats, torch_ref), self.timeout_s)
+        outcome, lost, t0 = self._end()
+        if lost:
+            kind, why = lost.split(": ", 1)
+            return self._lost(kind, why, t0)
         if outcome.device_lost:
             self._kill()
         return outcome
+
+    def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
+        """Start a batch; the caller prepares the next one while the worker runs this one."""
+        self._pending = batch
+        self._begin(("batch", image, batch), self.timeout_s + BATCH_SECONDS_PER_CASE * len(batch))
+
+    def collect(self) -> BatchResult:
+        batch, self._pending = self._pending, None
+        result, lost, _ = self._end()
+        if lost:
+            return _lost(batch, lost)
+        if result.lost:
+            self._kill()
+        return result
+
+    def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
+        self.submit(image, batch)
+        return self.collect()
 
     def _lost(self, kind: str, why: str, t0: float) -> Outcome:
         run = RunResult(error=f"{kind}: {why}", error_type=kind, seconds=time.monotonic() - t0,
@@ -172,6 +276,10 @@ class WorkerExecutor:
         return Outcome(runs=[run], device_lost=True)
 
     def close(self) -> None:
+        if self.standby is not None and self.standby.poll() is None:
+            self.standby.kill()
+            self.standby.wait()
+        self.standby = None
         if self.proc and self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
@@ -196,8 +304,11 @@ def _exit_reason(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s: float = 120.0) -> Executor:
-    return WorkerExecutor(target_spec, device, timeout_s) if isolate else InProcessExecutor(target_spec, device)
+def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s: float = 60.0,
+                  standby: bool = False) -> Executor:
+    if isolate:
+        return WorkerExecutor(target_spec, device, timeout_s, standby=standby)
+    return InProcessExecutor(target_spec, device)
 
 
 # the child's side ---------------------------------------------------------------------
@@ -216,6 +327,7 @@ def _serve(spec: str, device: str) -> int:
         proto_out.flush()
 
     from . import device as devmod
+    from .specialize import recorder as launch_recorder
     from .targets import load_target
 
     try:
@@ -224,22 +336,34 @@ def _serve(spec: str, device: str) -> int:
     except BadInput as exc:
         send(("error", str(exc)))
         return 2
+    recorder = launch_recorder()
+    reported: set = set()
     send(("ready", {"description": target.description, "identity": devmod.identity(dev),
                     "missing": dict(target.missing)}))
     while True:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:
             return 0
-        _, case, repeats, torch_ref = pickle.loads(proto_in.read(_HEADER.unpack(head)[0]))
-        try:
-            outcome = run_case(target, case, dev, repeats=repeats, torch_ref=torch_ref)
-        except Exception as exc:  # kvfuzz's own harness failed: report it, keep serving
-            import traceback
+        request = pickle.loads(proto_in.read(_HEADER.unpack(head)[0]))
+        if request[0] == "batch":
+            _, image, batch = request
+            try:
+                payload = run_batch(target, image, batch, dev)
+            except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
+                payload = _lost(batch, f"{HARNESS}: {one_line(exc)}")
+        else:
+            _, case, repeats, torch_ref = request
+            try:
+                payload = run_case(target, case, dev, repeats=repeats, torch_ref=torch_ref)
+            except Exception as exc:  # kvfuzz's own harness failed: report it, keep serving
+                import traceback
 
-            outcome = Outcome(runs=[RunResult(error=f"{HARNESS}: {one_line(exc)}", error_type=HARNESS,
-                                              detail=traceback.format_exc()[-2000:])],
-                              device_lost=dev == "cuda")  # a CUDA error poisons the context: restart
-        send(("outcome", outcome))
+                payload = Outcome(runs=[RunResult(error=f"{HARNESS}: {one_line(exc)}", error_type=HARNESS,
+                                                  detail=traceback.format_exc()[-2000:])],
+                                  device_lost=dev == "cuda")  # a CUDA error poisons the context: restart
+        new = [k for k in recorder.keys if k not in reported]
+        reported.update(new)
+        send((request[0], payload, new, recorder.compiled()))
 
 
 if __name__ == "__main__":

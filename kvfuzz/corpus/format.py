@@ -43,11 +43,13 @@ __all__ = [
     "environment_versions",
 ]
 
-SCHEMA_VERSION = 1  # bump for ANY change an older reader would misread; readers refuse newer
+# bump for ANY change an older reader would misread; readers refuse newer. 2: origin "batch"
+# (the batched engine); a schema-1 case reads unchanged.
+SCHEMA_VERSION = 2
 CASE_FILE = "case.json"
 TENSORS_FILE = "tensors.npz"
 EXPECTED = ("pass", "xfail")
-ORIGINS = ("hypothesis", "atheris", "hand", "imported", "minimizer")
+ORIGINS = ("hypothesis", "batch", "atheris", "hand", "imported", "minimizer")
 
 _TOP_KEYS = frozenset({
     "schema", "op", "variant", "scalars", "tensors", "target", "device", "versions", "finding",

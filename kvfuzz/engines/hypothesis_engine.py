@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
@@ -20,29 +19,11 @@ from hypothesis.errors import HypothesisException
 
 from .. import strategies
 from ..case import Case
-from ..findings import Finding
 from ..judge import Verdict, judge
 from ..worker import Executor
+from .common import Found, OpStats
 
 CHUNK = 64  # examples per Hypothesis run
-
-
-@dataclass
-class Found:
-    finding: Finding
-    case: Case  # smallest case seen with this signature
-    first: Case  # the case it was first seen on
-    shrunk_by: list[str] = field(default_factory=list)
-
-
-@dataclass
-class OpStats:
-    op: str
-    cases: int = 0
-    shrink_runs: int = 0
-    seconds: float = 0.0
-    by_status: dict[str, int] = field(default_factory=dict)
-    skipped: str | None = None
 
 
 class _NewFinding(Exception):
@@ -54,7 +35,7 @@ def chunk_seed(seed: int, op: str, chunk: int) -> int:
 
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int,
-            in_contract_only: bool = False, variant: str | None = None, determinism_every: int = 10,
+            in_contract_only: bool = False, variant: str | None = None, rerun_every: int = 10,
             shrink_budget_s: float = 20.0, known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
@@ -73,7 +54,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         strategy = strategy.map(lambda c: c.replace(variant=variant))
 
     def judged(case: Case) -> Verdict:
-        repeats = 2 if determinism_every and (stats.cases + stats.shrink_runs) % determinism_every == 0 else 1
+        repeats = 2 if rerun_every and (stats.cases + stats.shrink_runs) % rerun_every == 0 else 1
+        stats.reruns += repeats - 1
         return judge(case, executor.run(case, repeats=repeats))
 
     chunk = 0
@@ -96,8 +78,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 if time.monotonic() >= deadline + shrink_spent or stats.cases >= max_cases:
                     return False
                 verdict = judged(case)
-                stats.cases += 1
-                stats.by_status[verdict.status] = stats.by_status.get(verdict.status, 0) + 1
+                stats.count(verdict)
                 if on_case:
                     on_case(stats, verdict)
                 new = [f for f in verdict.findings if f.signature not in found]

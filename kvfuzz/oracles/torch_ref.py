@@ -1,8 +1,9 @@
 """The torch oracle: the unfused torch operations each fused kernel replaced.
 
 Runs on the device of the kernel under test (so it exercises that device's torch), from
-plain contiguous copies of the case's input values. Returns NumPy arrays shaped like the
-outputs; only the contract's required cells are meaningful.
+plain contiguous copies of the case's input values. Returns int64 tensors on that device,
+shaped like the outputs (only the contract's required cells are meaningful), so that a
+batch of cases reads all its answers back in one copy.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ def _t(case: Case, name: str, device) -> torch.Tensor:
     return torch.from_numpy(np.array(case.values[name])).to(device)
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.cpu().numpy().astype(np.int64)
+def _out(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.int64)
 
 
-def decode_metadata(case: Case, device) -> dict[str, np.ndarray]:
+def decode_metadata(case: Case, device) -> dict[str, torch.Tensor]:
     s = case.scalars
     ps, delta, P = s["page_size"], s["seq_len_delta"], s["max_seq_pages"]
     seq_lens = _t(case, "seq_lens", device)
@@ -30,7 +31,7 @@ def decode_metadata(case: Case, device) -> dict[str, np.ndarray]:
     cache_seqlens = (seq_lens + delta).to(torch.int32)
     cu_seqlens_k = torch.zeros(B + 1, dtype=torch.int32, device=device)
     cu_seqlens_k[1:].copy_(torch.cumsum(cache_seqlens, 0, dtype=torch.int32))
-    out = {"cache_seqlens_int32": _np(cache_seqlens), "cu_seqlens_k": _np(cu_seqlens_k)}
+    out = {"cache_seqlens_int32": _out(cache_seqlens), "cu_seqlens_k": _out(cu_seqlens_k)}
 
     pt_shape = case.tensors["page_table"].shape
     page_table = torch.zeros(pt_shape, dtype=torch.int64, device=device)
@@ -46,13 +47,13 @@ def decode_metadata(case: Case, device) -> dict[str, np.ndarray]:
         if swa:
             mapping = _t(case, "full_to_swa_index_mapping", device)
             swa_table[:, :P] = mapping[tokens.long()] // ps
-    out["page_table"] = _np(page_table)
+    out["page_table"] = _out(page_table)
     if swa:
-        out["swa_page_table"] = _np(swa_table)
+        out["swa_page_table"] = _out(swa_table)
     return out
 
 
-def swa_spec_page_table(case: Case, device) -> dict[str, np.ndarray]:
+def swa_spec_page_table(case: Case, device) -> dict[str, torch.Tensor]:
     R = case.scalars["speculative_num_draft_tokens"]
     a = _t(case, "page_table_a", device).long()
     b = _t(case, "page_table_b", device).long()
@@ -73,10 +74,10 @@ def swa_spec_page_table(case: Case, device) -> dict[str, np.ndarray]:
     if b_part is not None:
         in_b = (col >= la_m) & (col < la_m + lb_m)
         dst[:rows] = torch.where(in_b, b_part, dst[:rows])
-    return {"page_table_dst": _np(dst)}
+    return {"page_table_dst": _out(dst)}
 
 
-def num_kv_splits(case: Case, device) -> dict[str, np.ndarray]:
+def num_kv_splits(case: Case, device) -> dict[str, torch.Tensor]:
     s = case.scalars
     num_seq, num_group = s["num_seq"], s["num_group"]
     lens = _t(case, "seq_lens", device).long()[:num_seq]
@@ -104,4 +105,4 @@ def num_kv_splits(case: Case, device) -> dict[str, np.ndarray]:
     per_row = torch.maximum(cdiv(lens, c1), cdiv(lens, c2))
     out = torch.zeros(case.tensors["num_kv_splits"].shape, dtype=torch.int64, device=device)
     out[: num_seq * num_group] = per_row.repeat_interleave(num_group)
-    return {"num_kv_splits": _np(out)}
+    return {"num_kv_splits": _out(out)}

@@ -1,19 +1,24 @@
-"""Hypothesis strategies that make `Case`s, one family per op (public API).
+"""Case generators, one family per op, written once against `Draw` (public API).
 
 `in_contract(op)` leans on where such kernels break: zero pages and empty parts, block
 edges, independent non-contiguous layouts on every tensor, odd values. `out_of_contract(op)`
 applies one violation a target must refuse, or at least survive without touching memory
-outside its tensors. `cases(op)` mixes the two.
+outside its tensors. `cases(op)` mixes the two. These are Hypothesis strategies; the batched
+engine draws the same generators from a seeded RNG (`GENERATORS`, `draw_case`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from hypothesis import strategies as st
 
-from .decode import decode_cases, decode_out_of_contract
+from ..case import Case
+from . import decode, spec, splits
+from .coverage import class_pool, generic_features
+from .draw import CompileClass, Draw, HypothesisDraw, RandomDraw
 from .layouts import layouts
-from .spec import spec_cases, spec_out_of_contract
-from .splits import splits_cases, splits_out_of_contract
 
 __all__ = [
     "cases", "in_contract", "out_of_contract", "layouts",
@@ -21,21 +26,140 @@ __all__ = [
     "splits_cases", "splits_out_of_contract",
 ]
 
-_IN = {"decode_metadata": decode_cases, "swa_spec_page_table": spec_cases, "num_kv_splits": splits_cases}
-_OUT = {"decode_metadata": decode_out_of_contract, "swa_spec_page_table": spec_out_of_contract,
-        "num_kv_splits": splits_out_of_contract}
+OUT_OF_CONTRACT_ONE_IN = 5  # one case in five leaves the contract (unless in-contract only)
+
+
+def _no_class_features(k: CompileClass) -> set[str]:
+    return set()
+
+
+@dataclass(frozen=True)
+class OpGenerator:
+    op: str
+    compile_class: Callable[[Draw], CompileClass]
+    in_class: Callable[[Draw, CompileClass], Case]  # an in-contract case of the class
+    violation: Callable[..., Case]  # (draw, case, class, kind=None): that case, one contract rule broken
+    violations: tuple[str, ...]  # the kinds of violation
+    features: Callable[[Case], set[str]]  # the op's own features of a case
+    required: Callable[[], set[str]]  # the op's features every campaign must reach
+    class_features: Callable[[CompileClass], set[str]] = _no_class_features  # combinations the pool must cover
+
+    def draw_case(self, d: Draw, k: CompileClass, in_contract_only: bool = False) -> Case:
+        """One case of class `k`; one in five out of contract (a violation drawn per case)."""
+        leave = not in_contract_only and d.integer(0, OUT_OF_CONTRACT_ONE_IN - 1) == OUT_OF_CONTRACT_ONE_IN - 1
+        case = self.in_class(d, k)
+        return self.violation(d, case, k) if leave else case
+
+    def stint(self, seed: int | str, stint_no: int, in_contract_only: bool = False) -> tuple[int, str | None]:
+        """(class number, violation) of the batched engine's `stint_no`-th stint. Every fifth
+        stint applies one kind of violation to all its cases, on the class of the stint before
+        it: a violation that changes what a kernel specialises on costs one variant per
+        stint, not one per case, and every class still gets a whole in-contract stint."""
+        if in_contract_only:
+            return stint_no, None
+        block, pos = divmod(stint_no, OUT_OF_CONTRACT_ONE_IN)
+        in_block = OUT_OF_CONTRACT_ONE_IN - 1
+        if pos < in_block:
+            return block * in_block + pos, None
+        return block * in_block + in_block - 1, RandomDraw(f"{seed}:{stint_no}:violation").choice(self.violations)
+
+    def case_in_stint(self, d: Draw, k: CompileClass, violation: str | None) -> Case:
+        case = self.in_class(d, k)
+        return self.violation(d, case, k, violation) if violation else case
+
+    def all_features(self, case: Case) -> set[str]:
+        return generic_features(case) | self.features(case)
+
+    def pool(self, seed: int, size: int) -> list[CompileClass]:
+        return class_pool(self.compile_class, self.op, seed, size, self.class_features)
+
+
+GENERATORS: dict[str, OpGenerator] = {
+    g.op: g for g in (
+        OpGenerator(decode.OP, decode.decode_class, decode.decode_in_class, decode.decode_violation,
+                    decode.OUT_OF_CONTRACT, decode.decode_features, decode.required_features,
+                    decode.class_combinations),
+        OpGenerator(spec.OP, spec.spec_class, spec.spec_in_class, spec.spec_violation, spec.OUT_OF_CONTRACT,
+                    spec.spec_features, spec.required_features),
+        OpGenerator(splits.OP, splits.splits_class, splits.splits_in_class, splits.splits_violation,
+                    splits.OUT_OF_CONTRACT, splits.splits_features, splits.required_features),
+    )
+}
+
+# Generic features every campaign must reach, per op (num_kv_splits takes no strides: its
+# contract wants unit strides, so an odd stride there is only an out-of-contract case).
+_GENERIC_REQUIRED = {
+    "decode_metadata": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
+        "seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping")
+        for dt in ("int32", "int64"))},
+    "swa_spec_page_table": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in ("seq_len_a", "seq_len_b")
+                                                          for dt in ("int32", "int64"))},
+    "num_kv_splits": {"misaligned", "dtype:seq_lens:int32", "dtype:seq_lens:int64"},
+}
+
+
+def required_features(op: str) -> set[str]:
+    """Features every campaign of a few minutes must exercise for `op`."""
+    return _GENERIC_REQUIRED[op] | GENERATORS[op].required()
+
+
+def _strategy(op: str, mode: str) -> st.SearchStrategy:
+    g = GENERATORS[op]
+
+    @st.composite
+    def strategy(draw) -> Case:
+        d = HypothesisDraw(draw)
+        k = g.compile_class(d)
+        if mode == "in":
+            return g.in_class(d, k)
+        if mode == "out":
+            return g.violation(d, g.in_class(d, k), k)
+        return g.draw_case(d, k)
+    return strategy()
 
 
 def in_contract(op: str) -> st.SearchStrategy:
-    return _IN[op]()
+    return _strategy(op, "in")
 
 
 def out_of_contract(op: str) -> st.SearchStrategy:
-    return _OUT[op]()
+    return _strategy(op, "out")
 
 
 def cases(op: str, in_contract_only: bool = False) -> st.SearchStrategy:
     """In-contract cases, and (unless `in_contract_only`) one case in five out of contract."""
-    if in_contract_only:
-        return in_contract(op)
-    return st.integers(0, 4).flatmap(lambda k: out_of_contract(op) if k == 4 else in_contract(op))
+    return _strategy(op, "in" if in_contract_only else "mixed")
+
+
+def decode_cases() -> st.SearchStrategy:
+    return in_contract(decode.OP)
+
+
+def decode_out_of_contract() -> st.SearchStrategy:
+    return out_of_contract(decode.OP)
+
+
+def spec_cases() -> st.SearchStrategy:
+    return in_contract(spec.OP)
+
+
+def spec_out_of_contract() -> st.SearchStrategy:
+    return out_of_contract(spec.OP)
+
+
+def splits_cases() -> st.SearchStrategy:
+    return in_contract(splits.OP)
+
+
+def splits_out_of_contract() -> st.SearchStrategy:
+    return out_of_contract(splits.OP)
+
+
+def random_cases(op: str, seed: int, n: int, in_contract_only: bool = False) -> list[Case]:
+    """`n` cases from fresh random classes (a quick sample for tests and benchmarks)."""
+    g = GENERATORS[op]
+    out = []
+    for i in range(n):
+        d = RandomDraw(f"{seed}:{op}:sample:{i}")
+        out.append(g.draw_case(d, g.compile_class(d), in_contract_only))
+    return out

@@ -1,13 +1,20 @@
-"""Cases for `decode_metadata` (normal_decode_set_metadata)."""
+"""Cases for `decode_metadata` (normal_decode_set_metadata).
+
+A compile class fixes what SGLang's and kvfuzz's kernels specialise on: the page size and
+`seq_len_delta` (constexprs in SGLang), SWA or not (the kernel path), every dtype, every
+tensor's layout class, and the integer class of the batch size, of `max_seq_pages` and of
+every row length that becomes a stride. A case then draws sizes inside those classes (block
+edges, zero pages, CUDA-graph padding rows) and its values.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from ..case import Case, TensorSpec
-from .layouts import apply_broadcast, layouts
-from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, seeds, tokens
+from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
+from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "decode_metadata"
 PAGE_SIZES = (1, 16, 2, 4, 64, 128, 1024)
@@ -15,118 +22,205 @@ BAD_PAGE_SIZES = (3, 0, -4, 6, 48, 100, 2**31 - 1)
 DELTAS = (0, 1, 2, 3, 4, 5, 8)  # normal decode, then draft decode's step + 1
 OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "pool_index", "swa_token",
                    "negative_len", "len_overflow")
+INPUTS = ("req_to_token", "req_pool_indices", "strided_indices", "seq_lens", "full_to_swa_index_mapping")
+OUTPUTS = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table")
+TWO_D = ("page_table", "swa_page_table", "req_to_token")
+MAX_TOKENS = 1 << 16  # tokens per request slot, so a case stays a few hundred KB
+
+
+def block_of(ps: int, swa: bool) -> int:
+    """The column block of the kernel path: 256 for page size 1 without SWA, else 128."""
+    return 256 if ps == 1 and not swa else 128
 
 
 def edges(block: int) -> list[int]:
     return [0, 1, 2, block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
 
 
-@st.composite
-def decode_cases(draw, variant: str = "default") -> Case:
-    """In-contract cases leaning on zero pages, block edges, strides and odd values."""
-    ps = draw(st.sampled_from(PAGE_SIZES))
-    swa = draw(st.booleans())
-    block = 256 if ps == 1 and not swa else 128
-    B = draw(st.integers(1, 6))
-    pages = draw(st.sampled_from(edges(block)) | st.integers(0, 40))
-    if ps >= 64:  # keep req_to_token under ~1 MB: its width is P * page_size
-        pages = min(pages, (1 << 18) // ps)
-    delta = draw(st.sampled_from(DELTAS))
+def decode_class(d: Draw) -> CompileClass:
+    ps = d.choice(PAGE_SIZES)
+    swa = d.boolean()
+    P = d.choice((PLAIN, DIV16, ONE, ZERO))  # ZERO: P = 0 (Triton's class div16, kept apart for the widths)
+    # rows of length 0 or 1 (stride 1, or an empty tensor) only where P leaves room for them
+    widths = (PLAIN, DIV16, ONE, ZERO) if P == ZERO else (PLAIN, DIV16, ONE) if P == ONE else (PLAIN, DIV16)
+    p = {
+        "page_size": ps, "swa": swa, "seq_len_delta": 0 if P == ZERO else d.choice(DELTAS),
+        "path": "swa" if swa else "ps1" if ps == 1 else "general",  # derived: what the cover must reach
+        # one row or several: torch calls a one-row tensor contiguous whatever its strides,
+        # so a target's .contiguous() copies it or not by the row count
+        "B": d.choice((PLAIN, ONE)), "R": d.choice((PLAIN, ONE)), "P": P,
+        "W": d.choice(widths), "T": d.choice(widths), "W2": d.choice(widths),
+    }
+    for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping"):
+        p[f"dtype:{name}"] = d.choice(("int64", "int32"))
+    for name in (*OUTPUTS, *INPUTS):
+        if not swa and name in ("swa_page_table", "full_to_swa_index_mapping"):
+            continue
+        allow = ("contiguous", "offset", "padded", "step") if name == "strided_indices" else None
+        p[f"layout:{name}"] = layout_class(d, "in" if name in INPUTS else "out", 2 if name in TWO_D else 1, allow)
+    return CompileClass.of(OP, p)
 
-    # lengths as a caller makes them: P = cdiv(max(len), page_size), or P wider than needed
-    g = rng(draw(seeds))
-    if pages == 0:
-        lens = np.zeros(B, dtype=np.int64)
-        delta = 0
+
+def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None = None) -> int:
+    """A size of integer class `cls`: the listed edges first, capped below `cap` inside the class."""
+    if cls == ONE:
+        v = 1
+    elif cls == ZERO:
+        v = 0
+    elif cls == DIV16:
+        v = d.choice(div16)
     else:
-        wider = draw(st.booleans())
-        top = pages * ps if wider else (pages - 1) * ps + draw(st.integers(1, ps))
-        low = 0 if wider else min(delta, top)
-        lens = g.integers(low, top + 1, size=B)
+        v = d.one_of(lambda: d.choice(plain), lambda: fit(d.integer(2, 40), PLAIN))
+    if cap is not None and v > cap:
+        v = cap
+        while v > 0 and int_class(v) != cls:
+            v -= 1
+    return v
+
+
+def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
+    """An in-contract case of class `k`, leaning on zero pages, block edges and odd values."""
+    ps, swa, delta = k["page_size"], k["swa"], k["seq_len_delta"]
+    block = block_of(ps, swa)
+    B = 1 if k["B"] == ONE else d.integer(2, 6)
+    cap = MAX_TOKENS // ps if ps >= 64 else None  # req_to_token's width is P * page_size
+    pages = _size(d, k["P"], [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1],
+                  [block, 16, 2 * block, 32], cap)
+
+    # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
+    # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
+    g = rng(d.seed())
+    if pages == 0:  # the class has delta = 0
+        lens = np.zeros(B, dtype=np.int64)
+    else:
+        wider = d.boolean()
+        top = max(pages * ps if wider else (pages - 1) * ps + d.integer(1, ps), delta)
+        lens = g.integers(delta, top + 1, size=B)
         if not wider:
             lens[g.integers(0, B)] = top
-            delta = min(delta, int(lens.min()))
-        if draw(st.booleans()):  # CUDA-graph padding rows of length 1
+        if d.boolean():  # CUDA-graph padding rows of length 1
             lens[B // 2:] = np.minimum(lens[B // 2:], 1 + delta) if top >= 1 + delta else lens[B // 2:]
     seq_lens = lens - delta
 
-    width = pages + draw(st.sampled_from([0, 1, 3, 130]))
-    T = max(pages * ps + draw(st.sampled_from([0, 1, ps])), 1)
-    R = draw(st.integers(1, 5))
-    dtypes = {n: draw(st.sampled_from(["int64", "int32"])) for n in ("seq_lens", "req_pool_indices", "req_to_token")}
-
-    tensors: dict[str, TensorSpec] = {}
-    bcast: dict[str, int | None] = {}
+    cols = width(pages + d.choice((0, 1, 3, 130)), k["W"])
+    T = width(max(pages * ps + d.choice((0, 1, ps)), 1), k["T"] if k["T"] != ZERO else ONE)  # T >= 1
+    R = 1 if k["R"] == ONE else d.integer(2, 5)
     shapes = {
-        "cache_seqlens_int32": ("int32", (B,), "out"),
-        "cu_seqlens_k": ("int32", (B + 1,), "out"),
-        "page_table": ("int32", (B, width), "out"),
-        "req_to_token": (dtypes["req_to_token"], (R, T), "in"),
-        "req_pool_indices": (dtypes["req_pool_indices"], (B,), "in"),
-        "strided_indices": (draw(st.sampled_from(["int64", "int32"])), (-(-T // ps),), "in"),
-        "seq_lens": (dtypes["seq_lens"], (B,), "in"),
+        "cache_seqlens_int32": ("int32", (B,)),
+        "cu_seqlens_k": ("int32", (B + 1,)),
+        "page_table": ("int32", (B, cols)),
+        "req_to_token": (k["dtype:req_to_token"], (R, T)),
+        "req_pool_indices": (k["dtype:req_pool_indices"], (B,)),
+        "strided_indices": (k["dtype:strided_indices"], (-(-T // ps),)),
+        "seq_lens": (k["dtype:seq_lens"], (B,)),
     }
     N = 0
     if swa:
-        N = R * T + draw(st.sampled_from([0, 1, 1000]))
-        shapes["swa_page_table"] = ("int32", (B, pages + draw(st.sampled_from([0, 1, 5]))), "out")
-        shapes["full_to_swa_index_mapping"] = (draw(st.sampled_from(["int64", "int32"])), (N,), "in")
-    for name, (dt, shape, role) in shapes.items():
-        allow = ("contiguous", "offset", "padded", "step") if name == "strided_indices" else None
-        tensors[name], bcast[name] = draw(layouts(dt, shape, role, allow))
+        N = R * T + d.choice((0, 1, 1000))
+        shapes["swa_page_table"] = ("int32", (B, width(pages + d.choice((0, 1, 5)), k["W2"])))
+        shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
+    tensors, bcast = {}, {}
+    for name, (dt, shape) in shapes.items():
+        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
 
     # with SWA every token id indexes the mapping, so only in-range patterns
-    pattern = draw(st.sampled_from(SWA_TOKEN_PATTERNS if swa else TOKEN_PATTERNS))
+    pattern = d.choice(SWA_TOKEN_PATTERNS if swa else TOKEN_PATTERNS)
     values = {
-        "req_to_token": tokens(pattern, draw(seeds), (R, T), N if swa else 1 << 20),
-        "req_pool_indices": pick(draw(seeds), B, R, draw(st.sampled_from(INDEX_PATTERNS))),
+        "req_to_token": tokens(pattern, d.seed(), (R, T), N if swa else 1 << 20),
+        "req_pool_indices": pick(d.seed(), B, R, d.choice(INDEX_PATTERNS)),
         "strided_indices": np.arange(0, T, ps),
         "seq_lens": seq_lens,
     }
     if swa:
-        mp = draw(st.sampled_from(("arange", "random", "negative", "large")))
-        values["full_to_swa_index_mapping"] = tokens(mp, draw(seeds), (N,), 1 << 24)
-    values = {k: apply_broadcast(v, bcast[k]) for k, v in values.items()}
+        mp = d.choice(("arange", "random", "negative", "large"))
+        values["full_to_swa_index_mapping"] = tokens(mp, d.seed(), (N,), 1 << 24)
+    values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
     if bcast["seq_lens"] is not None and pages > 0:  # a constant row must still reach P pages
         values["seq_lens"] = np.full(B, int(lens.max()) - delta)
     scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps}
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
-@st.composite
-def decode_out_of_contract(draw) -> Case:
-    """One violation applied to an in-contract case."""
-    case = draw(decode_cases())
+def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
+    """One violation (`kind`, else drawn) applied to an in-contract case, keeping the class's
+    layouts where the violation allows. A kind that cannot apply to this case leaves it as is."""
     t, v, s = dict(case.tensors), dict(case.values), dict(case.scalars)
     B, P = t["cache_seqlens_int32"].shape[0], s["max_seq_pages"]
-    kinds = [k for k in OUT_OF_CONTRACT
-             if not (k in ("width", "swa_token") and P == 0) and not (k == "swa_token" and "swa_page_table" not in t)]
-    kind = draw(st.sampled_from(kinds))
+    kinds = [x for x in OUT_OF_CONTRACT
+             if not (x in ("width", "swa_token") and P == 0) and not (x == "swa_token" and "swa_page_table" not in t)]
+    if kind is None:
+        kind = d.choice(kinds)
+    elif kind not in kinds:
+        return case
+
+    def relaid(name: str, shape: tuple[int, ...], dtype: str | None = None, values=None) -> TensorSpec:
+        return relayout(k.get(f"layout:{name}", LayoutClass()), dtype or t[name].dtype, shape, values)
+
     if kind == "page_size":
-        s["page_size"] = draw(st.sampled_from(BAD_PAGE_SIZES))
+        s["page_size"] = d.choice(BAD_PAGE_SIZES)
     elif kind == "page_table_rows":
-        t["page_table"] = TensorSpec.contiguous("int32", (max(B - 1, 0), t["page_table"].shape[1]))
+        t["page_table"] = relaid("page_table", (max(B - 1, 0), t["page_table"].shape[1]))
     elif kind == "cu_seqlens_len":
-        t["cu_seqlens_k"] = TensorSpec.contiguous("int32", (B,))
+        t["cu_seqlens_k"] = relaid("cu_seqlens_k", (B,))
     elif kind == "width":
-        name = "swa_page_table" if "swa_page_table" in t and draw(st.booleans()) else "page_table"
-        t[name] = TensorSpec.contiguous("int32", (B, P - draw(st.integers(1, P))))
+        name = "swa_page_table" if "swa_page_table" in t and d.boolean() else "page_table"
+        t[name] = relaid(name, (B, narrower(P - d.integer(1, P), k["W2" if name == "swa_page_table" else "W"])))
     elif kind == "pool_index":
         rows = v["req_to_token"].shape[0]
         pool = np.array(v["req_pool_indices"], dtype=np.int64)
-        pool[draw(st.integers(0, B - 1))] = draw(st.sampled_from([rows, -1]))
+        pool[d.integer(0, B - 1)] = d.choice((rows, -1))
         v["req_pool_indices"] = pool
-        t["req_pool_indices"] = TensorSpec.contiguous(t["req_pool_indices"].dtype, (B,))
+        t["req_pool_indices"] = relaid("req_pool_indices", (B,), values=pool)
     elif kind == "swa_token":
         rtt = np.array(v["req_to_token"])
         row = int(v["req_pool_indices"][0])
         rtt[row, 0] = v["full_to_swa_index_mapping"].shape[0]
         v["req_to_token"] = rtt
-        t["req_to_token"] = TensorSpec.contiguous(t["req_to_token"].dtype, rtt.shape)
+        t["req_to_token"] = relaid("req_to_token", rtt.shape, values=rtt)
     elif kind == "negative_len":
         v["seq_lens"] = np.full(B, -1 - s["seq_len_delta"])
-        t["seq_lens"] = TensorSpec.contiguous(t["seq_lens"].dtype, (B,))
+        t["seq_lens"] = relaid("seq_lens", (B,), values=v["seq_lens"])
     elif kind == "len_overflow":  # lengths whose int32 sum overflows (B > 1) or that overflow themselves
         v["seq_lens"] = np.full(B, 2**31 - 1 - s["seq_len_delta"] + (B == 1))
-        t["seq_lens"] = TensorSpec.contiguous("int64", (B,))
+        dt = t["seq_lens"].dtype if int(v["seq_lens"].max()) < 2**31 else "int64"
+        t["seq_lens"] = relaid("seq_lens", (B,), dt, v["seq_lens"])
     return Case(OP, s, t, v, variant=case.variant, meta={"violation": kind})
+
+
+def decode_features(case: Case) -> set[str]:
+    """What this case exercises beyond the generic layout features (see strategies.coverage)."""
+    s = case.scalars
+    ps = s.get("page_size")
+    swa = "swa_page_table" in case.tensors
+    path = "swa" if swa else "ps1" if ps == 1 else "general"
+    out = {f"path:{path}"}
+    if not isinstance(ps, int) or ps <= 0 or ps & (ps - 1):
+        return out | {"bad_page_size"}
+    P = s.get("max_seq_pages", 0)
+    block = block_of(ps, swa)
+    if P == 0:
+        out.add("zero_pages")
+    for e in (-1, 0, 1):
+        if P == block + e:
+            out.add(f"edge:{path}:{block + e}")
+    lens = case.values.get("seq_lens")
+    if lens is not None and lens.size and int((lens.astype(np.int64) + s.get("seq_len_delta", 0)).min()) == 0:
+        out.add("zero_length")
+    return out
+
+
+def class_combinations(k: CompileClass) -> set[str]:
+    """Each kernel path with each class of max_seq_pages: its block edges (block - 1 and
+    block + 1 are plain, block itself divisible by 16) live in different classes, and only
+    where the page size lets max_seq_pages reach past the block."""
+    block = block_of(k["page_size"], k["swa"])
+    if k["page_size"] >= 64 and MAX_TOKENS // k["page_size"] <= block:
+        return set()
+    return {f"{k['path']}/P={k['P']}"}
+
+
+def required_features() -> set[str]:
+    out = {"zero_pages", "zero_length"}
+    for path, block in (("ps1", 256), ("general", 128), ("swa", 128)):
+        out |= {f"path:{path}"} | {f"edge:{path}:{block + e}" for e in (-1, 0, 1)}
+    return out

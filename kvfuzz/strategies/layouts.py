@@ -1,48 +1,96 @@
-"""Memory layouts for one tensor, chosen independently per argument.
+"""Memory layouts for one tensor: a layout class drawn once, then applied to any shape.
 
-Simplest first, so Hypothesis shrinks toward a contiguous tensor at offset 0 when the
-failure does not need the layout.
+A `LayoutClass` fixes the kind (contiguous, offset, padded, step, transposed, broadcast), the
+storage offset and the padding rule, so that every stride it produces keeps its Triton
+integer class whatever the shape (padding rounds the row length up to 16 first), and the
+pointer keeps its 16-byte alignment. Shapes then vary freely inside a compile class. A
+contiguous row stride is the row length itself: its class is the width's, which the op's
+generator fixes.
+
+Simplest first, so Hypothesis shrinks toward a contiguous tensor at offset 0.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from hypothesis import strategies as st
 
 from ..case import TensorSpec, contiguous_strides
+from .draw import Draw, round16
 
 KINDS_OUT = ("contiguous", "offset", "padded", "step", "transposed")
 KINDS_IN = KINDS_OUT + ("broadcast",)
+OFFSETS = (0, 1, 3, 64, 129)  # elements: 0 and 64 keep a 16-byte aligned pointer, the rest do not
 
 
-@st.composite
-def layouts(draw, dtype: str, shape: tuple[int, ...], role: str = "in", allow: tuple[str, ...] | None = None,
-            ) -> tuple[TensorSpec, int | None]:
-    """(spec, broadcast_axis): broadcast_axis is the axis given stride 0, whose values the
-    caller must make constant, or None."""
+@dataclass(frozen=True)
+class LayoutClass:
+    kind: str = "contiguous"
+    offset: int = 0
+    slack: int = 0  # storage elements past the view's extent (a view into a larger buffer)
+    pad: int = 0  # padded: row stride = round16(width) + pad; step: + pad (0 or 1)
+    step: int = 1  # step: elements between neighbours along the last axis
+    axis: int = 0  # broadcast: the axis with stride 0
+
+    def __str__(self) -> str:
+        extra = {"padded": f"+{self.pad}", "step": f"x{self.step}+{self.pad}", "transposed": f"+{self.pad}",
+                 "broadcast": f"@{self.axis}"}.get(self.kind, "")
+        return f"{self.kind}{extra}@{self.offset}" + (f"+{self.slack}" if self.slack else "")
+
+
+def layout_class(d: Draw, role: str = "in", ndim: int = 1, allow: tuple[str, ...] | None = None) -> LayoutClass:
     kinds = allow or (KINDS_IN if role == "in" else KINDS_OUT)
-    kind = draw(st.sampled_from(kinds))
-    offset = draw(st.sampled_from([0, 1, 3, 64, 129])) if kind != "contiguous" else 0
-    slack = draw(st.sampled_from([0, 1, 17])) if kind != "contiguous" else 0
+    kind = d.choice(kinds)
+    if kind == "contiguous":
+        return LayoutClass()
+    offset = d.choice(OFFSETS)
+    slack = d.choice((0, 1, 17))
+    if kind == "padded":
+        return LayoutClass(kind, offset, slack, pad=d.choice((1, 7, 16, 256)))
+    if kind == "step":
+        return LayoutClass(kind, offset, slack, pad=d.choice((0, 1)), step=d.choice((2, 3, 16)))
+    if kind == "transposed":
+        return LayoutClass(kind, offset, slack, pad=d.choice((0, 3)))
+    if kind == "broadcast":
+        return LayoutClass(kind, offset, slack, axis=d.integer(0, max(ndim - 1, 0)))
+    return LayoutClass(kind, offset, slack)
+
+
+def apply_layout(lc: LayoutClass, dtype: str, shape: tuple[int, ...]) -> tuple[TensorSpec, int | None]:
+    """(spec, broadcast_axis) of a `shape` tensor laid out by `lc`; broadcast_axis is the
+    axis given stride 0 (the caller makes its values constant along it), or None."""
     strides = list(contiguous_strides(shape))
     bcast = None
+    kind = lc.kind
     if kind == "padded" and len(shape) == 2:
-        strides = [shape[1] + draw(st.sampled_from([1, 7, 256])), 1]
+        strides = [round16(max(shape[1], 1)) + lc.pad, 1]
     elif kind == "step":
-        k = draw(st.sampled_from([2, 3]))
         if len(shape) == 1:
-            strides = [k]
-        else:
-            strides = [shape[1] * k + draw(st.sampled_from([0, 1])), k]
+            strides = [lc.step]
+        elif len(shape) == 2:
+            strides = [round16(max(shape[1], 1) * lc.step) + lc.pad, lc.step]
     elif kind == "transposed" and len(shape) == 2:
-        strides = [1, max(shape[0], 1) + draw(st.sampled_from([0, 0, 3]))]
-    elif kind == "broadcast" and any(n > 1 for n in shape):
-        bcast = draw(st.sampled_from([i for i, n in enumerate(shape) if n > 1]))
-        strides[bcast] = 0
-        if len(shape) == 2 and bcast == 0:
+        strides = [1, round16(max(shape[0], 1)) + lc.pad]
+    elif kind == "broadcast" and lc.axis < len(shape):
+        # stride 0 even over one element, so the stride's class does not depend on the size
+        strides[lc.axis] = 0
+        if len(shape) == 2 and lc.axis == 0:
             strides[1] = 1
-    spec = TensorSpec(dtype, tuple(shape), tuple(strides), offset)
-    return TensorSpec(dtype, spec.shape, spec.strides, offset, spec.extent + slack), bcast
+        bcast = lc.axis if shape[lc.axis] > 1 else None
+    spec = TensorSpec(dtype, tuple(shape), tuple(strides), lc.offset)
+    return TensorSpec(dtype, spec.shape, spec.strides, lc.offset, spec.extent + lc.slack), bcast
+
+
+def relayout(lc: LayoutClass, dtype: str, shape: tuple[int, ...], values: np.ndarray | None = None) -> TensorSpec:
+    """`lc` applied to a new shape (a contract violation resizing a tensor). A broadcast
+    layout stays one if the new values are constant along its axis; otherwise a 1-D tensor
+    takes stride 16, which keeps stride 0's integer class and the pointer's alignment."""
+    if lc.kind == "broadcast" and len(shape) > lc.axis and shape[lc.axis] > 1:
+        if values is not None and np.all(np.asarray(values) == np.take(values, [0], axis=lc.axis)):
+            return apply_layout(lc, dtype, shape)[0]
+        lc = LayoutClass("step", lc.offset, lc.slack, step=16) if len(shape) == 1 else LayoutClass()
+    return apply_layout(lc, dtype, shape)[0]
 
 
 def apply_broadcast(values: np.ndarray, axis: int | None) -> np.ndarray:
@@ -51,3 +99,15 @@ def apply_broadcast(values: np.ndarray, axis: int | None) -> np.ndarray:
         return values
     first = np.take(values, [0], axis=axis)
     return np.broadcast_to(first, values.shape).copy()
+
+
+def layouts(dtype: str, shape: tuple[int, ...], role: str = "in", allow: tuple[str, ...] | None = None):
+    """Hypothesis strategy: (spec, broadcast_axis) for one tensor (public API)."""
+    from hypothesis import strategies as st
+
+    from .draw import HypothesisDraw
+
+    @st.composite
+    def strategy(draw):
+        return apply_layout(layout_class(HypothesisDraw(draw), role, len(shape), allow), dtype, tuple(shape))
+    return strategy()

@@ -1,34 +1,59 @@
-"""Cases for `swa_spec_page_table` (prepare_swa_spec_page_table_triton)."""
+"""Cases for `swa_spec_page_table` (prepare_swa_spec_page_table_triton).
+
+SGLang's kernel takes the widths of the A and B tables (`LEN_A`, `LEN_B`) and the repeat
+step `R` as constexprs: a compile class fixes them exactly, with the dtypes, the layout
+classes and the integer class of the destination's row length. Cases draw the A lengths at
+every position class around the 256-column block edges, the B lengths, and the values.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from ..case import Case, TensorSpec
-from .layouts import apply_broadcast, layouts
-from .values import rng, seeds
+from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, narrower, width
+from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .values import rng
 
 OP = "swa_spec_page_table"
 BLOCK = 256
+A_WIDTHS = (8, 1, 0, 255, 256, 257, 300, 513, 520)  # LEN_A: below, at and past the block edges
 OUT_OF_CONTRACT = ("dst_too_narrow", "la_past_a", "lb_past_b", "negative_len", "seq_len_b_count", "dst_rows")
+NAMES = ("page_table_dst", "page_table_a", "page_table_b", "seq_len_a", "seq_len_b")
 
 
-def boundary(block: int = BLOCK) -> st.SearchStrategy[int]:
+def boundary_values(block: int = BLOCK) -> list[int]:
     """A-part lengths at every position class relative to a block edge."""
-    return st.sampled_from([0, 1, block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]) | \
-        st.integers(0, 2 * block + 2)
+    return [0, 1, block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
 
 
-@st.composite
-def spec_cases(draw) -> Case:
-    bs, R = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+def spec_class(d: Draw) -> CompileClass:
+    R = d.integer(1, 4)
+    p = {
+        "R": R, "WA": d.choice(A_WIDTHS), "WB": d.choice((R, R + 1, 1, BLOCK, BLOCK + 1)),
+        "bs": d.choice((PLAIN, ONE)),  # one request or several (see decode_class on row counts)
+        "W": d.choice((PLAIN, DIV16, ONE, ZERO)),  # ONE, ZERO: a destination of 1 or 0 columns
+        "dtype:seq_len_a": d.choice(("int32", "int64")), "dtype:seq_len_b": d.choice(("int32", "int64")),
+    }
+    for name in NAMES:
+        p[f"layout:{name}"] = layout_class(d, "out" if name == "page_table_dst" else "in",
+                                           2 if name.startswith("page_table") else 1)
+    return CompileClass.of(OP, p)
+
+
+def _la(d: Draw, WA: int) -> int:
+    return d.one_of(lambda: d.choice([x for x in boundary_values() if x <= WA] or [0]),
+                    lambda: WA, lambda: d.integer(0, WA))
+
+
+def spec_in_class(d: Draw, k: CompileClass) -> Case:
+    R, WA, WB = k["R"], k["WA"], k["WB"]
+    bs = 1 if k["bs"] == ONE else d.integer(2, 3)
     M = bs * R
-    g = rng(draw(seeds))
-    la = np.array([draw(boundary()) for _ in range(bs)], dtype=np.int64)
-    WB = draw(st.sampled_from([R, R + 1, 1, BLOCK, BLOCK + 1]))
+    g = rng(d.seed())
+    la = np.array([_la(d, WA) for _ in range(bs)], dtype=np.int64)
     # lb: 0, full, or anything in between; the A/B boundary lands where la puts it
-    lb_mode = draw(st.sampled_from(["full", "zero", "random", "edge"]))
+    lb_mode = d.choice(("full", "zero", "random", "edge"))
     if lb_mode == "full":
         lb = np.full(M, WB)
     elif lb_mode == "zero":
@@ -37,69 +62,96 @@ def spec_cases(draw) -> Case:
         lb = g.integers(0, WB + 1, size=M)
     else:  # la + lb exactly on a block edge
         lb = np.clip(BLOCK - (np.repeat(la, R) % BLOCK), 0, WB)
-    WA = int(la.max()) + draw(st.sampled_from([0, 1, 7, BLOCK]))
+    if k["W"] in (ONE, ZERO):  # a destination of one column or none: at most that to write
+        la[:] = 0
+        lb = np.minimum(lb, 1 if k["W"] == ONE else 0)
     total = int((np.repeat(la, R) + lb).max())
-    W = total + draw(st.sampled_from([0, 0, 1, 5, BLOCK]))
-    dt_a = draw(st.sampled_from(["int32", "int64"]))
-    dt_b = draw(st.sampled_from(["int32", "int64"]))
+    W = width(total + d.choice((0, 0, 1, 5, BLOCK)), k["W"])
     shapes = {
-        "page_table_dst": ("int32", (M, W), "out"),
-        "page_table_a": ("int32", (bs, WA), "in"),
-        "page_table_b": ("int32", (M, WB), "in"),
-        "seq_len_a": (dt_a, (bs,), "in"),
-        "seq_len_b": (dt_b, (M,), "in"),
+        "page_table_dst": ("int32", (M, W)),
+        "page_table_a": ("int32", (bs, WA)),
+        "page_table_b": ("int32", (M, WB)),
+        "seq_len_a": (k["dtype:seq_len_a"], (bs,)),
+        "seq_len_b": (k["dtype:seq_len_b"], (M,)),
     }
     tensors, bcast = {}, {}
-    for name, (dt, shape, role) in shapes.items():
-        tensors[name], bcast[name] = draw(layouts(dt, shape, role))
-    big = draw(st.sampled_from([1 << 16, 1 << 31]))
+    for name, (dt, shape) in shapes.items():
+        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+    big = d.choice((1 << 16, 1 << 31))
     values = {
-        "page_table_a": (g.integers(0, big, size=(bs, WA)) if WA else np.zeros((bs, 0))) ,
+        "page_table_a": g.integers(0, big, size=(bs, WA)) if WA else np.zeros((bs, 0), dtype=np.int64),
         "page_table_b": -1 - g.integers(0, big, size=(M, WB)),  # negative: B cells tell apart from A
         "seq_len_a": la,
         "seq_len_b": lb,
     }
-    values = {k: apply_broadcast(np.asarray(v), bcast[k]) for k, v in values.items()}
-    # a stride-0 length vector holds one value: keep the case in contract by recomputing widths
-    case = Case(OP, {"speculative_num_draft_tokens": R}, tensors, values)
-    return _fit_widths(case)
+    values = {name: apply_broadcast(np.asarray(v), bcast[name]) for name, v in values.items()}
+    # a stride-0 length vector holds one value: stay in contract by widening dst in its class
+    total = int((np.repeat(values["seq_len_a"], R) + values["seq_len_b"]).max(initial=0))
+    if total > W:
+        tensors["page_table_dst"] = apply_layout(k["layout:page_table_dst"], "int32", (M, width(total, k["W"])))[0]
+    return Case(OP, {"speculative_num_draft_tokens": R}, tensors, values)
 
 
-def _fit_widths(case: Case) -> Case:
-    """After broadcasting lengths, make sure dst is still wide enough (stay in contract)."""
-    v, t, R = case.values, dict(case.tensors), case.scalars["speculative_num_draft_tokens"]
-    total = int((np.repeat(v["seq_len_a"], R) + v["seq_len_b"]).max(initial=0))
-    dst = t["page_table_dst"]
-    if total <= dst.shape[1]:
-        return case
-    t["page_table_dst"] = TensorSpec.contiguous("int32", (dst.shape[0], total))
-    return case.replace(tensors=t)
-
-
-@st.composite
-def spec_out_of_contract(draw) -> Case:
-    case = draw(spec_cases())
+def spec_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
     t, v = dict(case.tensors), dict(case.values)
     bs, M = t["seq_len_a"].shape[0], t["seq_len_b"].shape[0]
     la, lb = np.array(v["seq_len_a"], dtype=np.int64), np.array(v["seq_len_b"], dtype=np.int64)
-    kind = draw(st.sampled_from(OUT_OF_CONTRACT))
+    kind = kind or d.choice(OUT_OF_CONTRACT)
+
+    def relaid(name: str, shape: tuple[int, ...], values=None) -> TensorSpec:
+        return relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, shape, values)
+
     if kind == "dst_too_narrow":
         # the overflowing row is the last one, so a write past its end leaves the tensor
         la[-1] = max(la[-1], 1)
-        lb[-1] = max(lb[-1], 0)
         total = int(la[-1] + lb[-1])
-        t["page_table_dst"] = TensorSpec.contiguous("int32", (M, total - draw(st.integers(1, total))))
+        t["page_table_dst"] = relaid("page_table_dst", (M, narrower(total - d.integer(1, total), k["W"])))
     elif kind == "la_past_a":
-        la[draw(st.integers(0, bs - 1))] = t["page_table_a"].shape[1] + draw(st.sampled_from([1, 300]))
+        la[d.integer(0, bs - 1)] = t["page_table_a"].shape[1] + d.choice((1, 300))
     elif kind == "lb_past_b":
-        lb[draw(st.integers(0, M - 1))] = t["page_table_b"].shape[1] + draw(st.sampled_from([1, 300]))
+        lb[d.integer(0, M - 1)] = t["page_table_b"].shape[1] + d.choice((1, 300))
     elif kind == "negative_len":
-        la[0] = -draw(st.sampled_from([1, 257]))
+        la[0] = -d.choice((1, 257))
     elif kind == "seq_len_b_count":
         lb = lb[:-1] if M > 1 else np.concatenate([lb, lb])
     elif kind == "dst_rows":  # fewer rows than bs * R
-        t["page_table_dst"] = TensorSpec.contiguous("int32", (M - 1, t["page_table_dst"].shape[1]))
-    t["seq_len_a"] = TensorSpec.contiguous(t["seq_len_a"].dtype, la.shape)
-    t["seq_len_b"] = TensorSpec.contiguous(t["seq_len_b"].dtype, lb.shape)
+        t["page_table_dst"] = relaid("page_table_dst", (M - 1, t["page_table_dst"].shape[1]))
+    t["seq_len_a"] = relaid("seq_len_a", la.shape, la)
+    t["seq_len_b"] = relaid("seq_len_b", lb.shape, lb)
     v["seq_len_a"], v["seq_len_b"] = la, lb
     return Case(OP, case.scalars, t, v, meta={"violation": kind})
+
+
+def spec_features(case: Case) -> set[str]:
+    """Block paths taken and edges hit, per expanded row (the seed's three code paths)."""
+    R = case.scalars.get("speculative_num_draft_tokens")
+    la_all, lb_all = case.values.get("seq_len_a"), case.values.get("seq_len_b")
+    out: set[str] = set()
+    if not isinstance(R, int) or R < 1 or la_all is None or lb_all is None:
+        return out
+    for m in range(min(lb_all.size, la_all.size * R)):
+        la, lb = int(la_all[m // R]), int(lb_all[m])
+        if la < 0 or lb < 0:
+            continue
+        if la == 0:
+            out.add("zero_a")
+        if lb == 0:
+            out.add("zero_b")
+        for e in (-1, 0, 1):
+            if la == BLOCK + e:
+                out.add(f"edge:la:{BLOCK + e}")
+            if la + lb == BLOCK + e:
+                out.add(f"edge:total:{BLOCK + e}")
+        for start in range(0, la + lb, BLOCK):
+            if start + BLOCK < la:
+                out.add("block:all_a")
+            elif start >= la:
+                out.add("block:all_b")
+            else:
+                out.add("block:mixed")
+    return out
+
+
+def required_features() -> set[str]:
+    out = {"zero_a", "zero_b", "block:all_a", "block:all_b", "block:mixed"}
+    return out | {f"edge:{w}:{BLOCK + e}" for w in ("la", "total") for e in (-1, 0, 1)}

@@ -1,48 +1,74 @@
 """Cases for `num_kv_splits` (get_num_kv_splits_triton): every comparison, min, max and
-rounding step of its arithmetic approached from both sides."""
+rounding step of its arithmetic approached from both sides.
+
+A bare kernel: every scalar is a kernel argument, so a compile class fixes each of them (and
+with them their integer classes), `MAX_NUM_SEQ` (a constexpr SGLang derives from `num_seq`)
+with the integer class of `num_seq`, the dtype and both pointers' alignment. Cases draw
+`num_seq` inside its class and the lengths.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
-from ..case import Case, TensorSpec
-from .layouts import layouts
-from .values import rng, seeds
+from ..case import Case
+from .draw import CompileClass, Draw, PLAIN, fit
+from .layouts import apply_layout, layout_class
+from .values import rng
 
 OP = "num_kv_splits"
 CORE_COUNTS = (132, 1, 78, 108, 16, 114)
 OUT_OF_CONTRACT = ("negative_len", "len_overflow", "kv_heads_exceed_heads", "zero_max_splits")
+# num_seq classes: (MAX_NUM_SEQ, Triton's integer class of num_seq), and their edges
+NUM_SEQ = {"small": (1,), "plain": (2, 3, 255), "div16": (256, 16, 32, 64), "over": (257,)}
 
 
-def _max_len(draw, dcc: int) -> int:
+def splits_class(d: Draw) -> CompileClass:
+    num_head = d.choice((32, 1, 8, 16, 17, 28, 64, 128))
+    p = {
+        "num_seq": d.choice(("plain", "small", "div16", "over")),
+        "num_group": d.choice((1, 2, 4)),
+        "num_head": num_head,
+        "num_kv_head": d.choice([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= num_head]),
+        "max_kv_splits": d.choice((8, 1, 2, 4, 16, 64)),
+        "device_core_count": d.choice(CORE_COUNTS),
+        "dtype:seq_lens": d.choice(("int32", "int64")),
+        "layout:seq_lens": layout_class(d, "in", 1, ("contiguous", "offset")),
+        "layout:num_kv_splits": layout_class(d, "out", 1, ("contiguous", "offset")),
+    }
+    return CompileClass.of(OP, p)
+
+
+def _num_seq(d: Draw, cls: str) -> int:
+    if cls == "plain":
+        return d.one_of(lambda: d.choice(NUM_SEQ["plain"]), lambda: fit(d.integer(2, 64), PLAIN))
+    if cls == "over":
+        return d.one_of(lambda: 257, lambda: fit(d.integer(258, 300), PLAIN))
+    return d.choice(NUM_SEQ[cls])
+
+
+def _max_len(d: Draw, dcc: int) -> int:
     """max(seq_lens) on the edges of the arithmetic."""
-    kind = draw(st.sampled_from(["small", "log2_one", "float_step", "any"]))
+    kind = d.choice(("small", "log2_one", "float_step", "any"))
     if kind == "small":
-        return draw(st.integers(1, 16))
+        return d.integer(1, 16)
     if kind == "log2_one":  # log2(mx / 64) crosses 1.0 at mx = 128
-        return 128 + draw(st.integers(-2, 2))
+        return 128 + d.integer(-2, 2)
     if kind == "float_step":  # dcc * log2(mx / 64) crosses an integer
-        n = draw(st.integers(dcc, 12 * dcc))
-        return max(1, int(round(64 * 2 ** (n / dcc))) + draw(st.integers(-1, 1)))
-    return draw(st.integers(1, 1 << 20))
+        n = d.integer(dcc, 12 * dcc)
+        return max(1, int(round(64 * 2 ** (n / dcc))) + d.integer(-1, 1))
+    return d.integer(1, 1 << 20)
 
 
-@st.composite
-def splits_cases(draw, variant: str = "default") -> Case:
-    num_seq = draw(st.sampled_from([1, 2, 3, 255, 256, 257]) | st.integers(1, 64))
-    num_group = draw(st.sampled_from([1, 2, 4]))
-    num_head = draw(st.sampled_from([32, 1, 8, 16, 17, 28, 64, 128]))
-    num_kv_head = draw(st.sampled_from([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= num_head]))
-    mks = draw(st.sampled_from([8, 1, 2, 4, 16, 64]))
-    dcc = draw(st.sampled_from(CORE_COUNTS))
-    mx = _max_len(draw, dcc)
-    g = rng(draw(seeds))
-    kind = draw(st.sampled_from(["equal", "ratio_edge", "spread", "zeros"]))
+def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
+    num_seq = _num_seq(d, k["num_seq"])
+    mx = _max_len(d, k["device_core_count"])
+    g = rng(d.seed())
+    kind = d.choice(("equal", "ratio_edge", "spread", "zeros"))
     if kind == "equal":
         lens = np.full(num_seq, mx)
     elif kind == "ratio_edge":  # mx * 8 < mn * 10, from both sides
-        mn = max(1, (mx * 8) // 10 + draw(st.integers(-1, 1)))
+        mn = max(1, (mx * 8) // 10 + d.integer(-1, 1))
         lens = g.integers(mn, mx + 1, size=num_seq)
         lens[0], lens[-1] = mn, mx
     elif kind == "spread":
@@ -51,28 +77,39 @@ def splits_cases(draw, variant: str = "default") -> Case:
     else:  # zero lengths: defined by kvfuzz's default variant, out of contract for SGLang's
         lens = g.integers(0, mx + 1, size=num_seq)
         lens[g.integers(0, num_seq, size=max(1, num_seq // 3))] = 0
-    dtype = draw(st.sampled_from(["int32", "int64"]))
-    seq_spec, _ = draw(layouts(dtype, (num_seq,), "in", allow=("contiguous", "offset")))
-    out_spec, _ = draw(layouts("int32", (num_seq * num_group,), "out", allow=("contiguous", "offset")))
-    scalars = {"num_seq": num_seq, "num_group": num_group, "num_head": num_head, "num_kv_head": num_kv_head,
-               "max_kv_splits": mks, "device_core_count": dcc}
+    scalars = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
+                                          "device_core_count")}
+    scalars["num_seq"] = num_seq
+    seq_spec, _ = apply_layout(k["layout:seq_lens"], k["dtype:seq_lens"], (num_seq,))
+    out_spec, _ = apply_layout(k["layout:num_kv_splits"], "int32", (num_seq * k["num_group"],))
     return Case(OP, scalars, {"num_kv_splits": out_spec, "seq_lens": seq_spec}, {"seq_lens": lens}, variant=variant)
 
 
-@st.composite
-def splits_out_of_contract(draw) -> Case:
-    case = draw(splits_cases())
-    kind = draw(st.sampled_from(OUT_OF_CONTRACT))
+def splits_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
+    kind = kind or d.choice(OUT_OF_CONTRACT)
     s, lens = dict(case.scalars), np.array(case.values["seq_lens"], dtype=np.int64)
     if kind == "negative_len":
-        lens[0] = -draw(st.sampled_from([1, 1000]))
+        lens[0] = -d.choice((1, 1000))
     elif kind == "len_overflow":
-        lens[0] = 2**31 - 1 - draw(st.integers(0, 10))
+        lens[0] = 2**31 - 1 - d.integer(0, 10)
     elif kind == "kv_heads_exceed_heads":
-        s["num_kv_head"] = s["num_head"] + draw(st.sampled_from([1, 7]))
+        s["num_kv_head"] = s["num_head"] + d.choice((1, 7))
     elif kind == "zero_max_splits":
         s["max_kv_splits"] = 0
-    t = dict(case.tensors)
-    t["seq_lens"] = TensorSpec.contiguous("int64", lens.shape)
-    return Case(OP, s, t, {"seq_lens": lens}, variant=case.variant, meta={"violation": kind})
+    # every violating length fits int32: the tensor keeps its class's dtype and layout
+    return Case(OP, s, case.tensors, {"seq_lens": lens}, variant=case.variant, meta={"violation": kind})
 
+
+def splits_features(case: Case) -> set[str]:
+    out: set[str] = set()
+    n = case.scalars.get("num_seq")
+    if n in (255, 256, 257):
+        out.add(f"edge:num_seq:{n}")
+    lens = case.values.get("seq_lens")
+    if lens is not None and lens.size and int(lens.min()) == 0:
+        out.add("zero_length")
+    return out
+
+
+def required_features() -> set[str]:
+    return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257"}

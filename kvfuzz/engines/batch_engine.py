@@ -1,0 +1,198 @@
+"""The batched engine: fuzz at the device's pace.
+
+* Generation: the op's generator (`kvfuzz.strategies`) drawn from a seeded RNG, not from
+  Hypothesis: a decode case costs about a fifth of a millisecond to draw, not several. The
+  same seed gives the same cases.
+* Bounded compiles: the campaign visits a fixed pool of compile classes
+  (`strategies.coverage.class_pool`: a cover of every dtype, layout kind, alignment, kernel
+  path and constexpr value first), each for a stint of `stint` cases, so a target compiles
+  each of its kernels at most once per class, and a second run of the same campaign
+  compiles nothing new.
+* Many cases per synchronisation: each batch is planned and classified once (the NumPy
+  oracle runs then), packed into one arena, launched, synchronised once and copied back
+  once; the worker computes the torch oracle in the same pass. The next batch is drawn and
+  planned while the worker runs this one.
+* Out of contract: one stint in five applies one kind of contract violation to all its
+  cases (`OpGenerator.stint`), so a violation that changes what a kernel specialises on
+  costs one variant.
+* Determinism: every `rerun_every`-th case runs a second time in the same batch.
+* A new finding is re-run alone (a fresh arena, its own synchronisation) before it counts;
+  one that shows only inside a batch sends every case of that batch through alone, and is
+  listed as `batch_only` when none of them shows it. A lost batch (a CUDA fault, a hang, a
+  dead worker) is re-run case by case, so the case that lost it becomes a `crash` finding.
+
+Findings are shrunk and confirmed by the campaign (kvfuzz's reducer, then a fresh worker).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+from ..case import Case
+from ..execute import Launch, Outcome, Prepared, launches, outcomes
+from ..judge import Verdict, judge
+from ..materialize import plan
+from ..ops import CONTRACTS
+from ..strategies import GENERATORS
+from ..strategies.draw import RandomDraw
+from ..worker import Executor
+from .common import Found, OpStats
+
+POOL = 48  # compile classes per op and campaign
+STINT = {"cpu": 64, "cuda": 512}  # cases per visit of a class (a compile costs ~0.3 s on a GPU)
+BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
+
+
+def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",
+            in_contract_only: bool = False, variant: str | None = None, rerun_every: int = 1,
+            batch: int | None = None, stint: int | None = None, pool: int = POOL,
+            pool_seed: int | None = None, shard: tuple[int, int] = (1, 1),
+            known: dict[str, Found] | None = None,
+            on_case: Callable[[OpStats, Verdict], None] | None = None,
+            on_new: Callable[[Found], None] | None = None,
+            stats: OpStats | None = None) -> tuple[OpStats, dict[str, Found]]:
+    """Fuzz one op until the budget or the case count runs out. Returns stats and findings
+    keyed by signature (`known` and `stats` are updated in place, so a caller interrupted
+    midway keeps what was found and counted). `on_new` sees each new finding once, after it
+    reproduced alone. Shard (I, N) visits every N-th class of the pool, from the I-th; `seed`
+    then names the shard's own case stream and `pool_seed` the campaign's pool."""
+    stats = OpStats(op) if stats is None else stats
+    found: dict[str, Found] = {} if known is None else known
+    gen = GENERATORS[op]
+    batch = batch or BATCH.get(device, 16)
+    stint = stint or STINT.get(device, 64)
+    t0 = time.monotonic()
+    deadline = t0 + budget_s
+    tick = time.perf_counter
+    t = tick()
+    classes = gen.pool(seed if pool_seed is None else pool_seed, pool)  # the same for every shard
+    stats.add_stage("generate", tick() - t)
+    keys_before = set(executor.launch_keys)
+    compiled_before = executor.compiled
+    visited: set[int] = set()
+    drawn = 0  # cases drawn so far (their index seeds them)
+    ignored: set[str] = set()  # signatures seen only inside a batch
+    outside = [0.0]  # seconds spent confirming findings: they extend the budget
+
+    def draw_batch(n: int) -> list[Prepared]:
+        nonlocal drawn
+        out = []
+        for _ in range(n):
+            t = tick()
+            k_index, case = stream_case(gen, classes, seed, drawn, stint, shard, in_contract_only)
+            visited.add(k_index)
+            if variant:
+                case = case.replace(variant=variant)
+            t1 = tick()
+            status, reasons, expected = CONTRACTS[op].assess(case)
+            t2 = tick()
+            p = Prepared(case, plan(case, CONTRACTS[op].outputs), status, reasons, expected)
+            stats.add_stage("generate", t1 - t)
+            stats.add_stage("oracle (numpy)", t2 - t1)
+            stats.add_stage("materialize", tick() - t2)
+            drawn += 1
+            out.append(p)
+        return out
+
+    def submit(prepared: list[Prepared]) -> list[Launch]:
+        repeat = [bool(rerun_every) and (stats.cases + i) % rerun_every == 0 for i in range(len(prepared))]
+        image, batch_ = launches(prepared, repeat)
+        executor.submit(image, batch_)
+        return batch_
+
+    def alone(case: Case) -> Verdict:
+        return judge(case, executor.run(case, repeats=2 if rerun_every else 1))
+
+    def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
+        stats.count(verdict)
+        stats.features.update(gen.all_features(p.case))
+        if on_case:
+            on_case(stats, verdict)
+        new = [f for f in verdict.findings if f.signature not in found and f.signature not in ignored]
+        if not new:
+            return
+        again = alone(p.case)  # before it counts: the finding shows with the case alone
+        seen = {f.signature: f for f in again.findings}
+        for f in new:
+            if f.signature in seen:
+                outside[0] += _add(found, seen[f.signature], p.case, on_new)
+            else:  # shown only next to other cases: run every case of the batch alone
+                for q in batch_prepared:
+                    for g in alone(q.case).findings:
+                        if g.signature not in found:
+                            outside[0] += _add(found, g, q.case, on_new)
+                if f.signature not in found:
+                    ignored.add(f.signature)
+                    stats.batch_only.append(f.signature)
+
+    pending: tuple[list[Prepared], list[Launch]] | None = None
+    while True:
+        more = time.monotonic() < deadline + outside[0] and drawn < max_cases
+        nxt = draw_batch(min(batch, max_cases - drawn)) if more else None
+        if pending is not None:
+            prepared, batch_ = pending
+            t = tick()
+            result = executor.collect()
+            stats.add_stage("wait", tick() - t)
+            for name, sec in result.stages.items():
+                stats.add_stage(f"worker {name}", sec)
+            stats.batches += 1
+            t = tick()
+            if result.lost:
+                stats.lost_batches += 1
+                for p in prepared:  # one by one: the case that loses its run is the finding
+                    take(p, judge(p.case, executor.run(p.case, repeats=1), prepared=p), prepared)
+            else:
+                for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
+                    stats.reruns += b.repeat
+                    take(p, judge(p.case, outcome, prepared=p), prepared)
+            stats.add_stage("judge", tick() - t)
+            pending = None
+        if nxt is None:
+            break
+        t = tick()
+        pending = (nxt, submit(nxt))
+        stats.add_stage("submit", tick() - t)
+    stats.seconds = time.monotonic() - t0
+    stats.classes = len(visited)
+    stats.variants = len(set(executor.launch_keys) - keys_before)
+    stats.compiled = executor.compiled - compiled_before
+    return stats, found
+
+
+def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int] = (1, 1),
+                in_contract_only: bool = False) -> tuple[int, Case]:
+    """(class index, case) of the `i`-th case of a stream: the engine's and the benchmark's."""
+    class_no, violation = gen.stint(f"{seed}:{gen.op}", i // stint, in_contract_only)
+    k_index = (class_no * shard[1] + shard[0] - 1) % len(classes)  # shards take turns
+    return k_index, gen.case_in_stint(RandomDraw(f"{seed}:{gen.op}:{i}"), classes[k_index], violation)
+
+
+def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_only: bool = False,
+                shard: tuple[int, int] = (1, 1), pool_seed: int | None = None, stint: int | None = None,
+                pool: int = POOL) -> Iterator[tuple[int, Case]]:
+    """The first `n` (class index, case) pairs `fuzz_op` draws with the same arguments."""
+    gen = GENERATORS[op]
+    classes = gen.pool(seed if pool_seed is None else pool_seed, pool)
+    for i in range(n):
+        yield stream_case(gen, classes, seed, i, stint or STINT.get(device, 64), shard, in_contract_only)
+
+
+def _add(found: dict[str, Found], finding, case: Case, on_new) -> float:
+    """Record a new finding; the seconds `on_new` took (confirmation) do not count as fuzzing."""
+    found[finding.signature] = Found(finding, case, case)
+    t = time.monotonic()
+    if on_new:
+        on_new(found[finding.signature])
+    return time.monotonic() - t
+
+
+def run_prepared(executor: Executor, prepared: list[Prepared], repeat: bool = False) -> list[Outcome]:
+    """Run already prepared cases as one batch (benchmarks and tests); a lost batch is run
+    case by case."""
+    image, batch_ = launches(prepared, [repeat] * len(prepared))
+    result = executor.run_batch(image, batch_)
+    if result.lost:
+        return [executor.run(p.case, repeats=2 if repeat else 1) for p in prepared]
+    return outcomes(batch_, result)

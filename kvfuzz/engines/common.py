@@ -1,0 +1,64 @@
+"""What every engine reports: the findings of an op (`Found`) and its statistics (`OpStats`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..case import Case
+from ..findings import Finding
+from ..judge import Verdict
+
+NOT_TARGET_KEPT = 5  # messages kept per op of failures that were kvfuzz's or the environment's
+
+
+@dataclass
+class Found:
+    finding: Finding
+    case: Case  # smallest case seen with this signature
+    first: Case  # the case it was first seen on
+    shrunk_by: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OpStats:
+    op: str
+    cases: int = 0
+    shrink_runs: int = 0
+    seconds: float = 0.0
+    by_status: dict[str, int] = field(default_factory=dict)
+    skipped: str | None = None
+    reruns: int = 0  # cases run twice (the determinism check)
+    batches: int = 0
+    lost_batches: int = 0  # batches re-run case by case (a fault, a hang or a dead worker inside)
+    classes: int = 0  # compile classes visited
+    variants: int = 0  # distinct Triton specialisation keys launched while fuzzing this op
+    compiled: int = 0  # kernels Triton compiled (or loaded from its cache) while fuzzing this op
+    features: Counter = field(default_factory=Counter)  # coverage record: feature -> cases
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    not_target: int = 0  # runs that failed for kvfuzz's or the environment's reasons
+    not_target_messages: list[str] = field(default_factory=list)
+    batch_only: list[str] = field(default_factory=list)  # signatures seen in a batch but not alone
+
+    def count(self, verdict: Verdict) -> None:
+        self.cases += 1
+        self.by_status[verdict.status] = self.by_status.get(verdict.status, 0) + 1
+        if verdict.not_target:
+            self.not_target += 1
+            if len(self.not_target_messages) < NOT_TARGET_KEPT and verdict.not_target not in self.not_target_messages:
+                self.not_target_messages.append(verdict.not_target)
+
+    def add_stage(self, name: str, seconds: float) -> None:
+        self.stages[name] = self.stages.get(name, 0.0) + seconds
+
+    def to_json(self) -> dict:
+        return {
+            "cases": self.cases, "shrink_runs": self.shrink_runs, "seconds": round(self.seconds, 2),
+            "by_status": self.by_status, "skipped": self.skipped, "reruns": self.reruns,
+            "batches": self.batches, "lost_batches": self.lost_batches, "classes": self.classes,
+            "variants": self.variants, "compiled": self.compiled,
+            "coverage": dict(sorted(self.features.items())),
+            "stages": {k: round(v, 3) for k, v in sorted(self.stages.items())},
+            "not_target": self.not_target, "not_target_messages": self.not_target_messages,
+            "batch_only": self.batch_only,
+        }

@@ -1,0 +1,125 @@
+"""`kvfuzz fuzz --jobs N`: the campaign split into N shards, each its own `kvfuzz fuzz --shard
+I/N` process, all saving into one corpus; then one report for the whole.
+
+A shard is a full campaign (its own worker, generator and judge) on a disjoint part of the
+work: the I-th of every N compile classes of each op's pool, and its own case stream (see
+`CampaignConfig.shard`). On CUDA shard I is pinned to GPU (I - 1) mod the GPU count; on the
+CPU each shard is one more interpreter process. The corpus store is safe under concurrent
+writers (docs/case-format.md), so the shards need no coordination. SIGINT/SIGTERM are passed
+on to the shards, which save what they found and write their reports as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPORT_FIELDS_SUMMED = ("cases", "shrink_runs", "reruns", "batches", "lost_batches", "classes", "variants",
+                        "compiled", "not_target")
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def shard_env(index: int, device: str, gpus: int) -> dict[str, str]:
+    """The environment of shard `index` (1-based): its own GPU on CUDA."""
+    env = dict(os.environ)
+    if device == "cuda" and gpus > 0 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = str((index - 1) % gpus)
+    return env
+
+
+def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say) -> tuple[dict, int]:
+    """Run `kvfuzz fuzz ARGV --shard I/JOBS` for I = 1..JOBS; (merged report, exit status)."""
+    gpus = gpu_count() if device == "cuda" else 0
+    with tempfile.TemporaryDirectory(prefix="kvfuzz-jobs-") as tmp:
+        procs = []
+        for i in range(1, jobs + 1):
+            cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", *argv, "--shard", f"{i}/{jobs}",
+                   "--report", str(Path(tmp) / f"shard-{i}.json")]
+            # a session of its own: a terminal's Ctrl-C reaches this process only, which then
+            # stops every shard once, with SIGTERM
+            procs.append(subprocess.Popen(cmd, env=shard_env(i, device, gpus), stdout=subprocess.PIPE,
+                                          text=True, start_new_session=True))
+        outputs: dict[int, str] = {}
+        interrupted = False
+        try:
+            for i, p in enumerate(procs, 1):
+                outputs[i] = p.communicate()[0]
+        except KeyboardInterrupt:
+            interrupted = True
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for i, p in enumerate(procs, 1):
+                outputs[i] = outputs.get(i) or p.communicate()[0] or ""
+        codes = [p.returncode for p in procs] + ([130] if interrupted else [])
+        for i in sorted(outputs):
+            for line in (outputs[i] or "").splitlines():
+                if line.startswith(("FINDING", "FLAKY", "  ")):
+                    say(f"[shard {i}/{jobs}] {line}")
+        reports = []
+        for i in range(1, jobs + 1):
+            path = Path(tmp) / f"shard-{i}.json"
+            if path.is_file():
+                reports.append(json.loads(path.read_text()))
+    merged = merge_reports(reports, jobs)
+    if report is not None:
+        from .campaign import write_json_atomic
+
+        write_json_atomic(report, merged)
+    if any(c == 2 for c in codes) and not merged["findings"]:
+        return merged, 2
+    if merged["findings"]:
+        return merged, 1
+    return merged, 130 if any(c == 130 for c in codes) else 0
+
+
+def merge_reports(reports: list[dict], jobs: int) -> dict:
+    """One report from the shards' reports: counts summed, coverage added up, findings and
+    flaky findings listed once per signature."""
+    out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
+    if not reports:
+        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True)
+        return out
+    first = reports[0]
+    for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine"):
+        out[key] = first.get(key)
+    out["seconds"] = max(r["seconds"] for r in reports)
+    out["interrupted"] = any(r.get("interrupted") for r in reports)
+    out["cases"] = sum(r["cases"] for r in reports)
+    out["cases_per_s"] = round(out["cases"] / max(out["seconds"], 1e-9), 1)
+    out["not_target"] = sum(r.get("not_target", 0) for r in reports)
+    ops: dict = {}
+    for r in reports:
+        for op, s in r["ops"].items():
+            m = ops.setdefault(op, {"coverage": Counter(), "stages": Counter(), "by_status": Counter(),
+                                    "skipped": s.get("skipped"), "seconds": 0.0, "batch_only": [],
+                                    "not_target_messages": []})
+            for k in REPORT_FIELDS_SUMMED:
+                m[k] = m.get(k, 0) + s.get(k, 0)
+            m["seconds"] = max(m["seconds"], s.get("seconds", 0.0))
+            m["coverage"].update(s.get("coverage", {}))
+            m["stages"].update(s.get("stages", {}))
+            m["by_status"].update(s.get("by_status", {}))
+            m["batch_only"] += [x for x in s.get("batch_only", []) if x not in m["batch_only"]]
+            m["not_target_messages"] += s.get("not_target_messages", [])
+    out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}
+    seen: set = set()
+    out["findings"] = []
+    for r in reports:
+        for f in r["findings"]:
+            if f["signature"] not in seen:
+                seen.add(f["signature"])
+                out["findings"].append(f)
+    out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
+    return out

@@ -1,0 +1,133 @@
+"""Which compiled variant each Triton launch selects, by Triton's own rules, on any device.
+
+Triton compiles a kernel once per *specialisation key* (triton.runtime.jit: `JITFunction.run`
+-> binder -> `specialize_impl`): for every argument not marked `do_not_specialize`, an int
+contributes its type and whether it is 1 (then a constant) or divisible by 16, a tensor its
+pointer dtype and whether its address is 16-byte aligned, a constexpr its value; the launch
+options (`num_warps`, `num_stages`, ...) complete the key. A fuzzer that draws offsets,
+strides and sizes independently meets a new key nearly every case and spends its time
+compiling (see docs/performance.md).
+
+`launch_key(fn, args, kwargs)` computes that key with Triton's own binder and
+`native_specialize_impl` (private API, pinned by tests/test_specialize.py) for a compiled
+`JITFunction` and for an interpreted kernel alike, so the variants a campaign would compile
+are counted on the CPU exactly as a GPU would compile them. `LaunchRecorder` wraps `run` of
+both kernel classes in this process and records the key of every launch; on a GPU it also
+reads how many variants Triton really holds in memory, which must agree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _kernel_classes() -> tuple[type, type]:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction, InterpretedFunction
+
+
+def _binder(fn: Any):
+    """Triton's own argument binder for `fn`, built once per kernel (with the base backend:
+    the rules above are the same for every backend)."""
+    binder = getattr(fn, "_kvfuzz_binder", None)
+    if binder is None:
+        from triton.backends.compiler import BaseBackend
+        from triton.runtime.jit import KernelParam, create_function_from_signature
+
+        params = getattr(fn, "params", None)
+        signature = getattr(fn, "signature", None) or inspect.signature(fn.fn)
+        if params is None:  # an interpreted kernel keeps only its decorator's keyword arguments
+            kw = getattr(fn, "kwargs", {}) or {}
+            dns = set(kw.get("do_not_specialize") or ())
+            dnsa = set(kw.get("do_not_specialize_on_alignment") or ())
+            params = [KernelParam(i, p, i in dns or p.name in dns, i in dnsa or p.name in dnsa)
+                      for i, p in enumerate(signature.parameters.values())]
+        binder = create_function_from_signature(signature, params, BaseBackend)
+        fn._kvfuzz_binder = binder
+    return binder
+
+
+def kernel_name(fn: Any) -> str:
+    inner = getattr(fn, "fn", fn)
+    return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
+
+
+def launch_key(fn: Any, args: tuple, kwargs: dict) -> tuple:
+    """(kernel, specialisation, options): one compiled variant of `fn`."""
+    _, specialization, options = _binder(fn)(*args, **kwargs)
+    spec = tuple(tuple(_hashable(x) for x in s) if isinstance(s, (tuple, list)) else _hashable(s)
+                 for s in specialization)
+    return kernel_name(fn), spec, tuple(sorted((k, _hashable(v)) for k, v in options.items()))
+
+
+def _hashable(x: Any) -> Any:
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return repr(x)
+
+
+@dataclass
+class LaunchRecorder:
+    """Records the specialisation key of every Triton launch in this process."""
+
+    keys: dict[tuple, int] = field(default_factory=dict)  # key -> launches
+    errors: int = 0  # launches whose key could not be computed (counted, never fatal)
+    dry: bool = False  # record the key and return without running the kernel (counting only)
+    _jit_fns: dict[int, Any] = field(default_factory=dict)  # compiled kernels seen, for `compiled`
+    _saved: list = field(default_factory=list)
+
+    def install(self) -> "LaunchRecorder":
+        if self._saved:
+            return self
+        for cls in _kernel_classes():
+            original = cls.run
+            recorder = self
+
+            def run(fn, *args, grid, warmup, _original=original, **kwargs):
+                try:
+                    key = launch_key(fn, args, kwargs)
+                    recorder.keys[key] = recorder.keys.get(key, 0) + 1
+                    if hasattr(fn, "device_caches"):
+                        recorder._jit_fns[id(fn)] = fn
+                except Exception:
+                    recorder.errors += 1
+                if recorder.dry:
+                    return None
+                return _original(fn, *args, grid=grid, warmup=warmup, **kwargs)
+            self._saved.append((cls, original))
+            cls.run = run
+        return self
+
+    def uninstall(self) -> None:
+        for cls, original in self._saved:
+            cls.run = original
+        self._saved.clear()
+
+    def snapshot(self) -> frozenset:
+        return frozenset(self.keys)
+
+    def compiled(self) -> int:
+        """Variants Triton holds compiled in this process (0 under the interpreter)."""
+        total = 0
+        for fn in self._jit_fns.values():
+            for caches in fn.device_caches.values():
+                total += len(caches[0])
+        return total
+
+
+_recorder: LaunchRecorder | None = None
+
+
+def recorder() -> LaunchRecorder:
+    """This process's recorder, installed on first use (one per process: the wrappers of
+    Triton's `run` methods must not nest)."""
+    global _recorder
+    if _recorder is None:
+        _recorder = LaunchRecorder().install()
+    return _recorder

@@ -1,0 +1,87 @@
+"""What a case exercises (its features), and the pool of compile classes a campaign visits.
+
+`features(case)` names the adversarial properties a case has: generic ones (a misaligned
+pointer, an odd stride, each tensor's dtype, a broadcast input) and the op's own (block
+edges of its kernel paths, zero sizes). A campaign counts them in its coverage record, and
+`required_features(op)` lists those every campaign of a few minutes must reach.
+
+`class_pool(op, seed, size)` draws the compile classes a campaign will visit: first a greedy
+cover of every class-level feature (each dtype of each tensor, every layout kind, misaligned
+pointers, odd strides, each kernel path) from many random candidates, then random ones.
+Visiting classes from a fixed pool, each for a stint of many cases, bounds the compiled
+variants of a campaign by the pool's size, whatever its length, and a second run of the
+same campaign compiles nothing new.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..case import Case
+from .draw import CompileClass, RandomDraw
+
+ODD = "odd_stride"
+MISALIGNED = "misaligned"
+
+
+def generic_features(case: Case) -> set[str]:
+    out = set()
+    for name, spec in case.tensors.items():
+        out.add(f"dtype:{name}:{spec.dtype}")
+        if (spec.offset * spec.itemsize) % 16:
+            out |= {MISALIGNED, f"{MISALIGNED}:{name}"}
+        for n, s in zip(spec.shape, spec.strides):
+            if n > 1 and s not in (0, 1) and s % 16:
+                out |= {ODD, f"{ODD}:{name}"}
+            if n > 1 and s == 0:
+                out.add(f"broadcast:{name}")
+    return out
+
+
+def class_features(k: CompileClass) -> set[str]:
+    """Class-level features: what one compile class fixes for all its cases."""
+    out = set()
+    for name, value in k:
+        if name.startswith("dtype:"):
+            out.add(f"{name}:{value}")
+        elif name.startswith("layout:"):
+            tensor = name.split(":", 1)[1]
+            out.add(f"layout:{value.kind}")
+            if value.offset in (1, 3, 129):
+                out.add(MISALIGNED)
+            if value.kind in ("padded", "step", "transposed") and (value.pad % 16 or value.kind == "step"):
+                out.add(ODD)
+            out.add(f"layout:{tensor}:{value.kind}")
+        else:  # a constexpr-like value or an integer class: each value once
+            out.add(f"{name}={value}")
+    return out
+
+
+def class_pool(draw_class: Callable, op: str, seed: int, size: int,
+               extra_features: Callable[[CompileClass], set[str]] | None = None,
+               candidates: int = 400) -> list[CompileClass]:
+    """`size` compile classes: a greedy cover of every class feature the candidates show (and
+    of the op's own combinations, `extra_features`), then random ones; the same (op, seed,
+    size) gives the same pool."""
+    cands = [draw_class(RandomDraw(f"{seed}:{op}:class:{i}")) for i in range(candidates)]
+    extra = [extra_features(k) if extra_features else set() for k in cands]
+    feats = [class_features(k) | e for k, e in zip(cands, extra)]
+    uncovered = set().union(*feats)
+
+    def gain(i: int) -> int:  # the op's combinations first: they hold its block edges
+        return 100 * len(extra[i] & uncovered) + len(feats[i] & uncovered)
+    pool: list[CompileClass] = []
+    chosen: set[int] = set()
+    while uncovered and len(pool) < size:
+        best = max((i for i in range(len(cands)) if i not in chosen), key=gain)
+        if not feats[best] & uncovered:
+            break
+        chosen.add(best)
+        pool.append(cands[best])
+        uncovered -= feats[best]
+    for i in range(len(cands)):
+        if len(pool) >= size:
+            break
+        if i not in chosen:
+            pool.append(cands[i])
+    return pool

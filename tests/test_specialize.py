@@ -1,0 +1,88 @@
+"""kvfuzz.specialize counts compiled variants by Triton's own rules, on any device.
+
+The rules come from a private Triton API (`native_specialize_impl` through the kernel
+binder): these tests pin what kvfuzz relies on, so a Triton upgrade that changes them fails
+here, not silently in the compile counts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvfuzz import device as devmod
+from kvfuzz.specialize import LaunchRecorder, launch_key
+from kvfuzz.strategies.draw import DIV16, ONE, PLAIN, fit, int_class, narrower, width, width_class
+
+
+def test_triton_integer_and_pointer_rules_are_the_ones_kvfuzz_models():
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    assert native_specialize_impl(BaseBackend, 16, False, True, True)[:2] == ("i32", "D")
+    assert native_specialize_impl(BaseBackend, 0, False, True, True)[:2] == ("i32", "D")
+    assert native_specialize_impl(BaseBackend, 1, False, True, True)[:2] == ("constexpr", 1)
+    assert native_specialize_impl(BaseBackend, 17, False, True, True)[:2] == ("i32", "")
+    assert native_specialize_impl(BaseBackend, 2**40, False, True, True)[0] == "i64"
+    t = torch.zeros(8, dtype=torch.int32)
+    assert native_specialize_impl(BaseBackend, t, False, True, True)[:2] == ("*i32", "D")
+    assert native_specialize_impl(BaseBackend, t[1:], False, True, True)[:2] == ("*i32", "")
+    assert native_specialize_impl(BaseBackend, t[4:], False, True, True)[:2] == ("*i32", "D")
+
+
+@pytest.mark.parametrize("v", [0, 1, 2, 15, 16, 17, 31, 32, 255, 256, 257])
+def test_integer_classes_follow_the_rule(v):
+    cls = int_class(v)
+    assert cls == (ONE if v == 1 else DIV16 if v % 16 == 0 else PLAIN)
+    for c in (PLAIN, DIV16):
+        assert int_class(fit(v, c)) == c and fit(v, c) >= v
+    for c in (PLAIN, DIV16, ONE, "zero"):
+        w = width(v, c)
+        assert width_class(w) == c
+        assert width_class(narrower(v, c)) in (c, "zero")
+
+
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["m"])
+    def k(out, n, m, C: tl.constexpr):
+        tl.store(out + tl.arange(0, C), tl.zeros([C], tl.int32) + n + m)
+    return k
+
+
+def test_launch_keys_tell_variants_apart_exactly_as_triton_does(device):
+    k = _kernel()
+    out = torch.zeros(64, dtype=torch.int32, device=devmod.torch_device(device))
+
+    def key(*args, **kw):
+        return launch_key(k, args, kw)
+    base = key(out, 3, 5, C=4)
+    assert key(out, 5, 5, C=4) == base  # 3 and 5: plain ints
+    assert key(out, 3, 16, C=4) == base  # m is not specialised
+    assert key(out, 16, 5, C=4) != base  # divisible by 16
+    assert key(out, 1, 5, C=4) != base  # 1 is a constant
+    assert key(out[1:], 3, 5, C=4) != base  # misaligned pointer
+    assert key(out, 3, 5, C=8) != base  # constexpr value
+    assert key(out, 3, 5, C=4, num_warps=2) != base  # launch option
+
+
+def test_the_recorder_counts_launches_and_can_count_without_running(device):
+    k = _kernel()
+    out = torch.zeros(64, dtype=torch.int32, device=devmod.torch_device(device))
+    rec = LaunchRecorder().install()
+    try:
+        k[(1,)](out, 3, 5, C=4)
+        k[(1,)](out, 7, 5, C=4)
+        k[(1,)](out, 16, 5, C=4)
+        assert len(rec.keys) == 2 and sum(rec.keys.values()) == 3 and rec.errors == 0
+        assert out[:4].tolist() == [21] * 4
+        rec.dry = True
+        k[(1,)](out, 2, 0, C=4)
+        assert out[:4].tolist() == [21] * 4  # recorded, not run
+        assert len(rec.keys) == 2
+    finally:
+        rec.uninstall()
+    if device == "cuda":
+        assert rec.compiled() == 2  # what Triton holds compiled agrees with the keys
