@@ -61,6 +61,7 @@ class Prepared:
     status: str  # in_contract | out_of_contract | must_refuse
     reasons: list[str]
     expected: Expected | None  # the NumPy oracle's answer (in-contract cases)
+    index: int = -1  # its place in the engine's case stream
 
 
 def prepare(case: Case) -> Prepared:

@@ -34,7 +34,7 @@ from .execute import HARNESS, BatchResult, Launch, Outcome, RunResult, _lost, on
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
-BATCH_SECONDS_PER_CASE = 2.0  # a batch's deadline: the case timeout plus this per case
+BATCH_SECONDS_PER_CASE = 1.0  # a batch's deadline: the case timeout plus this per case
 # a worker that dies of these was stopped, not crashed by the kernel: the run is interrupted
 _STOPPED_FROM_OUTSIDE = (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP)  # exit codes
 

@@ -26,40 +26,37 @@ import cases
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A bare num_kv_splits kernel with a planted fault: a store far outside any allocation when
-# num_group == 4 (a segfault under the interpreter, an illegal address on a GPU), an endless
-# loop when num_group == 2 and max_kv_splits == 64.
+# num_kv_splits computed right (kvfuzz's own launcher), plus a planted fault in a Triton kernel
+# of its own, by the number of rows: a store far outside any allocation for 3 rows (a
+# segfault under the interpreter, an illegal address on a GPU), an endless loop for 255 rows,
+# a write one element past the output for 2 rows (inside its guard band: memory the
+# allocator owns).
 FAULTING = '''
 import triton
 import triton.language as tl
 
+from kvfuzz.kernels import get_num_kv_splits
+
 
 @triton.jit
-def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group, num_head,
-                             num_kv_head, max_kv_splits, device_core_count, MAX_NUM_SEQ: tl.constexpr):
-    offs = tl.arange(0, MAX_NUM_SEQ)
-    if num_group == 4:
-        tl.store(num_kv_splits_ptr + offs + (1 << 40), offs)
-    if num_group == 2:
+def _planted(out_ptr, n, num_seq):
+    if num_seq == 3:
+        tl.store(out_ptr + (1 << 40), 1)
+    if num_seq == 255:
         i = 0
-        while max_kv_splits == 64:
+        while num_seq == 255:
             i += 1
-    for g in range(0, num_group):
-        tl.store(num_kv_splits_ptr + offs * num_group + g, offs * 0 + 1, mask=offs < num_seq)
+    if num_seq == 2:
+        tl.store(out_ptr + n, 1)
+
+
+def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                             device_core_count):
+    get_num_kv_splits(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                      device_core_count)
+    _planted[(1,)](out, num_seq * num_group, num_seq)
 '''
-
-# A guard band catches a write one element past the output, inside memory the allocator owns.
-ONE_PAST = '''
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group, num_head,
-                             num_kv_head, max_kv_splits, device_core_count, MAX_NUM_SEQ: tl.constexpr):
-    offs = tl.arange(0, MAX_NUM_SEQ)
-    tl.store(num_kv_splits_ptr + offs, offs * 0 + 1, mask=offs <= num_seq * num_group)
-'''
+WILD, HANG, PAST, CLEAN = [5, 5, 5], [5] * 255, [5, 5], [5, 5, 5, 5]
 
 
 def _target(tmp_path: Path, name: str, text: str) -> str:
@@ -68,14 +65,14 @@ def _target(tmp_path: Path, name: str, text: str) -> str:
     return str(f)
 
 
-def splits_case(num_group=1, mks=8, lens=(5, 5, 5)):
-    return cases.splits(list(lens), num_group=num_group, mks=mks)
+def splits_case(lens=CLEAN):
+    return cases.splits(list(lens))
 
 
 def test_a_wild_store_is_a_crash_and_the_worker_is_replaced(tmp_path, device):
     ex = WorkerExecutor(_target(tmp_path, "faulting", FAULTING), device, timeout_s=60)
     try:
-        bad = judge(splits_case(num_group=4), ex.run(splits_case(num_group=4)))
+        bad = judge(splits_case(WILD), ex.run(splits_case(WILD)))
         where = "cuda_fault" if device == "cuda" else "SIGSEGV"
         assert bad.signatures() == [f"num_kv_splits:splits:crash:-:{where}"]
         assert judge(splits_case(), ex.run(splits_case())).findings == []  # a new worker
@@ -88,8 +85,8 @@ def test_a_fault_inside_a_batch_is_pinned_on_its_case(tmp_path, device):
     that case is a crash."""
     ex = WorkerExecutor(_target(tmp_path, "faulting", FAULTING), device, timeout_s=60)
     try:
-        prepared = [prepare(splits_case(lens=(3 + i, 4))) for i in range(5)]
-        prepared.insert(2, prepare(splits_case(num_group=4)))
+        prepared = [prepare(splits_case([3 + i] * 4)) for i in range(5)]
+        prepared.insert(2, prepare(splits_case(WILD)))
         verdicts = [judge(p.case, o, prepared=p) for p, o in zip(prepared, run_prepared(ex, prepared))]
         assert [v.failed for v in verdicts] == [False, False, True, False, False, False]
         assert verdicts[2].findings[0].kind == "crash"
@@ -100,7 +97,7 @@ def test_a_fault_inside_a_batch_is_pinned_on_its_case(tmp_path, device):
 def test_a_hang_is_a_timeout_crash(tmp_path, device):
     ex = WorkerExecutor(_target(tmp_path, "faulting", FAULTING), device, timeout_s=5)
     try:
-        v = judge(splits_case(num_group=2, mks=64), ex.run(splits_case(num_group=2, mks=64)))
+        v = judge(splits_case(HANG), ex.run(splits_case(HANG)))
         assert v.signatures() == ["num_kv_splits:splits:crash:-:timeout"]
         assert judge(splits_case(), ex.run(splits_case())).findings == []
     finally:
@@ -108,22 +105,33 @@ def test_a_hang_is_a_timeout_crash(tmp_path, device):
 
 
 def test_a_write_just_past_an_output_is_caught_by_its_guard_band(tmp_path, device):
-    ex = WorkerExecutor(_target(tmp_path, "one_past", ONE_PAST), device)
+    ex = WorkerExecutor(_target(tmp_path, "faulting", FAULTING), device)
     try:
-        v = judge(splits_case(), ex.run(splits_case()))
+        v = judge(splits_case(PAST), ex.run(splits_case(PAST)))
         assert v.signatures() == ["num_kv_splits:splits:out_of_bounds_write:num_kv_splits:after"]
     finally:
         ex.close()
 
 
+def _seed_whose_first_stint_has(device: str, rows: set[int]) -> int:
+    for seed in range(500):
+        first = {c.scalars["num_seq"] for _, c in case_stream("num_kv_splits", seed, 32, device, True)}
+        if rows <= first:
+            return seed
+    raise AssertionError("no seed")
+
+
 def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_path, device):
     spec = _target(tmp_path, "faulting", FAULTING)
-    result = run_campaign(CampaignConfig(ops=["num_kv_splits"], target=spec, device=device, budget_s=20, seed=2,
-                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=5))
+    seed = _seed_whose_first_stint_has(device, {2, 3, 255})
+    result = run_campaign(CampaignConfig(ops=["num_kv_splits"], target=spec, device=device, budget_s=5, seed=seed,
+                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=5,
+                                         in_contract_only=True, max_cases=32))
     sigs = {x.found.finding.signature for x in result.saved}
     where = "cuda_fault" if device == "cuda" else "SIGSEGV"
     assert f"num_kv_splits:splits:crash:-:{where}" in sigs
     assert "num_kv_splits:splits:crash:-:timeout" in sigs
+    assert "num_kv_splits:splits:out_of_bounds_write:num_kv_splits:after" in sigs
     saved = [s for _, s in iter_cases(tmp_path / "corpus")]
     assert sorted(s.finding.signature for s in saved) == sorted(sigs)  # one case per finding, no duplicate
     for s in saved:
@@ -132,7 +140,7 @@ def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_
 
 
 # A target whose defects depend on the process: the first process that imports it (the
-# campaign's warm worker) writes 7 for every case; later processes write 7 only when
+# campaign's warm worker) writes 70 for every case; later processes write 70 only when
 # num_seq >= 3. So a finding first seen with 3 or more rows confirms in a fresh process,
 # while the 1-row case the minimizer reaches in the warm worker does not.
 PROCESS_DEPENDENT = '''
@@ -145,10 +153,13 @@ except FileExistsError:
     FIRST = False
 
 
+from kvfuzz.kernels import get_num_kv_splits
+
+
 def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
-    out.fill_(1)
+    get_num_kv_splits(out, seq_lens, num_seq, *args)
     if FIRST or ({threshold} and num_seq >= {threshold}):
-        out.fill_(7)
+        out.fill_(70)
 '''
 
 

@@ -73,11 +73,14 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     visited: set[int] = set()
     drawn = 0  # cases drawn so far (their index seeds them)
     ignored: set[str] = set()  # signatures seen only inside a batch
+    skip_until = [0]  # after a known hang, the rest of its stint is skipped (each would hang too)
     outside = [0.0]  # seconds spent confirming findings: they extend the budget
 
     def draw_batch(n: int) -> list[Prepared]:
         nonlocal drawn
         out = []
+        drawn = max(drawn, skip_until[0])
+        n = min(n, max_cases - drawn)
         for _ in range(n):
             t = tick()
             k_index, case = stream_case(gen, classes, seed, drawn, stint, shard, in_contract_only)
@@ -87,7 +90,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             t1 = tick()
             status, reasons, expected = CONTRACTS[op].assess(case)
             t2 = tick()
-            p = Prepared(case, plan(case, CONTRACTS[op].outputs), status, reasons, expected)
+            p = Prepared(case, plan(case, CONTRACTS[op].outputs), status, reasons, expected, drawn)
             stats.add_stage("generate", t1 - t)
             stats.add_stage("oracle (numpy)", t2 - t1)
             stats.add_stage("materialize", tick() - t2)
@@ -128,8 +131,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 
     pending: tuple[list[Prepared], list[Launch]] | None = None
     while True:
-        more = time.monotonic() < deadline + outside[0] and drawn < max_cases
-        nxt = draw_batch(min(batch, max_cases - drawn)) if more else None
+        more = time.monotonic() < deadline + outside[0] and max(drawn, skip_until[0]) < max_cases
+        nxt = draw_batch(batch) if more else None
         if pending is not None:
             prepared, batch_ = pending
             t = tick()
@@ -142,14 +145,22 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             if result.lost:
                 stats.lost_batches += 1
                 for p in prepared:  # one by one: the case that loses its run is the finding
-                    take(p, judge(p.case, executor.run(p.case, repeats=1), prepared=p), prepared)
+                    known = set(found)
+                    verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
+                    take(p, verdict, prepared)
+                    if any(f.where == "timeout" and f.signature in known for f in verdict.findings):
+                        skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
+                        stats.skipped_cases += sum(q.index > p.index for q in prepared)
+                        break
+                if nxt is not None and nxt and nxt[0].index < skip_until[0]:
+                    nxt = draw_batch(batch) if time.monotonic() < deadline + outside[0] else None
             else:
                 for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
                     stats.reruns += b.repeat
                     take(p, judge(p.case, outcome, prepared=p), prepared)
             stats.add_stage("judge", tick() - t)
             pending = None
-        if nxt is None:
+        if not nxt:
             break
         t = tick()
         pending = (nxt, submit(nxt))

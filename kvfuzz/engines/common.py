@@ -27,7 +27,8 @@ class OpStats:
     shrink_runs: int = 0
     seconds: float = 0.0
     by_status: dict[str, int] = field(default_factory=dict)
-    skipped: str | None = None
+    skipped: str | None = None  # why the op was not fuzzed at all
+    skipped_cases: int = 0  # drawn but not run: the rest of a stint whose class hangs
     reruns: int = 0  # cases run twice (the determinism check)
     batches: int = 0
     lost_batches: int = 0  # batches re-run case by case (a fault, a hang or a dead worker inside)
@@ -54,7 +55,8 @@ class OpStats:
     def to_json(self) -> dict:
         return {
             "cases": self.cases, "shrink_runs": self.shrink_runs, "seconds": round(self.seconds, 2),
-            "by_status": self.by_status, "skipped": self.skipped, "reruns": self.reruns,
+            "by_status": self.by_status, "skipped": self.skipped, "skipped_cases": self.skipped_cases,
+            "reruns": self.reruns,
             "batches": self.batches, "lost_batches": self.lost_batches, "classes": self.classes,
             "variants": self.variants, "compiled": self.compiled,
             "coverage": dict(sorted(self.features.items())),
