@@ -9,8 +9,13 @@
 #   slow     the slow tests (seed defects found and minimized on CUDA)  -> $OUT/pytest-slow.txt
 #   builtin  a builtin fuzz run (must find nothing)                     -> $OUT/builtin.json
 #   seed     a seed fuzz run (finds SGLang 0.5.14's defects)            -> $OUT/seed.json
-#   bench    builtin vs seed timings, all SGLang-sized rows             -> $OUT/bench.txt
-# Time limits (s): PYTEST_S SLOW_S CORPORA_S BUILTIN_S FUZZ_S BENCH_S; BENCH_ONLY narrows the bench.
+#   faults   tests/test_faults.py on CUDA (wild stores, hangs, flaky)   -> $OUT/faults.txt
+#   bench    `kvfuzz bench`: bare vs checked cases/s, compiles          -> $OUT/bench.json
+#   cold     a builtin campaign on an empty Triton cache (.tritoncache) -> $OUT/cold.json
+#   warm     the same campaign again on that cache: nothing to compile  -> $OUT/warm.json
+#   kernels  builtin vs seed timings, all SGLang-sized rows             -> $OUT/kernels.txt
+# Time limits (s): PYTEST_S SLOW_S CORPORA_S BUILTIN_S FUZZ_S BENCH_S CAMPAIGN_S KERNELS_S;
+# BENCH_ONLY narrows the kernel timings.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KVFUZZ_CACHE=$PWD/.carry/cache KVFUZZ_SEED_PATH=$PWD/.carry/seed/metadata_kernels.py
@@ -58,16 +63,35 @@ run_seed() {
     python3 -c "import sys; from kvfuzz.corpus import iter_cases; r = [s for _, s in iter_cases(sys.argv[1])]; \
 print(len(r), 'corpus cases,', sum(getattr(s, 'minimized', False) for s in r), 'minimized')" /tmp/kvfuzz-seed-corpus
 }
+run_faults() {
+    KVFUZZ_DEVICE=cuda timeout 300 python3 -m pytest -n 2 tests/test_faults.py -v -W ignore -p no:cacheprovider \
+        > "$OUT/faults.txt" 2>&1
+    grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" "$OUT/faults.txt" | tail -12
+}
 run_bench() {
-    timeout "${BENCH_S:-240}" python3 scripts/bench_kernels.py --seed-path "$KVFUZZ_SEED_PATH" \
-        --only "${BENCH_ONLY:-}" > "$OUT/bench.txt" 2>&1
-    cat "$OUT/bench.txt"
+    timeout $(( ${BENCH_S:-150} * 2 + 60 )) python3 -m kvfuzz.cli bench --target builtin --device cuda \
+        --budget "${BENCH_S:-150}" --report "$OUT/bench.json" 2>&1 | tail -12
+}
+campaign() {  # $1: cold|warm; the Triton cache lives in the checkout, so a warm machine keeps it
+    export TRITON_CACHE_DIR=$PWD/.tritoncache
+    [ "$1" = cold ] && rm -rf "$TRITON_CACHE_DIR"
+    timeout -s TERM $(( ${CAMPAIGN_S:-300} + 120 )) python3 -m kvfuzz.cli fuzz --target builtin --device cuda \
+        --budget "${CAMPAIGN_S:-300}" --seed 11 --report "$OUT/$1.json" 2>&1 | grep -v "cases/s" | tail -6
+    python3 scripts/summarize_report.py "$OUT/$1.json"
+    unset TRITON_CACHE_DIR
+}
+run_cold() { campaign cold; }
+run_warm() { campaign warm; }
+run_kernels() {
+    timeout "${KERNELS_S:-240}" python3 scripts/bench_kernels.py --seed-path "$KVFUZZ_SEED_PATH" \
+        --only "${BENCH_ONLY:-}" > "$OUT/kernels.txt" 2>&1
+    cat "$OUT/kernels.txt"
 }
 
-steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(suite corpora slow builtin seed bench)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(suite corpora slow builtin seed faults bench cold warm kernels)
 for s in "${steps[@]}"; do
     case "$s" in
-        suite|corpora|slow|builtin|seed|bench) step "$s"; "run_$s"; tidy ;;
+        suite|corpora|slow|builtin|seed|faults|bench|cold|warm|kernels) step "$s"; "run_$s"; tidy ;;
         *) echo "gpu_check.sh: unknown step $s" >&2; exit 2 ;;
     esac
 done

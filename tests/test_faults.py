@@ -44,7 +44,8 @@ def _planted(out_ptr, n, num_seq):
         tl.store(out_ptr + (1 << 40), 1)
     if num_seq == 255:
         i = 0
-        while num_seq == 255:
+        while num_seq == 255:  # a store in the loop: the compiler cannot drop it
+            tl.store(out_ptr, i)
             i += 1
     if num_seq == 2:
         tl.store(out_ptr + n, 1)

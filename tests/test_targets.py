@@ -71,7 +71,11 @@ def test_kernels_defined_in_the_wrong_mode_are_refused(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     if out.stdout.startswith("DeviceModeError") and "interpreter fails" in out.stdout:
         pytest.skip(f"no working Triton interpreter on this machine: {out.stdout.strip()}")
-    assert "TargetLoadError" in out.stdout and "defined compiled" in out.stdout, out.stdout + out.stderr
+    # the environment check sees it first (triton itself was imported in compiled mode); the
+    # target loader would refuse the kernel if it got that far
+    early = out.stdout.startswith("DeviceModeError") and "imported before TRITON_INTERPRET" in out.stdout
+    late = "TargetLoadError" in out.stdout and "defined compiled" in out.stdout
+    assert early or late, out.stdout + out.stderr
 
 
 def _run_cli_with_broken_interpreter(tmp_path, break_with: str):
@@ -94,7 +98,7 @@ def _run_cli_with_broken_interpreter(tmp_path, break_with: str):
 
 @pytest.mark.parametrize("break_with, needle", [
     ("raise", "only 0-dimensional arrays"),
-    ("wrong", "cannot be trusted here"),
+    ("wrong", "computes wrong values"),
 ])
 def test_a_broken_triton_interpreter_is_refused_before_fuzzing(tmp_path, break_with, needle):
     r = _run_cli_with_broken_interpreter(tmp_path, break_with)
