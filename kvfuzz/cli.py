@@ -200,7 +200,7 @@ def _fuzz_jobs(args, cfg) -> int:
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
     cfg.validate()
     device = devmod.select(cfg.device)
-    argv = _without(args.argv, {"--jobs", "--report"})
+    argv = _without(args.argv[1:], {"--jobs", "--report"})  # [0] is "fuzz"
     say = stderr_progress()
     merged, code = run_jobs(argv, args.jobs, device, args.report, say)
     for f in merged["findings"]:

@@ -89,7 +89,7 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     flaky findings listed once per signature."""
     out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
     if not reports:
-        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True)
+        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0)
         return out
     first = reports[0]
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine"):

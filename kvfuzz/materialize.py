@@ -61,17 +61,18 @@ class Plan:
         self._owner: np.ndarray | None = None
         self._starts = np.array([regions[n].start for n in names], dtype=np.int64)
 
-    def element_bytes(self, name: str) -> np.ndarray:
-        """Sorted arena byte offsets of `name`'s elements (cached)."""
+    def element_mask(self, name: str) -> np.ndarray:
+        """One bool per byte of `name`'s storage: True where an element lies (cached)."""
         got = self._elem_bytes.get(name)
         if got is None:
             r = self.regions[name]
-            item = r.spec.itemsize
-            if r.spec.numel == 0:
-                got = np.zeros(0, dtype=np.int64)
-            else:
-                idx = np.unique(r.spec.element_index().ravel())
-                got = (r.start + idx[:, None] * item + np.arange(item)[None, :]).ravel()
+            got = np.zeros(r.nbytes, dtype=bool)
+            spec, item = r.spec, r.spec.itemsize
+            if spec.numel and spec.is_contiguous:
+                got[spec.offset * item : (spec.offset + spec.numel) * item] = True
+            elif spec.numel:
+                idx = spec.element_index().ravel()
+                got[(idx[:, None] * item + np.arange(item)[None, :]).ravel()] = True
             self._elem_bytes[name] = got
         return got
 
@@ -81,11 +82,13 @@ class Plan:
         if byte_idx.size == 0:
             return out
         slot = np.searchsorted(self._starts, byte_idx, side="right") - 1
-        for i in np.unique(slot[slot >= 0]):
+        for i in np.unique(slot[slot >= 0]).tolist():
             name = self.names[i]
+            r = self.regions[name]
             sel = np.flatnonzero(slot == i)
-            elems = self.element_bytes(name)
-            hit = sel[np.isin(byte_idx[sel], elems, assume_unique=False)]
+            rel = byte_idx[sel] - r.start
+            inside = rel < r.nbytes  # past the storage: its guard band, nobody's
+            hit = sel[inside][self.element_mask(name)[rel[inside]]]
             out[hit] = i
         return out
 
@@ -95,7 +98,8 @@ class Plan:
         if self._owner is None:
             owner = np.full(self.image.size, NOBODY, dtype=np.int16)
             for i, name in enumerate(self.names):
-                owner[self.element_bytes(name)] = i
+                r = self.regions[name]
+                owner[r.start : r.start + r.nbytes][self.element_mask(name)] = i
             owner.setflags(write=False)
             self._owner = owner
         return self._owner
@@ -147,16 +151,24 @@ def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
     return Plan(regions, image, names)
 
 
-def views_at(arena, regions: dict[str, Region], base: int = 0) -> dict:
+# (name, dtype, byte start in the case image, bytes, shape, strides, storage offset): a region
+# as plain data, cheap to send to a worker
+Layout = tuple[str, str, int, int, tuple, tuple, int]
+
+
+def layouts(p: Plan) -> tuple[Layout, ...]:
+    return tuple((n, r.spec.dtype, r.start, r.nbytes, r.spec.shape, r.spec.strides, r.spec.offset)
+                 for n, r in p.regions.items())
+
+
+def views_at(arena, regions: tuple[Layout, ...], base: int = 0) -> dict:
     """A strided view per tensor into a device arena whose case image starts at byte `base`."""
     import torch
 
     views = {}
-    for name, r in regions.items():
-        dtype = getattr(torch, r.spec.dtype)
-        start = base + r.start
-        buf = arena[start : start + r.nbytes].view(dtype)
-        views[name] = buf.as_strided(r.spec.shape, r.spec.strides, buf.storage_offset() + r.spec.offset)
+    for name, dtype, start, nbytes, shape, strides, offset in regions:
+        buf = arena[base + start : base + start + nbytes].view(getattr(torch, dtype))
+        views[name] = buf.as_strided(shape, strides, buf.storage_offset() + offset)
     return views
 
 
@@ -165,7 +177,7 @@ def to_device(p: Plan, device):
     import torch
 
     arena = torch.from_numpy(p.image.copy()).to(device)
-    return arena, views_at(arena, p.regions)
+    return arena, views_at(arena, layouts(p))
 
 
 def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:

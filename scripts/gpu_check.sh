@@ -14,7 +14,7 @@
 #   cold     a builtin campaign on an empty Triton cache (.tritoncache) -> $OUT/cold.json
 #   warm     the same campaign again on that cache: nothing to compile  -> $OUT/warm.json
 #   kernels  builtin vs seed timings, all SGLang-sized rows             -> $OUT/kernels.txt
-# Time limits (s): PYTEST_S SLOW_S CORPORA_S BUILTIN_S FUZZ_S BENCH_S CAMPAIGN_S KERNELS_S;
+# Time limits (s): PYTEST_S SLOW_S CORPORA_S BUILTIN_S FUZZ_S BENCH_S CAMPAIGN_S KERNELS_S; JOBS: shards;
 # BENCH_ONLY narrows the kernel timings.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -75,8 +75,12 @@ run_bench() {
 campaign() {  # $1: cold|warm; the Triton cache lives in the checkout, so a warm machine keeps it
     export TRITON_CACHE_DIR=$PWD/.tritoncache
     [ "$1" = cold ] && rm -rf "$TRITON_CACHE_DIR"
+    before=$(find "$TRITON_CACHE_DIR" -name "*.cubin" 2>/dev/null | wc -l)
     timeout -s TERM $(( ${CAMPAIGN_S:-300} + 120 )) python3 -m kvfuzz.cli fuzz --target builtin --device cuda \
-        --budget "${CAMPAIGN_S:-300}" --seed 11 --report "$OUT/$1.json" 2>&1 | grep -v "cases/s" | tail -6
+        --budget "${CAMPAIGN_S:-300}" --seed 11 --jobs "${JOBS:-1}" --report "$OUT/$1.json" 2>&1 \
+        | grep -v "cases/s" | tail -6
+    after=$(find "$TRITON_CACHE_DIR" -name "*.cubin" 2>/dev/null | wc -l)
+    echo "kernels compiled into the Triton cache by this campaign: $((after - before))"
     python3 scripts/summarize_report.py "$OUT/$1.json"
     unset TRITON_CACHE_DIR
 }

@@ -4,17 +4,26 @@ Runs on the device of the kernel under test (so it exercises that device's torch
 plain contiguous copies of the case's input values. Returns int64 tensors on that device,
 shaped like the outputs (only the contract's required cells are meaningful), so that a
 batch of cases reads all its answers back in one copy.
+
+Each function takes `inputs`, the input tensors already on the device (a batch passes the
+views of its arena, read before the kernel under test runs), or reads the case's values.
 """
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import numpy as np
 import torch
 
 from ..case import Case
 
+Inputs = Mapping[str, torch.Tensor] | None
 
-def _t(case: Case, name: str, device) -> torch.Tensor:
+
+def _t(case: Case, name: str, device, inputs: Inputs = None) -> torch.Tensor:
+    if inputs is not None:
+        return inputs[name]
     return torch.from_numpy(np.array(case.values[name])).to(device)
 
 
@@ -22,10 +31,10 @@ def _out(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int64)
 
 
-def decode_metadata(case: Case, device) -> dict[str, torch.Tensor]:
+def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     s = case.scalars
     ps, delta, P = s["page_size"], s["seq_len_delta"], s["max_seq_pages"]
-    seq_lens = _t(case, "seq_lens", device)
+    seq_lens = _t(case, "seq_lens", device, inputs)
     B = seq_lens.shape[0]
     # SGLang's unfused sequence (flashattention_backend before the fused kernel):
     cache_seqlens = (seq_lens + delta).to(torch.int32)
@@ -39,13 +48,13 @@ def decode_metadata(case: Case, device) -> dict[str, torch.Tensor]:
     if swa:
         swa_table = torch.zeros(case.tensors["swa_page_table"].shape, dtype=torch.int64, device=device)
     if P > 0:
-        req_to_token = _t(case, "req_to_token", device)
-        pool = _t(case, "req_pool_indices", device).long()
-        strided = _t(case, "strided_indices", device).long()
+        req_to_token = _t(case, "req_to_token", device, inputs)
+        pool = _t(case, "req_pool_indices", device, inputs).long()
+        strided = _t(case, "strided_indices", device, inputs).long()
         tokens = req_to_token[pool[:, None], strided[:P][None, :]]
         page_table[:, :P] = tokens // ps
         if swa:
-            mapping = _t(case, "full_to_swa_index_mapping", device)
+            mapping = _t(case, "full_to_swa_index_mapping", device, inputs)
             swa_table[:, :P] = mapping[tokens.long()] // ps
     out["page_table"] = _out(page_table)
     if swa:
@@ -53,12 +62,12 @@ def decode_metadata(case: Case, device) -> dict[str, torch.Tensor]:
     return out
 
 
-def swa_spec_page_table(case: Case, device) -> dict[str, torch.Tensor]:
+def swa_spec_page_table(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     R = case.scalars["speculative_num_draft_tokens"]
-    a = _t(case, "page_table_a", device).long()
-    b = _t(case, "page_table_b", device).long()
-    la = _t(case, "seq_len_a", device).long()
-    lb = _t(case, "seq_len_b", device).long()
+    a = _t(case, "page_table_a", device, inputs).long()
+    b = _t(case, "page_table_b", device, inputs).long()
+    la = _t(case, "seq_len_a", device, inputs).long()
+    lb = _t(case, "seq_len_b", device, inputs).long()
     M, W = case.tensors["page_table_dst"].shape
     rows = la.shape[0] * R
     col = torch.arange(W, device=device)[None, :]
@@ -77,10 +86,10 @@ def swa_spec_page_table(case: Case, device) -> dict[str, torch.Tensor]:
     return {"page_table_dst": _out(dst)}
 
 
-def num_kv_splits(case: Case, device) -> dict[str, torch.Tensor]:
+def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     s = case.scalars
     num_seq, num_group = s["num_seq"], s["num_group"]
-    lens = _t(case, "seq_lens", device).long()[:num_seq]
+    lens = _t(case, "seq_lens", device, inputs).long()[:num_seq]
     live = lens >= 1 if case.variant == "default" else torch.ones_like(lens, dtype=torch.bool)
     one = torch.ones((), dtype=torch.long, device=device)
     if bool(live.any()):

@@ -25,7 +25,7 @@ OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "p
 INPUTS = ("req_to_token", "req_pool_indices", "strided_indices", "seq_lens", "full_to_swa_index_mapping")
 OUTPUTS = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table")
 TWO_D = ("page_table", "swa_page_table", "req_to_token")
-MAX_TOKENS = 1 << 16  # tokens per request slot, so a case stays a few hundred KB
+MAX_TOKENS = 1 << 14  # tokens per request slot: a case stays small (P * page_size <= 16K)
 
 
 def block_of(ps: int, swa: bool) -> int:

@@ -27,7 +27,8 @@ def tokens(pattern: str, seed: int, shape: tuple[int, ...], high: int) -> np.nda
     if pattern == "arange":
         flat = np.arange(n, dtype=np.int64) % max(high, 1)
     elif pattern == "permuted":
-        flat = g.choice(max(high, n), size=n, replace=False) % max(high, 1)  # O(n), not O(high)
+        # distinct ids in random order, spread over [0, high): O(n), not O(high)
+        flat = (g.permutation(n) * max(high // max(n, 1), 1) + g.integers(0, max(high // max(n, 1), 1))) % max(high, 1)
     elif pattern == "repeated":
         flat = g.choice(g.integers(0, max(high, 1), size=3), size=n)
     elif pattern == "random":
