@@ -85,16 +85,18 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
 
 
 def _saved_case(tmp_path, expected="xfail", target="builtin"):
-    """A must-refuse case (page_size 48) recorded as a known defect of `target`."""
+    """A must-refuse case (page_size 48) recorded as a known defect of `target`, seen on the
+    device this session runs (prune replays only cases seen on its own device)."""
 
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
     from kvfuzz.findings import Finding
 
     import cases
+    from conftest import DEVICE
 
     case = cases.decode(ps=4).with_scalars(page_size=48)
     finding = Finding("invalid_accepted", "decode_metadata", "general", "-", "page_size", "ran it")
-    saved = SavedCase(case=case, finding=finding, target=target, device="cpu", versions=environment_versions(),
+    saved = SavedCase(case=case, finding=finding, target=target, device=DEVICE, versions=environment_versions(),
                       origin="hand", expected=expected, reason="hand-made" if expected == "xfail" else None)
     return DirectoryCorpus(tmp_path / "c").save(saved).path
 
@@ -170,7 +172,11 @@ def _fuzz_until_shrinking(tmp_path, sigint_at_start="SIG_DFL"):
     deadline = time.monotonic() + 300
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(3)  # the first case fails at once: now it is being shrunk
+    # the first case fails at once; once a fresh process has confirmed it, it is saved and
+    # then shrunk (for up to 600 s): wait for the save
+    while not list(corpus.rglob("case.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
     return proc, corpus, report
 
 

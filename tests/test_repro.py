@@ -391,10 +391,14 @@ def lint(source: str, filename: str) -> list[str]:
     problems, used = [], set()
 
     def free_below(table):
-        """Names that scopes nested in `table` read from it (closures)."""
+        """Names that scopes nested in `table` read from it: closures, and the names a
+        comprehension reads (Python 3.12 inlines comprehensions, PEP 709, and then reports
+        them as neither free nor local there)."""
         names = set()
         for child in table.get_children():
-            names |= {s.get_name() for s in child.get_symbols() if s.is_free()} | free_below(child)
+            names |= {s.get_name() for s in child.get_symbols()
+                      if s.is_free() or (s.is_referenced() and not s.is_assigned() and not s.is_parameter())}
+            names |= free_below(child)
         return names
 
     def walk(table):
