@@ -380,7 +380,8 @@ def test_a_broken_triton_interpreter_is_a_usage_error_not_a_defect(kv, tmp_path)
 def lint(source: str, filename: str) -> list[str]:
     """pyflakes' main checks, with the standard library: every name read must be bound (in its
     function, an enclosing one, the module or builtins); every import and every local variable
-    must be used."""
+    must be used. Unused locals are found on the syntax tree: symtable misses names read only
+    inside a comprehension on Python 3.12 (PEP 709 inlines comprehensions)."""
     import builtins
     import symtable
 
@@ -390,33 +391,39 @@ def lint(source: str, filename: str) -> list[str]:
     bound |= {"__file__", "__name__", "__doc__", "__spec__", "__package__", "__loader__"}  # every module has them
     problems, used = [], set()
 
-    def free_below(table):
-        """Names that scopes nested in `table` read from it: closures, and the names a
-        comprehension reads (Python 3.12 inlines comprehensions, PEP 709, and then reports
-        them as neither free nor local there)."""
-        names = set()
-        for child in table.get_children():
-            names |= {s.get_name() for s in child.get_symbols()
-                      if s.is_free() or (s.is_referenced() and not s.is_assigned() and not s.is_parameter())}
-            names |= free_below(child)
-        return names
-
     def walk(table):
         where = f"{filename}:{table.get_lineno()} {table.get_name()}"
-        closed_over = free_below(table)
         for sym in table.get_symbols():
             name = sym.get_name()
             if sym.is_referenced():
                 used.add(name)
                 if sym.is_global() and name not in bound and not hasattr(builtins, name):
                     problems.append(f"{where}: undefined name {name!r}")
-            if (table.get_type() == "function" and sym.is_local() and not sym.is_referenced()
-                    and name not in closed_over and not sym.is_parameter() and not sym.is_namespace() and not name.startswith(("_", "."))):
-                problems.append(f"{where}: {name!r} is {'imported' if sym.is_imported() else 'assigned'} but never used")
         for child in table.get_children():
             walk(child)
 
     walk(top)
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    tree = ast.parse(source)
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        declared = {n for node in ast.walk(fn) if isinstance(node, (ast.Global, ast.Nonlocal)) for n in node.names}
+        own, todo = [], list(ast.iter_child_nodes(fn))
+        while todo:  # this function's own statements, not those of functions inside it
+            node = todo.pop()
+            if isinstance(node, functions):
+                continue
+            own.append(node)
+            todo.extend(ast.iter_child_nodes(node))
+        stored = {n.id for n in own if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        imported = {(a.asname or a.name).split(".")[0] for n in own if isinstance(n, (ast.Import, ast.ImportFrom))
+                    for a in n.names}
+        for name in sorted((stored | imported) - read - declared):
+            if not name.startswith("_"):
+                kind = "imported" if name in imported else "assigned"
+                problems.append(f"{filename}:{fn.lineno} {fn.name}: {name!r} is {kind} but never used")
     problems += [f"{filename}: {s.get_name()!r} imported but never used"
                  for s in top.get_symbols() if s.is_imported() and s.get_name() not in used]
     return problems
