@@ -40,7 +40,7 @@ from ..worker import Executor
 from .common import Found, OpStats
 
 POOL = 48  # compile classes per op and campaign
-STINT = {"cpu": 64, "cuda": 512}  # cases per visit of a class (a compile costs ~0.3 s on a GPU)
+STINT = {"cpu": 64, "cuda": 128}  # cases per visit of a class: many classes early, each compile amortised
 BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
 
 
