@@ -266,3 +266,19 @@ def test_a_finding_the_corpus_refuses_is_reported_and_the_run_goes_on(tmp_path):
     assert "case.json" in finding["save_error"], finding
     assert f"FINDING mismatch {sig} (NOT SAVED: " in p.stdout, p.stdout
     assert (slot / "case.json").read_text() == "{" and sorted(p.name for p in slot.iterdir()) == ["case.json"]
+
+
+def test_replay_warns_when_the_case_was_found_with_other_versions(tmp_path):
+    import dataclasses
+
+    from kvfuzz.corpus import DirectoryCorpus, read_case_dir
+
+    path = _saved_case(tmp_path, expected="pass")
+    saved = read_case_dir(path)
+    other = dataclasses.replace(saved, versions={**saved.versions, "triton": "3.0.0", "torch": "2.4.0"})
+    moved = DirectoryCorpus(tmp_path / "other").save(other).path
+    r = run("replay", str(moved))
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("kvfuzz: warning:")]
+    assert any("triton 3.0.0" in w for w in warnings) and any("torch 2.4.0" in w for w in warnings), r.stderr
+    same = run("replay", str(path))
+    assert "kvfuzz: warning" not in same.stderr, same.stderr
