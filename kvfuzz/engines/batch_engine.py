@@ -152,8 +152,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                         skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
                         stats.skipped_cases += sum(q.index > p.index for q in prepared)
                         break
-                if nxt is not None and nxt and nxt[0].index < skip_until[0]:
-                    nxt = draw_batch(batch) if time.monotonic() < deadline + outside[0] else None
+                if nxt:  # drawn before the hang was known: drop what lies in the skipped stint
+                    nxt = [q for q in nxt if q.index >= skip_until[0]]
+                    if not nxt and time.monotonic() < deadline + outside[0]:
+                        nxt = draw_batch(batch)
             else:
                 for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
                     stats.reruns += b.repeat
