@@ -189,7 +189,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str) -> Ba
 
     dev = torch_device(device)
     contract_of = {b.case.op: CONTRACTS[b.case.op] for b in batch}
-    stages = {"transfer": 0.0, "launch": 0.0, "torch_oracle": 0.0, "synchronise": 0.0}
+    stages = {"transfer": 0.0, "views": 0.0, "launch": 0.0, "torch_oracle": 0.0, "synchronise": 0.0}
     host = torch.from_numpy(image)
     passes = [list(range(len(batch))), [i for i, b in enumerate(batch) if b.repeat]]
     arenas, errors, seconds = [], [], []
@@ -207,7 +207,9 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str) -> Ba
         errs: list = [None] * len(batch)
         secs = [0.0] * len(batch)
         chosen = set(sel)
+        t0 = time.perf_counter()
         views = [views_at(arena, b.regions, b.base) if i in chosen else None for i, b in enumerate(batch)]
+        stages["views"] += time.perf_counter() - t0
         if not arenas:  # the torch oracle reads the inputs before any kernel under test runs
             t0 = time.perf_counter()
             for i, b in enumerate(batch):

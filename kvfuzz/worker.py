@@ -344,6 +344,7 @@ def _serve(spec: str, device: str) -> int:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:
             return 0
+        t0 = time.perf_counter()
         request = pickle.loads(proto_in.read(_HEADER.unpack(head)[0]))
         if request[0] == "batch":
             _, image, batch = request
@@ -351,6 +352,8 @@ def _serve(spec: str, device: str) -> int:
                 payload = run_batch(target, image, batch, dev)
             except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
                 payload = _lost(batch, f"{HARNESS}: {one_line(exc)}")
+            # reading the request and everything around the stages run_batch times
+            payload.stages["protocol"] = time.perf_counter() - t0 - sum(payload.stages.values())
         else:
             _, case, repeats, torch_ref = request
             try:

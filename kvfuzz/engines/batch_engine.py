@@ -99,12 +99,22 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         return out
 
     def submit(prepared: list[Prepared]) -> list[Launch]:
-        repeat = [bool(rerun_every) and (stats.cases + i) % rerun_every == 0 for i in range(len(prepared))]
+        repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
         image, batch_ = launches(prepared, repeat)
         executor.submit(image, batch_)
         return batch_
 
+    flight: dict = {}  # the batch the worker runs now: prepared, launches, and its result once collected
+
+    def collect() -> None:
+        """Collect the batch in flight (before the worker is asked anything else)."""
+        if flight and "result" not in flight:
+            t = tick()
+            flight["result"] = executor.collect()
+            stats.add_stage("wait", tick() - t)
+
     def alone(case: Case) -> Verdict:
+        collect()
         return judge(case, executor.run(case, repeats=2 if rerun_every else 1))
 
     def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
@@ -129,44 +139,51 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                     ignored.add(f.signature)
                     stats.batch_only.append(f.signature)
 
-    pending: tuple[list[Prepared], list[Launch]] | None = None
-    while True:
-        more = time.monotonic() < deadline + outside[0] and max(drawn, skip_until[0]) < max_cases
-        nxt = draw_batch(batch) if more else None
-        if pending is not None:
-            prepared, batch_ = pending
+    def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
+        """Judge a collected batch; a lost one case by case (a known hang sets `skip_until`)."""
+        for name, sec in result.stages.items():
+            stats.add_stage(f"worker {name}", sec)
+        stats.batches += 1
+        if not result.lost:
+            for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
+                stats.reruns += b.repeat
+                take(p, judge(p.case, outcome, prepared=p), prepared)
+            return
+        stats.lost_batches += 1
+        for p in prepared:  # one by one: the case that loses its run is the finding
+            known = set(found)
+            collect()
+            verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
+            take(p, verdict, prepared)
+            if any(f.where == "timeout" and f.signature in known for f in verdict.findings):
+                skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
+                stats.skipped_cases += sum(q.index > p.index for q in prepared)
+                break
+
+    def more() -> bool:
+        return time.monotonic() < deadline + outside[0] and max(drawn, skip_until[0]) < max_cases
+
+    # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
+    nxt = draw_batch(batch) if more() else []
+    while nxt or flight:
+        done = None
+        if flight:
+            collect()
+            done = (flight["prepared"], flight["launches"], flight["result"])
+            flight.clear()
+        if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
             t = tick()
-            result = executor.collect()
-            stats.add_stage("wait", tick() - t)
-            for name, sec in result.stages.items():
-                stats.add_stage(f"worker {name}", sec)
-            stats.batches += 1
+            flight.update(prepared=nxt, launches=submit(nxt))
+            stats.add_stage("submit", tick() - t)
+            nxt = []
+        if done:
             t = tick()
-            if result.lost:
-                stats.lost_batches += 1
-                for p in prepared:  # one by one: the case that loses its run is the finding
-                    known = set(found)
-                    verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
-                    take(p, verdict, prepared)
-                    if any(f.where == "timeout" and f.signature in known for f in verdict.findings):
-                        skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
-                        stats.skipped_cases += sum(q.index > p.index for q in prepared)
-                        break
-                if nxt:  # drawn before the hang was known: drop what lies in the skipped stint
-                    nxt = [q for q in nxt if q.index >= skip_until[0]]
-                    if not nxt and time.monotonic() < deadline + outside[0]:
-                        nxt = draw_batch(batch)
-            else:
-                for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
-                    stats.reruns += b.repeat
-                    take(p, judge(p.case, outcome, prepared=p), prepared)
+            judge_batch(*done)
             stats.add_stage("judge", tick() - t)
-            pending = None
-        if not nxt:
-            break
-        t = tick()
-        pending = (nxt, submit(nxt))
-        stats.add_stage("submit", tick() - t)
+            if skip_until[0]:  # drawn before a hang was known: drop what lies in the skipped stint
+                nxt = [q for q in nxt if q.index >= skip_until[0]]
+        if not nxt and more():
+            nxt = draw_batch(batch)
     stats.seconds = time.monotonic() - t0
     stats.classes = len(visited)
     stats.variants = len(set(executor.launch_keys) - keys_before)
