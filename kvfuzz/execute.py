@@ -183,8 +183,11 @@ class BatchResult:
     stages: dict[str, float] = field(default_factory=dict)  # seconds: transfer, launch, torch oracle, sync
 
 
-def run_batch(target, image: np.ndarray, batch: list[Launch], device: str) -> BatchResult:
-    """Every launch of `batch` on one arena (and the repeated ones on a second), one sync."""
+def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
+              after_out: np.ndarray | None = None) -> BatchResult:
+    """Every launch of `batch` on one arena (and the repeated ones on a second), one sync.
+    With `after_out` (shared memory, from a worker's parent) the first arena is copied back
+    into it, and `afters[0]` is None."""
     import torch
 
     dev = torch_device(device)
@@ -240,7 +243,12 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str) -> Ba
         t0 = time.perf_counter()
         _sync(device)
         t1 = time.perf_counter()
-        afters = [None if arenas[0] is None else arenas[0].cpu().numpy(), _repeated(arenas[1], batch)]
+        if after_out is not None:
+            torch.from_numpy(after_out).copy_(arenas[0])
+            first = None
+        else:
+            first = arenas[0].cpu().numpy()
+        afters = [first, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs)
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1

@@ -4,7 +4,8 @@ The Triton interpreter does no bounds checking (a wild read can segfault the pro
 CUDA fault poisons the whole context: either way the process is lost. `WorkerExecutor`
 keeps the target in `python -m kvfuzz.worker SPEC DEVICE`, sends it cases (one, or a batch
 packed in one arena), and gets `Outcome`s back over a pipe (length-prefixed pickle frames,
-between our own processes only). A worker that dies or overruns its deadline yields a
+between our own processes only). A batch's arena image and the arena after the run go
+through one shared-memory segment instead of the pipe. A worker that dies or overruns its deadline yields a
 `WorkerDied` / `Timeout` outcome for that case (a lost batch for a batch), and the next
 request starts a fresh worker.
 
@@ -109,6 +110,7 @@ class WorkerExecutor:
         self.proc: subprocess.Popen | None = None
         self.standby: subprocess.Popen | None = _proc  # a process already started for us
         self.use_standby = standby
+        self._shm = None  # the batches' shared memory (created on the first batch)
         self.log = tempfile.NamedTemporaryFile(prefix="kvfuzz-worker-", suffix=".log", delete=False)
         self.restarts = 0
         self.launch_keys: set = set()
@@ -252,18 +254,37 @@ class WorkerExecutor:
             self._kill()
         return outcome
 
+    def _shared(self, n: int) -> np.ndarray:
+        """A shared segment of at least 2n bytes (the image, then the arena after the run)."""
+        from multiprocessing import shared_memory
+
+        if self._shm is None or self._shm.size < 2 * n:
+            self._drop_shared()
+            self._shm = shared_memory.SharedMemory(create=True, size=max(2 * n, 1 << 20))
+        return np.ndarray((self._shm.size,), dtype=np.uint8, buffer=self._shm.buf)
+
+    def _drop_shared(self) -> None:
+        if self._shm is not None:
+            self._shm.close()
+            self._shm.unlink()
+            self._shm = None
+
     def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
         """Start a batch; the caller prepares the next one while the worker runs this one."""
-        self._pending = batch
-        self._begin(("batch", image, batch), self.timeout_s + BATCH_SECONDS_PER_CASE * len(batch))
+        n = image.size
+        self._shared(n)[:n] = image
+        self._pending = (batch, n)
+        self._begin(("batch", self._shm.name, n, batch), self.timeout_s + BATCH_SECONDS_PER_CASE * len(batch))
 
     def collect(self) -> BatchResult:
-        batch, self._pending = self._pending, None
+        (batch, n), self._pending = self._pending, None
         result, lost, _ = self._end()
         if lost:
             return _lost(batch, lost)
         if result.lost:
             self._kill()
+        elif result.afters[0] is None:  # copied out now: the next batch reuses the segment
+            result.afters[0] = np.array(self._shared(n)[n : 2 * n])
         return result
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
@@ -276,6 +297,7 @@ class WorkerExecutor:
         return Outcome(runs=[run], device_lost=True)
 
     def close(self) -> None:
+        self._drop_shared()
         if self.standby is not None and self.standby.poll() is None:
             self.standby.kill()
             self.standby.wait()
@@ -314,6 +336,27 @@ def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s
 # the child's side ---------------------------------------------------------------------
 
 
+class _Attached:
+    """The parent's shared segment, attached once per name (the parent grows it by replacing it)."""
+
+    def __init__(self) -> None:
+        self.shm = None
+
+    def attach(self, name: str):
+        from multiprocessing import resource_tracker, shared_memory
+
+        if self.shm is None or self.shm.name != name:
+            if self.shm is not None:
+                try:
+                    self.shm.close()
+                except BufferError:  # a view still alive: leave it mapped, it is the old one
+                    pass
+            self.shm = shared_memory.SharedMemory(name=name)
+            # the parent owns the segment: this process must not unlink it when it exits
+            resource_tracker.unregister(self.shm._name, "shared_memory")
+        return self.shm
+
+
 def _serve(spec: str, device: str) -> int:
     # Ctrl-C reaches the whole process group: the parent decides, then closes our stdin
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -338,6 +381,7 @@ def _serve(spec: str, device: str) -> int:
         return 2
     recorder = launch_recorder()
     reported: set = set()
+    shared = _Attached()
     send(("ready", {"description": target.description, "identity": devmod.identity(dev),
                     "missing": dict(target.missing)}))
     while True:
@@ -347,9 +391,11 @@ def _serve(spec: str, device: str) -> int:
         t0 = time.perf_counter()
         request = pickle.loads(proto_in.read(_HEADER.unpack(head)[0]))
         if request[0] == "batch":
-            _, image, batch = request
+            _, name, n, batch = request
             try:
-                payload = run_batch(target, image, batch, dev)
+                shm = shared.attach(name)
+                payload = run_batch(target, np.ndarray((n,), np.uint8, shm.buf), batch, dev,
+                                    after_out=np.ndarray((n,), np.uint8, shm.buf, offset=n))
             except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
                 payload = _lost(batch, f"{HARNESS}: {one_line(exc)}")
             # reading the request and everything around the stages run_batch times
