@@ -227,3 +227,30 @@ def test_an_interpreter_failure_is_an_environment_problem_not_a_finding(tmp_path
 
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["findings"] == [] and report["not_target"] > 0
+
+
+# A worker killed outright (the OOM killer's SIGKILL) in the middle of a case.
+KILLED = '''
+import os
+import signal
+
+from kvfuzz.kernels import get_num_kv_splits
+
+
+def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
+    if num_seq == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    get_num_kv_splits(out, seq_lens, num_seq, *args)
+'''
+
+
+def test_a_worker_killed_mid_case_is_a_crash_alone_and_in_a_batch(tmp_path, device):
+    ex = WorkerExecutor(_target(tmp_path, "killed", KILLED), device)
+    try:
+        assert judge(splits_case(WILD), ex.run(splits_case(WILD))).signatures() == [
+            "num_kv_splits:splits:crash:-:SIGKILL"]
+        prepared = [prepare(splits_case([4 + i] * 4)) for i in range(3)] + [prepare(splits_case(WILD))]
+        verdicts = [judge(p.case, o, prepared=p) for p, o in zip(prepared, run_prepared(ex, prepared))]
+        assert [v.signatures() for v in verdicts] == [[], [], [], ["num_kv_splits:splits:crash:-:SIGKILL"]]
+    finally:
+        ex.close()
