@@ -110,6 +110,7 @@ class Saved:
     save_error: str | None = None  # the corpus refused it (say, its slot holds an unreadable case)
     confirmation: Confirmation | None = None  # of the case saved
     minimized_confirmed: bool | None = None  # None: not minimized further
+    new: bool = True  # False: the corpus already held this finding (an earlier run, another shard)
 
 
 @dataclass
@@ -140,6 +141,10 @@ class CampaignResult:
     def not_target(self) -> int:
         return sum(s.not_target for s in self.stats)
 
+    @property
+    def new(self) -> list[Saved]:
+        return [x for x in self.saved if x.new]
+
     def report(self) -> dict:
         return {
             "kvfuzz_report": 1,
@@ -167,6 +172,7 @@ class CampaignResult:
                 "save_error": x.save_error,
                 "confirmed": x.confirmation.describe() if x.confirmation else None,
                 "minimized_confirmed": x.minimized_confirmed,
+                "new": x.new,
                 "shrunk_by": x.found.shrunk_by,
                 "minimize_log": x.minimize_log,
                 "minimize_seconds": round(x.minimize_seconds, 2),
@@ -369,7 +375,9 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
                 progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
     elif progress:
         progress(f"  {finding.kind}: {sig}")
-    return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed)
+    # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
+    return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
+                 new=first_saved in (None, "new"))
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

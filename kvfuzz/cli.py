@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=0, help="same seed, same cases (default 0)")
     f.add_argument("--corpus", type=Path, metavar="DIR", help="save each finding's minimized case here")
     f.add_argument("--report", type=Path, metavar="FILE.json", help="write a JSON report")
+    f.add_argument("--junit", type=Path, metavar="FILE.xml",
+                   help="write a JUnit report: one test per op and target, failing on new findings")
     f.add_argument("--in-contract-only", action="store_true", help="generate only in-contract cases")
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
@@ -163,6 +165,7 @@ def cmd_fuzz(args) -> int:
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard)
     _check_writable(args.report)
+    _check_writable(args.junit)
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1:
@@ -174,15 +177,20 @@ def cmd_fuzz(args) -> int:
         print(f"{s.op}: {status}")
     for x in result.saved:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
-        print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}")
+        print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
-    print(f"kvfuzz: {result.cases} cases, {len(result.saved)} findings"
+    if args.junit:
+        from .reports import write_junit
+
+        write_junit(args.junit, result.report())
+    known = len(result.saved) - len(result.new)
+    print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (" (interrupted)" if result.interrupted else ""))
-    if result.saved:
+    if result.new:  # a finding the corpus already held fails nothing new
         return 1
     if result.not_target:
         first = next(m for s in result.stats for m in s.not_target_messages)
@@ -200,11 +208,16 @@ def _fuzz_jobs(args, cfg) -> int:
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
     cfg.validate()
     device = devmod.select(cfg.device)
-    argv = _without(args.argv[1:], {"--jobs", "--report"})  # [0] is "fuzz"
+    argv = _without(args.argv[1:], {"--jobs", "--report", "--junit"})  # [0] is "fuzz"
     say = stderr_progress()
     merged, code = run_jobs(argv, args.jobs, device, args.report, say)
+    if args.junit:
+        from .reports import write_junit
+
+        write_junit(args.junit, merged)
     for f in merged["findings"]:
-        print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else ""))
+        print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
+              + ("" if f.get("new", True) else " (known)"))
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "

@@ -77,9 +77,10 @@ def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say) 
         from .campaign import write_json_atomic
 
         write_json_atomic(report, merged)
-    if any(c == 2 for c in codes) and not merged["findings"]:
+    new = [f for f in merged["findings"] if f.get("new", True)]
+    if any(c == 2 for c in codes) and not new:
         return merged, 2
-    if merged["findings"]:
+    if new:
         return merged, 1
     return merged, 130 if any(c == 130 for c in codes) else 0
 
@@ -114,12 +115,14 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             m["batch_only"] += [x for x in s.get("batch_only", []) if x not in m["batch_only"]]
             m["not_target_messages"] += s.get("not_target_messages", [])
     out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}
-    seen: set = set()
+    seen: dict = {}
     out["findings"] = []
     for r in reports:
         for f in r["findings"]:
             if f["signature"] not in seen:
-                seen.add(f["signature"])
-                out["findings"].append(f)
+                seen[f["signature"]] = dict(f)
+                out["findings"].append(seen[f["signature"]])
+            else:  # new to the corpus if the shard that saved it first says so
+                seen[f["signature"]]["new"] = seen[f["signature"]].get("new", True) or f.get("new", True)
     out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
     return out

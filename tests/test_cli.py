@@ -282,3 +282,35 @@ def test_replay_warns_when_the_case_was_found_with_other_versions(tmp_path):
     assert any("triton 3.0.0" in w for w in warnings) and any("torch 2.4.0" in w for w in warnings), r.stderr
     same = run("replay", str(path))
     assert "kvfuzz: warning" not in same.stderr, same.stderr
+
+
+WRONG_FOR_THREE = '''
+from kvfuzz.kernels import get_num_kv_splits
+
+
+def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
+    get_num_kv_splits(out, seq_lens, num_seq, *args)
+    if num_seq >= 3:
+        out[:1].fill_(70)
+'''
+
+
+def test_a_finding_the_corpus_already_holds_is_known_and_fails_nothing(tmp_path):
+    """Nightly runs into one corpus: the second run sees the same defect, reports it as known,
+    exits 0, and its JUnit test passes; the first run's test failed."""
+    import xml.etree.ElementTree as ET
+
+    kernels = tmp_path / "wrong.py"
+    kernels.write_text(WRONG_FOR_THREE)
+    corpus = tmp_path / "corpus"
+    args = ["fuzz", "--target", str(kernels), "--op", "num_kv_splits", "--budget", "4", "--in-contract-only",
+            "--minimize-budget", "2", "--corpus", str(corpus)]
+    first = run(*args, "--junit", str(tmp_path / "1.xml"))
+    assert first.returncode == 1 and "1 new findings" in first.stdout, first.stdout + first.stderr
+    second = run(*args, "--seed", "1", "--junit", str(tmp_path / "2.xml"), "--report", str(tmp_path / "2.json"))
+    assert second.returncode == 0 and "(known)" in second.stdout, second.stdout + second.stderr
+    [finding] = json.loads((tmp_path / "2.json").read_text())["findings"]
+    assert finding["new"] is False
+    one, two = (ET.parse(tmp_path / f"{i}.xml").getroot() for i in (1, 2))
+    assert one.get("failures") == "1" and one.find("testcase/failure") is not None
+    assert two.get("failures") == "0" and "known: num_kv_splits" in two.find("testcase/system-out").text
