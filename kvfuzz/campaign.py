@@ -59,6 +59,7 @@ class CampaignConfig:
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
     confirm_tries: int = TRIES  # fresh processes tried for a finding that does not show at once
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
+    campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
 
     def validate(self) -> None:
         for op in self.ops:
@@ -156,6 +157,7 @@ class CampaignResult:
             "seed": self.config.seed,
             "shard": list(self.config.shard),
             "engine": self.config.engine,
+            "positions": {s.op: s.position for s in self.stats},
             "seconds": round(self.seconds, 2),
             "startup_s": round(self.startup_s, 2),
             "interrupted": self.interrupted,
@@ -209,8 +211,46 @@ def triton_cache_dir(target: str, device: str) -> Path:
     return cache_dir() / "triton" / f"{tag}-{where}"
 
 
+class CampaignState:
+    """`--campaign DIR`: where each op's case stream stands, so that running the same campaign
+    again continues where it stopped (a SIGKILL included: the state is written every few
+    seconds, atomically). One file per shard, `state-I-of-N.json`; the corpus is `DIR/corpus`
+    unless `--corpus` names another, so findings of earlier runs come back as known."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, cfg: CampaignConfig) -> None:
+        i, n = cfg.shard
+        self.path = Path(cfg.campaign_dir) / f"state-{i}-of-{n}.json"
+        self.who = {"target": cfg.target, "seed": cfg.seed, "engine": cfg.engine,
+                    "in_contract_only": cfg.in_contract_only, "variant": cfg.variant}
+        self.positions: dict[str, int] = {}
+        self.saved_at = 0.0
+        if self.path.is_file():
+            try:
+                doc = json.loads(self.path.read_text())
+            except (OSError, ValueError) as exc:
+                raise BadInput(f"{self.path}: unreadable campaign state ({one_line(exc)})") from None
+            if doc.get("campaign") != self.who:
+                raise BadInput(f"{cfg.campaign_dir} holds another campaign ({doc.get('campaign')}); "
+                               "resume it with the same options or use another directory")
+            self.positions = {op: int(n) for op, n in doc.get("positions", {}).items()}
+
+    def start(self, op: str) -> int:
+        return self.positions.get(op, 0)
+
+    def note(self, op: str, position: int, force: bool = False) -> None:
+        self.positions[op] = position
+        if force or time.monotonic() - self.saved_at >= self.EVERY_S:
+            write_json_atomic(self.path, {"kvfuzz_campaign": 1, "campaign": self.who, "positions": self.positions})
+            self.saved_at = time.monotonic()
+
+
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None) -> CampaignResult:
     cfg.validate()
+    state = CampaignState(cfg) if cfg.campaign_dir else None
+    if state is not None and cfg.corpus is None:
+        cfg.corpus = Path(cfg.campaign_dir) / "corpus"
     t0 = time.monotonic()
     device = devmod.select(cfg.device)
     if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # workers inherit it
@@ -246,6 +286,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
                 now = time.monotonic()
+                if state is not None:
+                    state.note(op, s.position)
                 if not first_case[0]:
                     first_case[0] = now - t0
                 if progress and now - last[0] >= PROGRESS_EVERY_S:
@@ -274,7 +316,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             common = dict(seed=cfg.stream_seed(), budget_s=per_op, max_cases=cfg.max_cases,
                           in_contract_only=cfg.in_contract_only, variant=cfg.variant,
                           rerun_every=cfg.rerun_for(device), known=found, on_case=on_case,
-                          on_new=on_new, stats=current)
+                          on_new=on_new, stats=current, start=state.start(op) if state else 0)
             if cfg.engine == "batch":
                 s, found = batch_engine.fuzz_op(op, executor, device=device, batch=cfg.batch,
                                                 shard=cfg.shard, pool_seed=cfg.seed, **common)
@@ -283,6 +325,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                                      **common)
             current = None
             stats.append(s)
+            if state is not None:
+                state.note(op, s.position, force=True)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             for sig in list(found):
@@ -297,6 +341,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if current is not None:
             current.seconds = time.monotonic() - t_op
             stats.append(current)
+            if state is not None:
+                state.note(current.op, current.position, force=True)
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
         for sig, f in found.items():

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="N shards in parallel processes (one per GPU on CUDA), one corpus, one report")
     f.add_argument("--shard", type=_shard, default=(1, 1), metavar="I/N",
                    help="run the I-th of N disjoint shards of this campaign (for a Slurm array or CI matrix)")
+    f.add_argument("--campaign", type=Path, metavar="DIR", dest="campaign_dir",
+                   help="keep the campaign's state in DIR (and its corpus, unless --corpus): running it "
+                   "again continues where it stopped; findings it already holds are known")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
@@ -163,7 +166,7 @@ def cmd_fuzz(args) -> int:
         in_contract_only=args.in_contract_only, isolate=not args.in_process,
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
-        confirm_tries=args.confirm_tries, shard=args.shard)
+        confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir)
     _check_writable(args.report)
     _check_writable(args.junit)
     if args.jobs < 1:

@@ -314,3 +314,33 @@ def test_a_finding_the_corpus_already_holds_is_known_and_fails_nothing(tmp_path)
     one, two = (ET.parse(tmp_path / f"{i}.xml").getroot() for i in (1, 2))
     assert one.get("failures") == "1" and one.find("testcase/failure") is not None
     assert two.get("failures") == "0" and "known: num_kv_splits" in two.find("testcase/system-out").text
+
+
+def test_a_campaign_killed_and_started_again_continues_and_knows_its_findings(tmp_path):
+    import signal
+    import time
+
+    kernels = tmp_path / "wrong.py"
+    kernels.write_text(WRONG_FOR_THREE)
+    camp = tmp_path / "camp"
+    args = ["fuzz", "--target", str(kernels), "--op", "num_kv_splits", "--in-contract-only",
+            "--minimize-budget", "2", "--campaign", str(camp)]
+    p = subprocess.Popen([sys.executable, "-m", "kvfuzz.cli", *args, "--budget", "300"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    state = camp / "state-1-of-1.json"
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline and not (
+            list((camp / "corpus").rglob("case.json")) and state.is_file()
+            and json.loads(state.read_text())["positions"].get("num_kv_splits", 0) > 100):
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    stopped_at = json.loads(state.read_text())["positions"]["num_kv_splits"]
+    again = run(*args, "--budget", "3", "--report", str(tmp_path / "r.json"))
+    assert again.returncode == 0, again.stdout + again.stderr  # nothing new
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["positions"]["num_kv_splits"] > stopped_at  # it went on from where it stopped
+    assert doc["findings"] and not any(f["new"] for f in doc["findings"])
+    assert json.loads(state.read_text())["positions"]["num_kv_splits"] == doc["positions"]["num_kv_splits"]
+    other = run(*args[:-1], str(camp), "--seed", "5", "--budget", "1")
+    assert other.returncode == 2 and "another campaign" in other.stderr.strip().splitlines()[-1]

@@ -51,8 +51,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
-            stats: OpStats | None = None) -> tuple[OpStats, dict[str, Found]]:
-    """Fuzz one op until the budget or the case count runs out. Returns stats and findings
+            stats: OpStats | None = None, start: int = 0) -> tuple[OpStats, dict[str, Found]]:
+    """Fuzz one op until the budget or the case count runs out, from case `start` of the
+    stream (a resumed campaign; `stats.position` says where it stands). Returns stats and findings
     keyed by signature (`known` and `stats` are updated in place, so a caller interrupted
     midway keeps what was found and counted). `on_new` sees each new finding once, after it
     reproduced alone. Shard (I, N) visits every N-th class of the pool, from the I-th; `seed`
@@ -71,7 +72,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     keys_before = set(executor.launch_keys)
     compiled_before = executor.compiled
     visited: set[int] = set()
-    drawn = 0  # cases drawn so far (their index seeds them)
+    drawn = start  # the next case to draw (its index seeds it)
+    max_cases += start  # the count is this run's
+    stats.position = start
     ignored: set[str] = set()  # signatures seen only inside a batch
     skip_until = [0]  # after a known hang, the rest of its stint is skipped (each would hang too)
     outside = [0.0]  # seconds spent confirming findings: they extend the budget
@@ -119,6 +122,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 
     def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
         stats.count(verdict)
+        stats.position = max(stats.position, p.index + 1)
         stats.features.update(gen.all_features(p.case))
         if on_case:
             on_case(stats, verdict)

@@ -40,6 +40,7 @@ class OpStats:
     not_target: int = 0  # runs that failed for kvfuzz's or the environment's reasons
     not_target_messages: list[str] = field(default_factory=list)
     batch_only: list[str] = field(default_factory=list)  # signatures seen in a batch but not alone
+    position: int = 0  # where the engine's case stream stands (a resumed campaign starts there)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1

@@ -39,7 +39,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             shrink_budget_s: float = 20.0, known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
-            stats: OpStats | None = None) -> tuple[OpStats, dict[str, Found]]:
+            stats: OpStats | None = None, start: int = 0) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op until the budget or the case count runs out. Returns stats and findings
     keyed by signature (`known` and `stats` are updated in place: a caller interrupted midway
     still holds what was found and counted). `on_new` sees each new finding as it is first
@@ -58,7 +58,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         stats.reruns += repeats - 1
         return judge(case, executor.run(case, repeats=repeats))
 
-    chunk = 0
+    chunk = start  # chunks of the stream: a resumed campaign starts past those it ran
+    stats.position = start
     shrink_spent = 0.0  # shrinking does not eat the generation budget
     while time.monotonic() < deadline + shrink_spent and stats.cases < max_cases:
         state: dict = {"sig": None, "best": None, "shrink_deadline": None}
@@ -116,5 +117,6 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 entry.case = state["best"]
                 entry.shrunk_by.append("hypothesis")
         chunk += 1
+        stats.position = chunk
     stats.seconds = time.monotonic() - t0
     return stats, found
