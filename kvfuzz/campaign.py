@@ -288,6 +288,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 now = time.monotonic()
                 if state is not None:
                     state.note(op, s.position)
+                s.sample(now - t_op, len(found))
                 if not first_case[0]:
                     first_case[0] = now - t0
                 if progress and now - last[0] >= PROGRESS_EVERY_S:
@@ -324,6 +325,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 s, found = hypothesis_engine.fuzz_op(op, executor, shrink_budget_s=cfg.minimize_budget_s / 2,
                                                      **common)
             current = None
+            s.sample(s.seconds, len(found), every_s=0.0)  # the timeline ends where the op did
             stats.append(s)
             if state is not None:
                 state.note(op, s.position, force=True)

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--report", type=Path, metavar="FILE.json", help="write a JSON report")
     f.add_argument("--junit", type=Path, metavar="FILE.xml",
                    help="write a JUnit report: one test per op and target, failing on new findings")
+    f.add_argument("--markdown", type=Path, metavar="FILE.md",
+                   help="write a Markdown report, with PNG plots beside it (matplotlib: kvfuzz[report])")
     f.add_argument("--in-contract-only", action="store_true", help="generate only in-contract cases")
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
@@ -167,8 +169,8 @@ def cmd_fuzz(args) -> int:
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir)
-    _check_writable(args.report)
-    _check_writable(args.junit)
+    for path in (args.report, args.junit, args.markdown):
+        _check_writable(path)
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1:
@@ -184,10 +186,7 @@ def cmd_fuzz(args) -> int:
         print(f"  {x.found.finding.message}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
-    if args.junit:
-        from .reports import write_junit
-
-        write_junit(args.junit, result.report())
+    _write_reports(args, result.report())
     known = len(result.saved) - len(result.new)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
@@ -211,13 +210,10 @@ def _fuzz_jobs(args, cfg) -> int:
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
     cfg.validate()
     device = devmod.select(cfg.device)
-    argv = _without(args.argv[1:], {"--jobs", "--report", "--junit"})  # [0] is "fuzz"
+    argv = _without(args.argv[1:], {"--jobs", "--report", "--junit", "--markdown"})  # [0] is "fuzz"
     say = stderr_progress()
     merged, code = run_jobs(argv, args.jobs, device, args.report, say)
-    if args.junit:
-        from .reports import write_junit
-
-        write_junit(args.junit, merged)
+    _write_reports(args, merged)
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))
@@ -226,6 +222,15 @@ def _fuzz_jobs(args, cfg) -> int:
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
     return code
+
+
+def _write_reports(args, report: dict) -> None:
+    from .reports import write_junit, write_markdown
+
+    if args.junit:
+        write_junit(args.junit, report)
+    if args.markdown:
+        write_markdown(args.markdown, report)
 
 
 def _without(argv: list[str], options: set[str]) -> list[str]:

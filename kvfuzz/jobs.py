@@ -85,6 +85,21 @@ def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say) 
     return merged, 130 if any(c == 130 for c in codes) else 0
 
 
+def _summed(timelines: list[list]) -> list[list]:
+    """The shards' timelines ([seconds, cases, findings] points) added up, second by second."""
+    end = int(max((t[-1][0] for t in timelines if t), default=0))
+    out = []
+    for sec in range(end + 1):
+        cases = findings = 0
+        for t in timelines:
+            last = [p for p in t if p[0] <= sec]
+            if last:
+                cases += last[-1][1]
+                findings = max(findings, last[-1][2])
+        out.append([sec, cases, findings])
+    return out
+
+
 def merge_reports(reports: list[dict], jobs: int) -> dict:
     """One report from the shards' reports: counts summed, coverage added up, findings and
     flaky findings listed once per signature."""
@@ -113,7 +128,10 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             m["stages"].update(s.get("stages", {}))
             m["by_status"].update(s.get("by_status", {}))
             m["batch_only"] += [x for x in s.get("batch_only", []) if x not in m["batch_only"]]
+            m.setdefault("timelines", []).append(s.get("timeline", []))
             m["not_target_messages"] += s.get("not_target_messages", [])
+    for m in ops.values():
+        m["timeline"] = _summed(m.pop("timelines", []))
     out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}
     seen: dict = {}
     out["findings"] = []

@@ -1,6 +1,11 @@
 """Reports people and CI read, made from a campaign's JSON report (a single run's or the
 merge of `--jobs` shards).
 
+`markdown`: a page for a CI summary or a wiki: per op the cases, speed, classes, compiled
+variants and findings, the findings (new or known), flaky ones, the coverage record, and PNG
+plots beside it (cases over time, speed/compiles/findings per op, features exercised) when
+matplotlib is installed (`pip install kvfuzz[report]`).
+
 `junit_xml`: one test per op and target. It fails when the op has a new finding (one the
 corpus did not already hold), lists known findings in its output, and is skipped when the
 target lacks the op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
@@ -54,3 +59,120 @@ def write_junit(path: Path, report: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(junit_xml(report))
     tmp.replace(path)
+
+
+# Markdown with plots ------------------------------------------------------------------------
+
+PLOT_FEATURES = 12  # features shown per op in the coverage plot (the most and least exercised)
+
+
+def _plots(report: dict, folder: Path, stem: str) -> list[tuple[str, str]]:
+    """(title, file name) of PNG plots written beside the Markdown file; none without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    ops = report.get("ops", {})
+    made = []
+
+    def save(fig, name: str, title: str) -> None:
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=100)
+        plt.close(fig)
+        made.append((title, name))
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for op, s in ops.items():
+        points = s.get("timeline") or []
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=op)
+    ax.set_xlabel("seconds into the op")
+    ax.set_ylabel("cases checked")
+    ax.legend(fontsize=8)
+    save(fig, f"{stem}-cases.png", "Cases over time")
+
+    names = list(ops)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    rates = [s["cases"] / max(s.get("seconds", 0) or 1e-9, 1e-9) for s in ops.values()]
+    axes[0].bar(names, rates)
+    axes[0].set_title("cases/s")
+    axes[1].bar(names, [s.get("variants", 0) for s in ops.values()], label="by Triton's rules")
+    axes[1].bar(names, [s.get("compiled", 0) for s in ops.values()], alpha=0.5, label="compiled or loaded")
+    axes[1].set_title("kernel variants")
+    axes[1].legend(fontsize=7)
+    kinds = sorted({f["kind"] for f in report.get("findings", [])})
+    bottom = [0] * len(names)
+    for kind in kinds:
+        counts = [sum(f["kind"] == kind and f["op"] == op for f in report["findings"]) for op in names]
+        axes[2].bar(names, counts, bottom=bottom, label=kind)
+        bottom = [b + c for b, c in zip(bottom, counts)]
+    axes[2].set_title("findings by kind")
+    if kinds:
+        axes[2].legend(fontsize=7)
+    else:
+        axes[2].bar(names, [0] * len(names))
+        axes[2].text(0.5, 0.5, "no findings", transform=axes[2].transAxes, ha="center")
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+    save(fig, f"{stem}-ops.png", "Speed, compiles and findings per op")
+
+    fig, axes = plt.subplots(1, max(len(ops), 1), figsize=(4 * max(len(ops), 1), 4), squeeze=False)
+    for ax, (op, s) in zip(axes[0], ops.items()):
+        cov = sorted(s.get("coverage", {}).items(), key=lambda kv: -kv[1])
+        shown = cov[: PLOT_FEATURES // 2] + cov[-(PLOT_FEATURES // 2):] if len(cov) > PLOT_FEATURES else cov
+        ax.barh([k for k, _ in shown], [v for _, v in shown])
+        ax.set_title(op, fontsize=9)
+        ax.tick_params(labelsize=6)
+        ax.invert_yaxis()
+    save(fig, f"{stem}-coverage.png", "Adversarial features exercised (cases), most and least")
+    return made
+
+
+def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
+    ops = report.get("ops", {})
+    findings = report.get("findings", [])
+    new = [f for f in findings if f.get("new", True)]
+    lines = [f"# kvfuzz: {report.get('target')} on {report.get('device_name')}", "",
+             f"{report.get('cases', 0)} cases in {report.get('seconds', 0)} s, {len(new)} new findings, "
+             f"{len(findings) - len(new)} known, {len(report.get('flaky', []))} flaky; seed {report.get('seed')}"
+             + (f", {report['jobs']} jobs" if report.get("jobs") else "")
+             + (" (interrupted)" if report.get("interrupted") else ""), "",
+             "| op | cases | cases/s | classes | variants | compiled | findings | not the target's |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for op, s in ops.items():
+        if s.get("skipped"):
+            lines.append(f"| {op} | skipped: {s['skipped']} | | | | | | |")
+            continue
+        rate = s["cases"] / max(s.get("seconds", 0) or 1e-9, 1e-9)
+        lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
+                     f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
+    if findings:
+        lines += ["", "## Findings", "", "| signature | | case | what |", "| --- | --- | --- | --- |"]
+        for f in findings:
+            lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
+                         f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} |")
+    if report.get("flaky"):
+        lines += ["", "## Flaky (not saved)", ""]
+        lines += [f"- `{f['signature']}`: {f['reproduced']} of {f['tries']} fresh runs" for f in report["flaky"]]
+    lines += ["", "## Coverage", "", "Cases that had each adversarial feature, per op.", ""]
+    for op, s in ops.items():
+        cov = s.get("coverage", {})
+        if cov:
+            lines.append(f"- **{op}**: " + ", ".join(f"`{k}` {v}" for k, v in sorted(cov.items())))
+    for title, name in plots:
+        lines += ["", f"## {title}", "", f"![{title}]({name})"]
+    if not plots:
+        lines += ["", "(Plots need matplotlib: `pip install kvfuzz[report]`.)"]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, report: dict) -> list[Path]:
+    """The Markdown report and its PNG plots beside it; returns the files written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plots = _plots(report, path.parent, path.stem)
+    path.write_text(markdown(report, plots))
+    return [path, *(path.parent / name for _, name in plots)]

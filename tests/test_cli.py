@@ -344,3 +344,17 @@ def test_a_campaign_killed_and_started_again_continues_and_knows_its_findings(tm
     assert json.loads(state.read_text())["positions"]["num_kv_splits"] == doc["positions"]["num_kv_splits"]
     other = run(*args[:-1], str(camp), "--seed", "5", "--budget", "1")
     assert other.returncode == 2 and "another campaign" in other.stderr.strip().splitlines()[-1]
+
+
+def test_markdown_report_with_plots(tmp_path):
+    kernels = tmp_path / "wrong.py"
+    kernels.write_text(WRONG_FOR_THREE)
+    md = tmp_path / "page" / "nightly.md"
+    p = run("fuzz", "--target", str(kernels), "--op", "num_kv_splits", "--budget", "3", "--in-contract-only",
+            "--minimize-budget", "1", "--markdown", str(md))
+    assert p.returncode == 1, p.stdout + p.stderr
+    text = md.read_text()
+    assert "| num_kv_splits |" in text and "## Findings" in text and "`num_kv_splits:splits:mismatch" in text
+    assert "## Coverage" in text and "`zero_length`" in text
+    for name in ("nightly-cases.png", "nightly-ops.png", "nightly-coverage.png"):
+        assert (md.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({name})" in text

@@ -41,6 +41,7 @@ class OpStats:
     not_target_messages: list[str] = field(default_factory=list)
     batch_only: list[str] = field(default_factory=list)  # signatures seen in a batch but not alone
     position: int = 0  # where the engine's case stream stands (a resumed campaign starts there)
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (seconds, cases, findings), ~1 a second
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -49,6 +50,11 @@ class OpStats:
             self.not_target += 1
             if len(self.not_target_messages) < NOT_TARGET_KEPT and verdict.not_target not in self.not_target_messages:
                 self.not_target_messages.append(verdict.not_target)
+
+    def sample(self, seconds: float, findings: int, every_s: float = 1.0) -> None:
+        """A point of the op's timeline (for the report's plots), at most one per `every_s`."""
+        if not self.timeline or seconds - self.timeline[-1][0] >= every_s:
+            self.timeline.append((seconds, self.cases, findings))
 
     def add_stage(self, name: str, seconds: float) -> None:
         self.stages[name] = self.stages.get(name, 0.0) + seconds
@@ -63,5 +69,6 @@ class OpStats:
             "coverage": dict(sorted(self.features.items())),
             "stages": {k: round(v, 3) for k, v in sorted(self.stages.items())},
             "not_target": self.not_target, "not_target_messages": self.not_target_messages,
-            "batch_only": self.batch_only,
+            "batch_only": self.batch_only, "position": self.position,
+            "timeline": [[round(t, 2), n, f] for t, n, f in self.timeline],
         }
