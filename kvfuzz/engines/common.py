@@ -40,6 +40,7 @@ class OpStats:
     not_target: int = 0  # runs that failed for kvfuzz's or the environment's reasons
     not_target_messages: list[str] = field(default_factory=list)
     batch_only: list[str] = field(default_factory=list)  # signatures seen in a batch but not alone
+    contract_variant: str | None = None  # the contract variant the op's cases were judged by
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -62,5 +63,5 @@ class OpStats:
             "coverage": dict(sorted(self.features.items())),
             "stages": {k: round(v, 3) for k, v in sorted(self.stages.items())},
             "not_target": self.not_target, "not_target_messages": self.not_target_messages,
-            "batch_only": self.batch_only,
+            "batch_only": self.batch_only, "contract_variant": self.contract_variant,
         }
