@@ -32,6 +32,7 @@ from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
+from .targets import variant_for
 from .worker import Executor, WorkerExecutor, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log (nightly jobs)
@@ -281,7 +282,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 if progress:
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
-            found, current, t_op = {}, OpStats(op), time.monotonic()
+            variant = variant_for(op, cfg.variant, executor)  # --variant, else the target's (its release)
+            found, current, t_op = {}, OpStats(op, contract_variant=variant), time.monotonic()
             last = [0.0]
 
             def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
@@ -315,7 +317,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                         progress(f"  {f.finding.signature}: not saved yet: {error}")
 
             common = dict(seed=cfg.stream_seed(), budget_s=per_op, max_cases=cfg.max_cases,
-                          in_contract_only=cfg.in_contract_only, variant=cfg.variant,
+                          in_contract_only=cfg.in_contract_only, variant=variant,
                           rerun_every=cfg.rerun_for(device), known=found, on_case=on_case,
                           on_new=on_new, stats=current, start=state.start(op) if state else 0)
             if cfg.engine == "batch":

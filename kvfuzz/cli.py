@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(run=cmd_corpus_prune)
 
     o = sub.add_parser("ops", help="list the ops and their contracts")
+    o.add_argument("--target", metavar="SPEC",
+                   help="also say how kvfuzz calls this target's entry points and which variant judges each op")
+    o.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help=argparse.SUPPRESS)
     o.set_defaults(run=cmd_ops)
     return p
 
@@ -178,7 +181,8 @@ def cmd_fuzz(args) -> int:
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
     result = run_campaign(cfg, progress=stderr_progress(prefix))
     for s in result.stats:
-        status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s"
+        status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (
+            f" [variant {s.contract_variant}]" if s.contract_variant else "")
         print(f"{s.op}: {status}")
     for x in result.saved:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
@@ -387,6 +391,14 @@ def cmd_corpus_prune(args) -> int:
 def cmd_ops(args) -> int:
     from .ops import CONTRACTS
 
+    if args.target:  # a signature kvfuzz cannot call is refused here, in one line (exit 2)
+        from .targets import load_target
+
+        t = load_target(args.target, args.device)
+        print(f"target {args.target}: {t.description}")
+        for line in t.describe_ops():
+            print(f"  {line}")
+        return 0
     for c in CONTRACTS.values():
         print(f"{c.name}  (entry point: {c.entry})")
         for name, doc in c.paths.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from . import device as devmod
@@ -28,6 +29,8 @@ class Replayed:
 
 
 def replay(saved: SavedCase, target: str | None = None, device: str = "auto", isolate: bool = True) -> Replayed:
+    """Against the case's own target the case keeps its contract variant; against another
+    target (`target`) it is judged by the variant that target selects (its SGLang release)."""
     dev = devmod.select(device)
     spec = target or saved.target
     executor = make_executor(spec, dev, isolate=isolate)
@@ -36,6 +39,12 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
             from .errors import TargetLoadError
 
             raise TargetLoadError(f"target {spec} has no {saved.case.op}: {executor.missing.get(saved.case.op)}")
+        if spec != saved.target:
+            from .targets import variant_for
+
+            variant = variant_for(saved.case.op, None, executor)
+            if variant != saved.case.variant:
+                saved = dataclasses.replace(saved, case=saved.case.replace(variant=variant))
         verdict = judge(saved.case, executor.run(saved.case, repeats=2))
         return Replayed(saved, spec, dev, verdict, executor.description)
     finally:

@@ -44,6 +44,7 @@ class Executor(Protocol):
     description: str
     identity: str  # the physical device (GPU UUID), see device.identity
     missing: dict[str, str]  # op -> why the target cannot run it; every other op it runs
+    variants: dict[str, str]  # op -> the contract variant the target selects (targets.variant_for)
     launch_keys: set  # Triton specialisation keys of every launch so far (see specialize.py)
     compiled: int  # kernel variants Triton compiled in the worker (0 under the interpreter)
 
@@ -71,6 +72,7 @@ class InProcessExecutor:
         self.description = self.target.description
         self.identity = devmod.identity(device)
         self.missing = dict(self.target.missing)
+        self.variants = dict(self.target.variants)
         self.recorder = recorder()
 
     @property
@@ -120,6 +122,7 @@ class WorkerExecutor:
         self.description = info["description"]
         self.identity = info["identity"]
         self.missing = info["missing"]
+        self.variants = info.get("variants", {})
 
     # process management --------------------------------------------------------------
     def _spawn(self) -> subprocess.Popen:
@@ -383,7 +386,7 @@ def _serve(spec: str, device: str) -> int:
     reported: set = set()
     shared = _Attached()
     send(("ready", {"description": target.description, "identity": devmod.identity(dev),
-                    "missing": dict(target.missing)}))
+                    "missing": dict(target.missing), "variants": dict(target.variants)}))
     while True:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:

@@ -42,6 +42,7 @@ class OpStats:
     batch_only: list[str] = field(default_factory=list)  # signatures seen in a batch but not alone
     position: int = 0  # where the engine's case stream stands (a resumed campaign starts there)
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (seconds, cases, findings), ~1 a second
+    contract_variant: str | None = None  # the contract variant the op's cases were judged by
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -71,4 +72,5 @@ class OpStats:
             "not_target": self.not_target, "not_target_messages": self.not_target_messages,
             "batch_only": self.batch_only, "position": self.position,
             "timeline": [[round(t, 2), n, f] for t, n, f in self.timeline],
+            "contract_variant": self.contract_variant,
         }

@@ -29,6 +29,13 @@ SCALARS = (
 )
 
 
+# Which contract variant judges which SGLang release, chosen automatically from the target
+# (kvfuzz/targets/releases.py; --variant overrides): (first release, variant), oldest first.
+# Read from the release wheels: 0.5.17's kernels return before the columns past
+# cdiv(seq_len + seq_len_delta, page_size) ("Contract: only the live prefix ... is (re)written").
+RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "live_prefix"))
+
+
 def uses_swa(case: Case) -> bool:
     return "swa_page_table" in case.tensors and "full_to_swa_index_mapping" in case.tensors
 
@@ -113,9 +120,11 @@ CONTRACT = Contract(
     args=ARGS,
     scalars=SCALARS,
     variants={
-        "default": "SGLang 0.5.14 (the seed): every column c < max_seq_pages is written, the rest untouched",
-        "live_prefix": "SGLang 0.5.23: only each row's live pages c < cdiv(cache_seqlens[i], page_size) are "
-        "required; columns up to max_seq_pages may be written; the rest untouched",
+        "default": "SGLang 0.5.13-0.5.16 (the seed, 0.5.14) and kvfuzz's builtin kernels: every column "
+        "c < max_seq_pages is written, the rest untouched",
+        "live_prefix": "SGLang 0.5.17 and later: only each row's live pages c < min(cdiv(seq_lens[i] + "
+        "seq_len_delta, page_size), max_seq_pages) are required; the other columns < max_seq_pages may be "
+        "written (0.5.17+ leaves them stale); the rest untouched",
     },
     paths={
         "ps1": "page_size == 1 without SWA: the fast kernel (256-column blocks)",

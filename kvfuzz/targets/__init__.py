@@ -6,9 +6,14 @@ Spec forms:
   module:NAME / NAME      an importable module (e.g. an installed sglang's metadata module)
   sglang==X.Y.Z           the kernel file inside that SGLang wheel from PyPI (downloaded once
                           into the cache, loaded without importing sglang/__init__.py)
+  sglang                  the kernel file of the installed sglang distribution (loaded the same way)
 
 The loader finds the three entry points by SGLang's names; a missing one is reported for
 its op only. Kernels defined in the wrong Triton mode for the selected device are refused.
+Each entry point is bound by parameter name when the target loads (`calls.bind`): a signature
+kvfuzz cannot call is refused then, in one line, before any case runs. The target also
+selects, per op, the contract variant it is judged by (`Target.variants`, see `releases.py`);
+`variant_for` is what a campaign or replay asks.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from typing import Any, Mapping
 from .. import device as devmod
 from ..errors import TargetLoadError
 from ..ops import CONTRACTS
-from .calls import CALLS
+from .calls import Binding, bind
+from .releases import module_release, select_variant
 from .sglang_shim import ensure_swa_pool_type
-from .wheels import sglang_kernel_file
+from .wheels import installed_kernel_file, sglang_kernel_file
 
 
 @dataclass
@@ -38,14 +44,39 @@ class Target:
     module: ModuleType
     entries: dict[str, Any] = field(default_factory=dict)  # op -> entry point object
     missing: dict[str, str] = field(default_factory=dict)  # op -> why it cannot be run
+    release: str | None = None  # the SGLang version, when the spec tells it (sglang==X, installed sglang)
+    bindings: dict[str, Binding] = field(default_factory=dict)  # op -> how its entry point is called
+    variants: dict[str, str] = field(default_factory=dict)  # op -> the contract variant it is judged by
+    variant_reasons: dict[str, str] = field(default_factory=dict)  # op -> why that variant
 
     def supports(self, op: str) -> bool:
         return op in self.entries
 
     def invoke(self, op: str, tensors: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
-        if op not in self.entries:
+        if op not in self.bindings:
             raise TargetLoadError(f"target {self.spec} has no {op}: {self.missing.get(op, 'unknown op')}")
-        CALLS[op](self.entries[op], tensors, scalars)
+        self.bindings[op](tensors, scalars)
+
+    def describe_ops(self) -> list[str]:
+        """One line per op: how it is called and which contract variant judges it."""
+        out = []
+        for op in CONTRACTS:
+            if op in self.bindings:
+                out.append(f"{op}: variant {self.variants[op]} ({self.variant_reasons[op]}); "
+                           f"called {self.bindings[op].describe()}")
+            else:
+                out.append(f"{op}: not provided ({self.missing.get(op)})")
+        return out
+
+
+def variant_for(op: str, requested: str | None, executor: Any) -> str:
+    """The contract variant that judges `op`'s cases: the user's (`--variant`) if given, else
+    the one the target selects (a `Target`, or an executor carrying its `variants`), else the
+    op's first variant."""
+    if requested:
+        return requested
+    chosen = (getattr(executor, "variants", None) or {}).get(op)
+    return chosen or next(iter(CONTRACTS[op].variants))
 
 
 _cache: dict[tuple[str, str], Target] = {}
@@ -56,15 +87,17 @@ def load_target(spec: str, device: str) -> Target:
     device = devmod.select(device)
     key = (spec, device)
     if key not in _cache:
-        module, description = _load_module(spec)
+        module, description, release = _load_module(spec)
         _check_triton_mode(module, device, spec)
-        target = Target(spec, description, module)
+        target = Target(spec, description, module, release=release)
         for op, contract in CONTRACTS.items():
             entry = getattr(module, contract.entry, None)
             if entry is None:
                 target.missing[op] = f"{description} has no {contract.entry}"
-            else:
-                target.entries[op] = entry
+                continue
+            target.bindings[op] = binding = bind(op, entry, where=f"target {spec}")  # or TargetLoadError
+            target.entries[op] = entry
+            target.variants[op], target.variant_reasons[op] = select_variant(op, release, binding)
         if not target.entries:
             raise TargetLoadError(f"{description} provides none of "
                                   f"{', '.join(c.entry for c in CONTRACTS.values())}")
@@ -72,23 +105,30 @@ def load_target(spec: str, device: str) -> Target:
     return _cache[key]
 
 
-def _load_module(spec: str) -> tuple[ModuleType, str]:
+def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:
+    """(module, description, SGLang version if the spec tells it)."""
     ensure_swa_pool_type()  # before the target's code runs: its SWA path imports the type
     if spec == "builtin":
-        return importlib.import_module("kvfuzz.kernels"), "kvfuzz builtin kernels"
+        return importlib.import_module("kvfuzz.kernels"), "kvfuzz builtin kernels", None
     if spec.startswith("sglang=="):
-        path = sglang_kernel_file(spec.split("==", 1)[1])
-        return _load_file(path, spec), f"{spec} ({path.name} from the PyPI wheel)"
+        version = spec.split("==", 1)[1]
+        path = sglang_kernel_file(version)
+        return _load_file(path, spec), f"{spec} ({path.name} from the PyPI wheel)", version
+    if spec == "sglang":
+        path, version = installed_kernel_file()
+        return _load_file(path, spec), f"installed sglang {version} ({path})", version
     if spec.startswith("module:") or (not spec.endswith(".py") and "/" not in spec and os.sep not in spec):
         name = spec.removeprefix("module:")
         try:
-            return importlib.import_module(name), f"module {name}"
+            module = importlib.import_module(name)
         except Exception as exc:
             raise TargetLoadError(f"cannot import target module {name!r}: {type(exc).__name__}: {exc}") from None
+        release = module_release(module)
+        return module, f"module {name}" + (f" (sglang {release})" if release else ""), release
     path = Path(spec.removeprefix("file:")).expanduser()
     if not path.is_file():
         raise TargetLoadError(f"target file {str(path)!r} does not exist")
-    return _load_file(path, spec), f"file {path}"
+    return _load_file(path, spec), f"file {path}", None
 
 
 def _load_file(path: Path, spec: str) -> ModuleType:

@@ -1,27 +1,249 @@
-"""How each op's entry point is called: SGLang's call conventions, one function per op."""
+"""How each op's entry point is called: bound by parameter NAME, once, when a target loads.
+
+SGLang changed its entry points' signatures between releases (0.5.19 dropped
+`strided_indices`, so a positional call in 0.5.14's order puts every later argument one
+place off). kvfuzz therefore reads the entry point's signature (`inspect.signature`; for a
+bare `@triton.jit` kernel, the signature of the function it wraps, which is what its
+`arg_names`/`params` come from) and builds, per op, a `Binding`: for every parameter, where
+its value comes from.
+
+* A parameter kvfuzz has a contract for gets the case's tensor or scalar of that name
+  (`num_kv_splits_ptr` is the `num_kv_splits` tensor, `seq_lens_ptr` the `seq_lens` one).
+* A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
+  the value that turns its new path off, so that the call does what the contract kvfuzz
+  checks describes (`NEUTRAL`: no v2p tables, page multiplier 1, skip flags off, no read
+  table, no zero tail, no `uneven_batch_ptr`). Those paths are not checked.
+* A parameter kvfuzz does not know at all is left at its default (listed in
+  `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
+  supplied, and the target is refused when it loads (`TargetLoadError`, one line).
+* A signature whose parameters are 0.5.14's in 0.5.14's order, some renamed (`out` for
+  `num_kv_splits_ptr`), or one that takes `*args`, is called positionally in 0.5.14's order, as
+  kvfuzz always did; a known name out of that order refuses it.
+
+Binding happens at load time, so a call cannot fail to bind. Building a call's arguments from
+a case is kvfuzz's own work: an exception there is raised as `HarnessError`, which the judge
+counts as kvfuzz's failure, never the target's (its type name is `execute.HARNESS`).
+
+`GENERATIONS` lists each SGLang API generation of each op, read from the release wheels'
+kernel files (docs/releases.md); a signature equal to one of them is named after it.
+"""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ..errors import TargetLoadError
 from ..ops.num_kv_splits import sglang_max_num_seq
 from .sglang_shim import make_swa_pool
 
-
-def call_decode_metadata(entry: Callable, t: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    swa = "swa_page_table" in t and "full_to_swa_index_mapping" in t
-    entry(
-        t["cache_seqlens_int32"], t["cu_seqlens_k"], t["page_table"], t["req_to_token"],
-        t["req_pool_indices"], t["strided_indices"], s["max_seq_pages"], t["seq_lens"],
-        s["seq_len_delta"], s["page_size"],
-        swa_page_table=t["swa_page_table"] if swa else None,
-        token_to_kv_pool=make_swa_pool(t["full_to_swa_index_mapping"]) if swa else None,
-    )
+Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
 
-def call_swa_spec_page_table(entry: Callable, t: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    entry(t["page_table_dst"], t["page_table_a"], t["page_table_b"], t["seq_len_a"], t["seq_len_b"],
-          s["speculative_num_draft_tokens"])
+class HarnessError(Exception):
+    """kvfuzz failed to build a call's arguments from a case: kvfuzz's bug, not the target's.
+    The name is `kvfuzz.execute.HARNESS`, the error type the judge never counts as a finding."""
+
+
+def _uses_swa(t: Mapping[str, Any]) -> bool:
+    return "swa_page_table" in t and "full_to_swa_index_mapping" in t
+
+
+def _tensor(name: str) -> Getter:
+    return lambda t, s: t[name]
+
+
+def _scalar(name: str) -> Getter:
+    return lambda t, s: s[name]
+
+
+def _const(value: Any) -> Getter:
+    return lambda t, s: value
+
+
+def _swa_table(t, s):
+    return t["swa_page_table"] if _uses_swa(t) else None
+
+
+def _swa_pool(t, s):  # up to 0.5.22: an SWAKVPool holding the token mapping
+    return make_swa_pool(t["full_to_swa_index_mapping"]) if _uses_swa(t) else None
+
+
+def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself
+    return t["full_to_swa_index_mapping"] if _uses_swa(t) else None
+
+
+def _max_num_seq(t, s):
+    return sglang_max_num_seq(s["num_seq"])
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """What kvfuzz can pass to one op's entry point."""
+
+    supplied: Mapping[str, Getter]  # parameter name -> value from the case (contract arguments)
+    required: tuple[tuple[str, ...], ...]  # each group: at least one of these names must be a parameter
+    neutral: Mapping[str, Any]  # known later-release parameters -> the value that turns their path off
+    legacy: tuple[str, ...]  # 0.5.14's positional order (names as in `supplied`)
+    legacy_kw: tuple[str, ...] = ()  # passed by keyword after the positional ones, in 0.5.14's call
+    legacy_kw_bare: tuple[str, ...] = ()  # the same, for a bare kernel only
+    aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
+
+    def canonical(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+
+DECODE = OpCall(
+    supplied={
+        "cache_seqlens_int32": _tensor("cache_seqlens_int32"),
+        "cu_seqlens_k": _tensor("cu_seqlens_k"),
+        "page_table": _tensor("page_table"),
+        "req_to_token": _tensor("req_to_token"),
+        "req_pool_indices": _tensor("req_pool_indices"),
+        "strided_indices": _tensor("strided_indices"),  # up to 0.5.18
+        "max_seq_pages": _scalar("max_seq_pages"),
+        "seq_lens": _tensor("seq_lens"),
+        "seq_len_delta": _scalar("seq_len_delta"),
+        "page_size": _scalar("page_size"),
+        "swa_page_table": _swa_table,
+        "token_to_kv_pool": _swa_pool,  # up to 0.5.22
+        "full_to_swa_index_mapping": _swa_mapping,  # 0.5.23
+    },
+    required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
+              ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
+              ("swa_page_table",), ("token_to_kv_pool", "full_to_swa_index_mapping")),
+    neutral={
+        "v2p_page_table": None,  # 0.5.17-0.5.18: unified memory's virtual -> physical page table
+        "kernel_page_multiplier": 1,  # 0.5.17-0.5.18
+        "src_is_read_table": False,  # 0.5.19: req_to_token is a page-granular read table
+        "swa_src_table": None,  # 0.5.19
+        "skip_page_table": False,  # 0.5.20 on: lengths and prefix sum only
+        "full_v2p": None,  # 0.5.23
+        "swa_v2p": None,  # 0.5.23
+        "zero_tail": False,  # 0.5.23: also zero the columns between the live prefix and max_seq_pages
+    },
+    legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
+            "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
+    legacy_kw=("swa_page_table", "token_to_kv_pool"),
+)
+
+SWA_SPEC = OpCall(
+    supplied={name: _tensor(name) for name in ("page_table_dst", "page_table_a", "page_table_b",
+                                               "seq_len_a", "seq_len_b")}
+    | {"speculative_num_draft_tokens": _scalar("speculative_num_draft_tokens")},
+    required=(("page_table_dst",), ("page_table_a",), ("page_table_b",), ("seq_len_a",), ("seq_len_b",),
+              ("speculative_num_draft_tokens",)),
+    neutral={},
+    legacy=("page_table_dst", "page_table_a", "page_table_b", "seq_len_a", "seq_len_b",
+            "speculative_num_draft_tokens"),
+)
+
+NUM_KV_SPLITS = OpCall(
+    supplied={
+        "num_kv_splits_ptr": _tensor("num_kv_splits"),  # SGLang's kernel names its pointers *_ptr
+        "num_kv_splits": _tensor("num_kv_splits"),
+        "seq_lens_ptr": _tensor("seq_lens"),
+        "seq_lens": _tensor("seq_lens"),
+        **{name: _scalar(name) for name in ("num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits",
+                                            "device_core_count")},
+        "MAX_NUM_SEQ": _max_num_seq,  # SGLang's triton backend: 256 below 256 sequences, else next power of 2
+    },
+    required=(("num_kv_splits_ptr", "num_kv_splits"), ("seq_lens_ptr", "seq_lens"), ("num_seq",), ("num_group",),
+              ("num_head",), ("num_kv_head",), ("max_kv_splits",), ("device_core_count",)),
+    neutral={"uneven_batch_ptr": None},  # 0.5.23: an extra output flag (min < max length), not checked
+    legacy=("num_kv_splits_ptr", "seq_lens_ptr", "num_seq", "num_group", "num_head", "num_kv_head",
+            "max_kv_splits", "device_core_count"),
+    legacy_kw_bare=("MAX_NUM_SEQ",),
+    aliases={"num_kv_splits": "num_kv_splits_ptr", "seq_lens": "seq_lens_ptr"},
+)
+
+OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
+                          "num_kv_splits": NUM_KV_SPLITS}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One SGLang API generation of an op's entry point: its exact parameter names, in order."""
+
+    name: str  # the first release with this signature
+    releases: str  # the releases that have it (read from the wheels)
+    params: tuple[str, ...]
+    new: str = ""  # what it added or changed, and what kvfuzz passes for it
+
+
+_DECODE_0514 = DECODE.legacy + DECODE.legacy_kw
+_DECODE_0519 = tuple(p for p in _DECODE_0514 if p != "strided_indices")
+_SPLITS_0514 = NUM_KV_SPLITS.legacy + ("MAX_NUM_SEQ",)
+GENERATIONS: dict[str, tuple[Generation, ...]] = {
+    "decode_metadata": (
+        Generation("0.5.14", "0.5.13-0.5.16", _DECODE_0514, "the seed's signature"),
+        Generation("0.5.17", "0.5.17-0.5.18", _DECODE_0514 + ("v2p_page_table", "kernel_page_multiplier"),
+                   "v2p_page_table, kernel_page_multiplier (unified memory): kvfuzz passes None, 1"),
+        Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
+                   "strided_indices dropped; src_is_read_table, swa_src_table: kvfuzz passes False, None"),
+        Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
+                   "skip_page_table: kvfuzz passes False"),
+        Generation("0.5.23", "0.5.23",
+                   tuple(p for p in _DECODE_0519 if p != "token_to_kv_pool")
+                   + ("full_to_swa_index_mapping", "skip_page_table", "full_v2p", "swa_v2p", "zero_tail"),
+                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail: kvfuzz "
+                   "passes None, None, False and skip_page_table False"),
+    ),
+    "swa_spec_page_table": (
+        Generation("0.5.14", "0.5.6-0.5.23", SWA_SPEC.legacy, "unchanged in every release"),
+    ),
+    "num_kv_splits": (
+        Generation("0.5.14", "0.5.6-0.5.22", _SPLITS_0514, "the seed's kernel"),
+        Generation("0.5.23", "0.5.23", _SPLITS_0514 + ("uneven_batch_ptr",),
+                   "uneven_batch_ptr (optional output flag): kvfuzz passes None"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How one op's entry point is called, fixed when the target loads."""
+
+    op: str
+    entry: Any
+    bare: bool  # a @triton.jit kernel, launched as entry[(1,)](...)
+    by_name: bool  # False: positionally, in 0.5.14's order
+    generation: str | None  # the SGLang API generation the signature equals, if any
+    closest: str  # the generation sharing most parameter names with it (the newest on a tie)
+    signature: str
+    supplied: tuple[str, ...]  # parameters filled from the case
+    neutral: Mapping[str, Any]  # known later-release parameters -> the value that turns their path off
+    defaulted: tuple[str, ...]  # unknown parameters left at their defaults: not checked
+    neutral_passed: tuple[str, ...] = ()  # the neutral parameters whose default differs: passed explicitly
+    _positional: tuple[Getter, ...] = field(default=(), repr=False)
+    _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
+
+    def arguments(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list, dict]:
+        try:
+            return [g(t, s) for g in self._positional], {k: g(t, s) for k, g in self._keywords}
+        except Exception as exc:  # kvfuzz's case lacks what its own binding asks for
+            raise HarnessError(f"building the {self.op} call: {type(exc).__name__}: {exc}") from exc
+
+    def __call__(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> None:
+        args, kwargs = self.arguments(t, s)
+        if self.bare:
+            self.entry[(1,)](*args, **kwargs)
+        else:
+            self.entry(*args, **kwargs)
+
+    def describe(self) -> str:
+        how = (f"by name, SGLang {self.generation} API" if self.generation else
+               f"by name, closest to SGLang {self.closest} API" if self.by_name else
+               "positionally, in SGLang 0.5.14's order")
+        out = [how]
+        if self.neutral:
+            out.append("new paths off: " + ", ".join(
+                f"{k}={v!r} ({'passed' if k in self.neutral_passed else 'its default'})"
+                for k, v in self.neutral.items()))
+        if self.defaulted:
+            out.append("left at their defaults (unchecked): " + ", ".join(self.defaulted))
+        return "; ".join(out)
 
 
 def is_bare_kernel(entry: Any) -> bool:
@@ -31,17 +253,124 @@ def is_bare_kernel(entry: Any) -> bool:
     return isinstance(entry, KernelInterface)
 
 
-def call_num_kv_splits(entry: Any, t: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    args = (t["num_kv_splits"], t["seq_lens"], s["num_seq"], s["num_group"], s["num_head"],
-            s["num_kv_head"], s["max_kv_splits"], s["device_core_count"])
-    if is_bare_kernel(entry):  # as SGLang's triton backend launches it
-        entry[(1,)](*args, MAX_NUM_SEQ=sglang_max_num_seq(s["num_seq"]))
-    else:  # a Python launcher with the kernel's argument order
-        entry(*args)
+def signature_of(entry: Any) -> inspect.Signature:
+    """The entry point's signature; for a Triton kernel (or an autotuner/heuristics wrapper
+    around one), that of the Python function it was made from."""
+    fn = entry
+    for _ in range(8):
+        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+            break
+        fn = fn.fn
+    return inspect.signature(fn)
 
 
-CALLS: dict[str, Callable] = {
-    "decode_metadata": call_decode_metadata,
-    "swa_spec_page_table": call_swa_spec_page_table,
-    "num_kv_splits": call_num_kv_splits,
-}
+def _known(call: OpCall) -> set[str]:
+    return set(call.supplied) | set(call.neutral)
+
+
+def _generation(op: str, names: tuple[str, ...]) -> tuple[str | None, str]:
+    """(the generation equal to `names`, if any; the one sharing most names, newest on a tie)."""
+    gens = GENERATIONS[op]
+    equal = next((g.name for g in gens if g.params == names), None)
+    closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1].params) & set(names)), ig[0]))[1].name
+    return equal, closest
+
+
+def bind(op: str, entry: Any, where: str = "target") -> Binding:
+    """The Binding of `entry` for `op`, or TargetLoadError (one line) naming what kvfuzz
+    cannot supply."""
+    call = OPS[op]
+    bare = is_bare_kernel(entry)
+    name = getattr(entry, "__name__", None) or getattr(getattr(entry, "fn", None), "__name__", op)
+    try:
+        sig = signature_of(entry)
+    except (TypeError, ValueError) as exc:
+        raise TargetLoadError(f"{where}: cannot read the signature of {name}: {exc}") from None
+    params = list(sig.parameters.values())
+    names = tuple(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    equal, closest = _generation(op, names)
+    text = f"{name}{sig}"
+    reason = _bind_by_name(call, params)
+    if isinstance(reason, tuple):
+        positional, keywords, supplied, neutral, defaulted = reason
+        passed = tuple(k for k, _ in keywords if k in neutral)
+        return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
+                       positional, keywords)
+    legacy = _bind_legacy(call, params, bare)
+    if legacy is not None:
+        positional, keywords = legacy
+        supplied = call.legacy + tuple(k for k, _ in keywords)
+        return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), positional, keywords)
+    raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
+                          f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
+
+
+def _same(default: Any, value: Any) -> bool:
+    return default is value or (type(default) is type(value) and isinstance(value, (bool, int, float, str))
+                                and default == value)
+
+
+def _bind_by_name(call: OpCall, params: list[inspect.Parameter]):
+    """(positional getters, keyword getters, supplied, neutral, defaulted), or why not."""
+    known = _known(call)
+    positional: list[Getter] = []
+    keywords: list[tuple[str, Getter]] = []
+    supplied, defaulted = [], []
+    neutral: dict[str, Any] = {}
+    by_keyword_from = None  # once a parameter is skipped, later ones go by keyword
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name not in known:
+            if p.default is p.empty:
+                return f"required parameter {p.name!r} is unknown to kvfuzz"
+            defaulted.append(p.name)
+            by_keyword_from = by_keyword_from or p.name
+            continue
+        if p.name in call.supplied:
+            getter = call.supplied[p.name]
+            supplied.append(p.name)
+        else:
+            value = neutral[p.name] = call.neutral[p.name]
+            if _same(p.default, value):  # its default already turns the new path off: leave it unset
+                by_keyword_from = by_keyword_from or p.name
+                continue
+            getter = _const(value)
+        if p.kind is p.POSITIONAL_ONLY:
+            if by_keyword_from:
+                return f"positional-only parameter {p.name!r} follows {by_keyword_from!r}, which kvfuzz leaves unset"
+            positional.append(getter)
+        else:
+            keywords.append((p.name, getter))
+    have = {p.name for p in params}
+    for group in call.required:
+        if not have & set(group):
+            return f"it has no parameter {' or '.join(map(repr, group))}"
+    return tuple(positional), tuple(keywords), tuple(supplied), neutral, tuple(defaulted)
+
+
+def _bind_legacy(call: OpCall, params: list[inspect.Parameter], bare: bool):
+    """(positional getters, keyword getters) for 0.5.14's positional call, or None when the
+    signature does not take it: a known name out of 0.5.14's place, a parameter beyond it
+    without a default, or too few parameters."""
+    known = _known(call)
+    takes_args = any(p.kind is p.VAR_POSITIONAL for p in params)
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
+    plain = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(plain) < len(call.legacy) and not takes_args:
+        return None
+    for p, want in zip(plain, call.legacy):
+        if p.name in known and call.canonical(p.name) != want:  # a known name out of 0.5.14's place
+            return None
+    kw_names = call.legacy_kw + (call.legacy_kw_bare if bare else ())
+    rest = plain[len(call.legacy):] + [p for p in params if p.kind is p.KEYWORD_ONLY]
+    keywords = []
+    for name in kw_names:
+        if any(p.name == name for p in rest) or takes_kwargs:
+            keywords.append((name, call.supplied[name]))
+        elif name in call.legacy_kw:  # 0.5.14's call passes it: a signature without it cannot take that call
+            return None
+    for p in rest:
+        if p.default is p.empty and p.name not in kw_names:
+            return None
+    return tuple(call.supplied[n] for n in call.legacy), tuple(keywords)

@@ -1,0 +1,127 @@
+"""SGLang releases: where each keeps its metadata kernels, and which contract variant judges it.
+
+`RELEASES` is what was read from each release wheel on PyPI (docs/releases.md has the table
+and how it was measured). `select_variant` picks, per op, the contract variant a target is
+judged by when the user gives no `--variant`:
+
+* a target whose SGLang version is known (`sglang==X.Y.Z`, the installed `sglang`, or a module
+  inside the installed `sglang` package): the op's `RELEASE_VARIANTS` (kvfuzz/ops/) for that
+  version;
+* any other (a file, another module, `builtin`): the API generation of its entry point's
+  signature (`calls.GENERATIONS`; every generation is named after its first release), or the
+  generation closest to it.
+
+Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import ModuleType
+
+from ..ops import CONTRACTS
+from ..ops import decode_metadata, num_kv_splits, swa_spec_page_table
+from .calls import Binding
+
+RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (decode_metadata, swa_spec_page_table, num_kv_splits)}
+
+OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
+NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
+BACKENDS = "sglang/srt/layers/attention/flashattention_backend.py and triton_backend.py"
+FIRST_LOADABLE = (0, 5, 13)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
+    api: dict  # op -> the API generation of its entry point (calls.GENERATIONS), or why none
+    unchecked: str = ""  # what this release added that kvfuzz does not check yet
+    note: str = ""
+
+
+_G14 = {"decode_metadata": "0.5.14", "swa_spec_page_table": "0.5.14", "num_kv_splits": "0.5.14"}
+_NOT_LOADABLE = {
+    "0.5.6": "decode is plain torch (no Triton kernel, no SWA parameters)",
+    "0.5.7": "decode is plain torch (no Triton kernel, no SWA parameters)",
+    "0.5.8": "decode is plain torch; SWA through SWAKVPool.translate_loc_from_full_to_swa",
+    "0.5.9": "decode is plain torch; SWA through SWAKVPool.translate_loc_from_full_to_swa",
+    "0.5.10": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
+    "0.5.11": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
+    "0.5.12": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
+}
+RELEASES: dict[str, Release] = {
+    **{v: Release(v, None, {}, note=f"{note}; get_num_kv_splits_triton and prepare_swa_spec_page_table_triton are "
+                  f"0.5.14's; all inside {BACKENDS}, which import sgl_kernel and most of sglang.srt")
+       for v, note in _NOT_LOADABLE.items()},
+    "0.5.13": Release("0.5.13", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
+    "0.5.14": Release("0.5.14", OLD_PATH, _G14, note="the seed"),
+    "0.5.15": Release("0.5.15", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
+    "0.5.16": Release("0.5.16", NEW_PATH, _G14, "new op draft_extend_set_metadata",
+                      "the three entry points are 0.5.14's, byte for byte"),
+    "0.5.17": Release("0.5.17", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
+                      "v2p_page_table, kernel_page_multiplier (unified memory); draft_extend_set_metadata",
+                      "decode writes only each row's live prefix"),
+    "0.5.18": Release("0.5.18", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
+                      "the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
+                      "full_to_swa_index_mapping is None); v2p_page_table, kernel_page_multiplier; "
+                      "draft_extend_set_metadata"),
+    "0.5.19": Release("0.5.19", NEW_PATH, {**_G14, "decode_metadata": "0.5.19"},
+                      "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+                      "strided_indices, v2p_page_table, kernel_page_multiplier dropped"),
+    **{v: Release(v, NEW_PATH, {**_G14, "decode_metadata": "0.5.20"},
+                  "skip_page_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+                  "src_is_read_table, swa_src_table dropped" + ("" if v == "0.5.20" else
+                                                                "; kernel file byte-identical to 0.5.20's"))
+       for v in ("0.5.20", "0.5.21", "0.5.22")},
+    "0.5.23": Release("0.5.23", NEW_PATH, {"decode_metadata": "0.5.23", "swa_spec_page_table": "0.5.14",
+                                           "num_kv_splits": "0.5.23"},
+                      "full_v2p, swa_v2p, zero_tail, skip_page_table; uneven_batch_ptr; new op "
+                      "q8kv8_topk_length_from_indices; draft_extend_set_metadata",
+                      "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
+                      "mapping passed as a tensor"),
+}
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """(major, minor, micro) of a version string; post, pre and local parts are ignored."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else None
+
+
+def variant_for_release(op: str, version: str) -> str:
+    """The contract variant that judges `op` of SGLang `version` (the op's RELEASE_VARIANTS)."""
+    v = parse_version(version)
+    chosen = next(iter(CONTRACTS[op].variants))
+    for first, variant in RELEASE_VARIANTS[op]:
+        if v is not None and v >= parse_version(first):
+            chosen = variant
+    return chosen
+
+
+def select_variant(op: str, release: str | None, binding: Binding) -> tuple[str, str]:
+    """(variant, why) for `op` of a loaded target: by its SGLang version when known, else by
+    the API generation of its entry point's signature."""
+    if release is not None and parse_version(release) is not None:
+        return variant_for_release(op, release), f"sglang {release}"
+    gen = binding.generation or binding.closest
+    how = (f"signature of SGLang {gen}" if binding.generation else
+           f"signature closest to SGLang {gen}" if binding.by_name else f"SGLang {gen}'s positional call")
+    return variant_for_release(op, gen), how
+
+
+def installed_version() -> str | None:
+    """The installed `sglang` distribution's version (importlib.metadata), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def module_release(module: ModuleType) -> str | None:
+    """The SGLang version of a module imported from the installed `sglang` package."""
+    name = getattr(module, "__name__", "") or ""
+    return installed_version() if name == "sglang" or name.startswith("sglang.") else None

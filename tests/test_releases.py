@@ -1,0 +1,348 @@
+"""Every SGLang release from 0.5.13 to 0.5.23 as a target: entry points bound by parameter name
+(0.5.19 dropped `strided_indices`, so 0.5.14's positional call no longer fits), the contract
+variant chosen from the release (the live prefix from 0.5.17), a signature kvfuzz cannot call
+refused in one line before any case runs.
+
+The release kernel files come from the wheels on PyPI, fetched once into $KVFUZZ_CACHE (default
+~/.cache/kvfuzz); a test that needs one is skipped, with the reason, when PyPI cannot be reached
+and the cache does not hold it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import cases
+from kvfuzz.case import TensorSpec
+from kvfuzz.errors import TargetLoadError
+from kvfuzz.execute import HARNESS, run_case
+from kvfuzz.judge import judge
+from kvfuzz.ops import CONTRACTS
+from kvfuzz.targets import load_target, variant_for
+from kvfuzz.targets.calls import GENERATIONS, bind
+from kvfuzz.targets.releases import RELEASES, parse_version, select_variant, variant_for_release
+
+# one release per distinct kernel file (0.5.13 = 0.5.14 = 0.5.15, 0.5.20 = 0.5.21 = 0.5.22)
+DISTINCT = ("0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
+LOADABLE = tuple(v for v, r in RELEASES.items() if r.kernel_file)
+
+
+def kernel_file(version: str) -> Path:
+    from kvfuzz.targets.wheels import sglang_kernel_file
+
+    try:
+        return sglang_kernel_file(version)
+    except TargetLoadError as exc:
+        if "cannot fetch" in str(exc):
+            pytest.skip(f"sglang=={version} is not cached and PyPI cannot be reached: {exc}")
+        raise
+
+
+def release_target(version: str, device: str):
+    kernel_file(version)
+    return load_target(f"sglang=={version}", device)
+
+
+def in_contract(case, target):
+    """The case as the campaign judges it against `target`: the variant the target selects."""
+    return case.replace(variant=variant_for(case.op, None, target))
+
+
+DECODE_CASES = {
+    "ps1": cases.decode(ps=1),
+    "general": cases.decode(ps=16, delta=2),
+    "swa": cases.decode(ps=16, swa=True),
+    "swa ps1": cases.decode(ps=1, swa=True),
+    "P=0": cases.decode(ps=1, P=0),
+    "int32": cases.decode(ps=4, dtype="int32"),
+}
+
+
+# ----------------------------------------------------------------------------- variants by release
+
+
+def test_version_detection_picks_the_live_prefix_from_0_5_17():
+    for v in ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16"):
+        assert variant_for_release("decode_metadata", v) == "default", v
+    for v in ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.22", "0.5.23", "0.5.23.post2", "0.6.0", "1.0"):
+        assert variant_for_release("decode_metadata", v) == "live_prefix", v
+    for v in LOADABLE:  # nothing else changed its contract
+        assert variant_for_release("num_kv_splits", v) == "default"
+        assert variant_for_release("swa_spec_page_table", v) == "default"
+    assert parse_version("0.5.15.post1") == (0, 5, 15) and parse_version("v0.6") == (0, 6, 0)
+    assert parse_version("nightly") is None
+
+
+def test_the_variant_docs_name_the_releases_they_cover():
+    """`kvfuzz ops` prints these: what it says matches what kvfuzz picks."""
+    variants = CONTRACTS["decode_metadata"].variants
+    assert "0.5.13-0.5.16" in variants["default"] and "0.5.17 and later" in variants["live_prefix"]
+    assert "0.5.13-0.5.23" in CONTRACTS["num_kv_splits"].variants["default"]
+    assert "0.5.13-0.5.23" in CONTRACTS["swa_spec_page_table"].variants["default"]
+
+
+# ------------------------------------------------------------------- every release's real kernel file
+
+
+@pytest.mark.parametrize("version", DISTINCT)
+def test_each_release_binds_by_name_to_its_api_generation(version, device):
+    t = release_target(version, device)
+    assert set(t.bindings) == set(CONTRACTS), t.missing
+    for op, b in t.bindings.items():
+        assert b.by_name and b.generation == RELEASES[version].api[op], (op, b.describe())
+        assert not b.defaulted, b.defaulted  # every parameter of every release is known
+        # the version (sglang==X) and the signature (the same file loaded by path) pick the same variant
+        by_version = t.variants[op]
+        assert by_version == variant_for_release(op, version)
+        assert select_variant(op, None, b)[0] == by_version
+
+
+def test_the_same_kernel_file_loaded_by_path_selects_by_its_signature(device):
+    t = load_target(str(kernel_file("0.5.17")), device)
+    assert t.release is None and t.variants["decode_metadata"] == "live_prefix"
+    assert "signature of SGLang 0.5.17" in t.variant_reasons["decode_metadata"]
+    assert load_target(str(kernel_file("0.5.14")), device).variants["decode_metadata"] == "default"
+
+
+def test_new_arguments_are_set_to_turn_their_paths_off(device):
+    b = release_target("0.5.23", device).bindings["decode_metadata"]
+    assert dict(b.neutral) == {"skip_page_table": False, "full_v2p": None, "swa_v2p": None, "zero_tail": False}
+    assert "strided_indices" not in b.supplied and "full_to_swa_index_mapping" in b.supplied
+    assert release_target("0.5.23", device).bindings["num_kv_splits"].neutral == {"uneven_batch_ptr": None}
+    b19 = release_target("0.5.19", device).bindings["decode_metadata"]
+    assert dict(b19.neutral) == {"src_is_read_table": False, "swa_src_table": None}
+    case = cases.decode(ps=16, swa=True)
+    args, kwargs = b19.arguments({name: name for name in case.tensors}, case.scalars)
+    assert args == [] and "strided_indices" not in kwargs and kwargs["page_size"] == 16
+    assert kwargs["max_seq_pages"] == case.scalars["max_seq_pages"] and kwargs["swa_page_table"] == "swa_page_table"
+    assert kwargs["token_to_kv_pool"].full_to_swa_index_mapping == "full_to_swa_index_mapping"
+
+
+@pytest.mark.parametrize("version", ("0.5.14", "0.5.17", "0.5.19", "0.5.20", "0.5.23"))
+def test_decode_cases_run_on_each_generation_without_false_findings(version, device):
+    """The false `TypeError: ... multiple values for argument 'swa_page_table'` of 0.5.19 on is
+    gone, and in-contract cases judged by the release's variant give no false mismatch."""
+    t = release_target(version, device)
+    for name, case in DECODE_CASES.items():
+        case = in_contract(case, t)
+        out = run_case(t, case, device)
+        assert [r.error for r in out.runs] == [None], (name, out.runs[0].error)
+        v = judge(case, out)
+        assert v.status == "in_contract" and v.findings == [], (name, v.signatures())
+
+
+@pytest.mark.parametrize("version", ("0.5.17", "0.5.20"))
+def test_the_live_prefix_releases_would_fail_the_default_contract(version, device):
+    """Why the variant matters: 0.5.17 on leave the columns past the live prefix stale, which the
+    0.5.14 contract calls never written (the false alarm `--variant live_prefix` used to hide)."""
+    t = release_target(version, device)
+    case = cases.decode(ps=16, delta=2)
+    assert judge(case, run_case(t, case, device)).signatures() == \
+        ["decode_metadata:general:mismatch:page_table:partial"]
+    assert judge(in_contract(case, t), run_case(t, case, device)).findings == []
+
+
+def test_splits_and_spec_ops_run_on_0_5_23(device):
+    t = release_target("0.5.23", device)
+    for case in (cases.splits([1, 50, 4000, 99], num_group=2), cases.spec(la=(255, 256, 257), R=3, WB=4)):
+        v = judge(in_contract(case, t), run_case(t, case, device))
+        assert v.status == "in_contract" and v.findings == [], v.signatures()
+
+
+def test_0_5_23_keeps_its_writes_to_a_noncontiguous_swa_page_table(device):
+    """0.5.14-0.5.22 copy swa_page_table with .contiguous() and lose their writes; 0.5.23's rewrite
+    writes through its strides."""
+    case = cases.decode(ps=16, swa=True, swa_table=TensorSpec("int32", (3, 7), (1, 3)))
+    lost = "decode_metadata:swa:mismatch:swa_page_table:all"
+    assert lost in judge(in_contract(case, t := release_target("0.5.19", device)), run_case(t, case, device)).signatures()
+    assert judge(in_contract(case, t := release_target("0.5.23", device)), run_case(t, case, device)).findings == []
+
+
+# ----------------------------------------------------------------------------------- signatures
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    f = tmp_path / name
+    f.write_text(textwrap.dedent(body))
+    return f
+
+
+UNKNOWN_REQUIRED = """
+    def normal_decode_set_metadata(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
+                                   max_seq_pages, seq_lens, seq_len_delta, page_size, mystery_table,
+                                   swa_page_table=None, token_to_kv_pool=None):
+        pass
+
+    def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group, num_head, num_kv_head,
+                                 max_kv_splits, device_core_count):
+        pass
+"""
+
+
+def test_an_unbindable_signature_is_refused_when_the_target_loads(tmp_path, device):
+    f = write(tmp_path, "unknown_required.py", UNKNOWN_REQUIRED)
+    with pytest.raises(TargetLoadError, match="required parameter 'mystery_table' is unknown to kvfuzz"):
+        load_target(str(f), device)
+    kw_only = write(tmp_path, "kw_only.py", """
+        def prepare_swa_spec_page_table_triton(page_table_dst, page_table_a, page_table_b, seq_len_a, seq_len_b,
+                                               speculative_num_draft_tokens, *, block):
+            pass
+    """)
+    with pytest.raises(TargetLoadError, match="'block'"):
+        load_target(str(kw_only), device)
+    no_swa = write(tmp_path, "no_swa.py", """
+        def normal_decode_set_metadata(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token,
+                                       req_pool_indices, max_seq_pages, seq_lens, seq_len_delta, page_size):
+            pass
+    """)
+    with pytest.raises(TargetLoadError, match="no parameter 'swa_page_table'"):
+        load_target(str(no_swa), device)
+
+
+@pytest.mark.parametrize("isolation", ([], ["--in-process"]))
+def test_the_cli_refuses_it_in_one_line_before_any_case_runs(tmp_path, isolation):
+    f = write(tmp_path, "unknown_required.py", UNKNOWN_REQUIRED)
+    report = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(f), "--device", "cpu",
+                        "--budget", "5", "--report", str(report), *isolation],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvfuzz: error: target ") and "mystery_table" in lines[0], r.stderr
+    assert not report.exists()  # nothing ran
+
+
+def test_hand_written_signatures_still_bind(tmp_path, device):
+    """0.5.14's parameters under other names (`out`), `*args`, a later release's signature with
+    one more defaulted parameter: called positionally in 0.5.14's order, or by name with the new
+    parameter left at its default (and listed as unchecked)."""
+    f = write(tmp_path, "mixed.py", """
+        def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                                     device_core_count):
+            out.fill_(1)
+
+        def prepare_swa_spec_page_table_triton(*args, **kwargs):
+            pass
+
+        def normal_decode_set_metadata(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token,
+                                       req_pool_indices, max_seq_pages, seq_lens, seq_len_delta, page_size,
+                                       swa_page_table=None, full_to_swa_index_mapping=None, skip_page_table=False,
+                                       full_v2p=None, swa_v2p=None, zero_tail=False, sink_page=-1):
+            pass
+    """)
+    t = load_target(str(f), device)
+    splits, spec, decode = (t.bindings[op] for op in ("num_kv_splits", "swa_spec_page_table", "decode_metadata"))
+    assert not splits.by_name and not spec.by_name
+    assert decode.by_name and decode.generation is None and decode.closest == "0.5.23"
+    assert decode.defaulted == ("sink_page",) and "sink_page" in decode.describe()
+    assert t.variants == {"decode_metadata": "live_prefix", "swa_spec_page_table": "default",
+                          "num_kv_splits": "default"}
+    case = cases.splits([3, 5])
+    out = run_case(t, case, device)
+    assert out.runs[0].error is None and judge(case, out).status == "in_contract"
+
+
+def test_a_known_name_out_of_0_5_14s_order_is_not_called_positionally(tmp_path):
+    def get_num_kv_splits_triton(seq_lens_ptr, num_kv_splits_ptr, num_seq, num_group, num_head, num_kv_head,
+                                 max_kv_splits, device_core_count):
+        pass
+    b = bind("num_kv_splits", get_num_kv_splits_triton)
+    assert b.by_name  # by name it binds fine, whatever the order
+
+    def swapped(seq_lens, out, num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, extra):
+        pass
+    with pytest.raises(TargetLoadError, match="'out'"):
+        bind("num_kv_splits", swapped)
+
+
+def test_an_error_while_building_a_call_is_kvfuzzs_not_the_targets(device):
+    t = load_target("builtin", device)
+    case = cases.decode(ps=1)
+    broken = case.replace(tensors={k: v for k, v in case.tensors.items() if k != "strided_indices"},
+                          values={k: v for k, v in case.values.items() if k != "strided_indices"})
+    out = run_case(t, broken, device)
+    assert out.runs[0].error_type == HARNESS and "strided_indices" in out.runs[0].error
+    v = judge(broken, out)
+    assert v.not_target and v.findings == []
+
+
+# ---------------------------------------------------------------------------- installed sglang
+
+
+def test_an_installed_sglang_is_found_and_judged_by_its_version(tmp_path):
+    """`--target sglang` loads the installed distribution's kernel file (without importing
+    sglang); `module:sglang...` imports it; both take the version from importlib.metadata."""
+    site = tmp_path / "site"
+    pkg = site / "sglang" / "kernels" / "ops" / "attention"
+    pkg.mkdir(parents=True)
+    shutil.copy(kernel_file("0.5.19"), pkg / "metadata.py")
+    for d in (site / "sglang", site / "sglang" / "kernels", site / "sglang" / "kernels" / "ops", pkg):
+        (d / "__init__.py").touch()
+    dist = site / "sglang-0.5.19.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.19\n")
+    code = textwrap.dedent("""
+        import json
+        from kvfuzz.targets import load_target
+        out = {}
+        for spec in ("sglang", "module:sglang.kernels.ops.attention.metadata"):
+            t = load_target(spec, "cpu")
+            out[spec] = [t.release, t.variants["decode_metadata"], t.bindings["decode_metadata"].generation]
+        print(json.dumps(out))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"sglang": ["0.5.19", "live_prefix", "0.5.19"],
+                   "module:sglang.kernels.ops.attention.metadata": ["0.5.19", "live_prefix", "0.5.19"]}
+
+
+def test_releases_before_0_5_13_are_refused_with_the_reason():
+    from kvfuzz.targets.releases import FIRST_LOADABLE
+
+    assert all(parse_version(v) < FIRST_LOADABLE for v, r in RELEASES.items() if not r.kernel_file)
+    assert all(parse_version(v) >= FIRST_LOADABLE for v in LOADABLE)
+    assert set(GENERATIONS) == set(CONTRACTS)
+
+
+# ------------------------------------------------------------------------------- campaigns, replay
+
+
+def test_a_short_campaign_on_0_5_19_has_no_false_crash(tmp_path, device):
+    from kvfuzz.campaign import CampaignConfig, run_campaign
+
+    kernel_file("0.5.19")
+    r = run_campaign(CampaignConfig(ops=["decode_metadata"], target="sglang==0.5.19", device=device, budget_s=6,
+                                    in_contract_only=True, minimize_budget_s=0, report=tmp_path / "r.json"))
+    s = r.stats[0]
+    assert s.cases > 0 and s.contract_variant == "live_prefix" and s.not_target == 0
+    sigs = {x.found.finding.signature for x in r.saved} | {x.finding.finding.signature for x in r.flaky}
+    assert not any(":crash:" in k for k in sigs), sigs  # no TypeError from a positional call
+    # no "never written" page_table: the columns past the live prefix are not required from 0.5.17 on
+    # (what 0.5.19 does still have in contract: writes lost to a non-contiguous swa_page_table)
+    assert not any(k.startswith(("decode_metadata:ps1:mismatch:page_table", "decode_metadata:general:mismatch"))
+                   for k in sigs), sigs
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["ops"]["decode_metadata"]["contract_variant"] == "live_prefix"
+
+
+def test_replay_against_another_release_judges_by_that_releases_variant(tmp_path, device):
+    from kvfuzz.corpus import SavedCase, environment_versions
+    from kvfuzz.replay import replay
+
+    kernel_file("0.5.14"), kernel_file("0.5.17")
+    saved = SavedCase(case=cases.decode(ps=16, delta=2), finding=None, target="sglang==0.5.14", device=device,
+                      versions=environment_versions(), origin="hand")
+    own = replay(saved, None, device, isolate=False)
+    assert own.saved.case.variant == "default" and not own.fails
+    other = replay(saved, "sglang==0.5.17", device, isolate=False)
+    assert other.saved.case.variant == "live_prefix" and not other.fails, other.verdict.signatures()
