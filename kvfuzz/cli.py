@@ -172,8 +172,8 @@ def cmd_fuzz(args) -> int:
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir)
-    for path in (args.report, args.junit, args.markdown):
-        _check_writable(path)
+    for option, path in (("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)):
+        _check_writable(path, option)
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
     if args.jobs > 1:
@@ -267,9 +267,9 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _check_writable(path: Path | None) -> None:
+def _check_writable(path: Path | None, option: str = "--report") -> None:
     if path is not None and path.exists() and path.is_dir():
-        raise BadInput(f"--report {path} is a directory")
+        raise BadInput(f"{option} {path} is a directory")
 
 
 def _read_case(path: Path):
