@@ -88,7 +88,7 @@ def main() -> int:
     versions = environment_versions(devmod.gpu_name(mutant.device))
     for x in mutant.saved:
         f = x.found.finding
-        common = dict(case=x.case, finding=f, device=mutant.device, versions=versions, origin="hypothesis",
+        common = dict(case=x.case, finding=f, device=mutant.device, versions=versions, origin="batch",
                       minimized=True, minimize_log=tuple(x.minimize_log))
         if f.kind not in FLAKY_KINDS:
             print(store.save(SavedCase(target=MUTANT, expected="xfail", reason=f"planted defect: {f.message}",
