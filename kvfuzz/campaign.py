@@ -258,11 +258,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(cfg.target, device))
     executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True)
     store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
-
-    def fresh() -> WorkerExecutor:  # a process that has run no case, for confirmations
-        if isinstance(executor, WorkerExecutor):
-            return executor.fresh()
-        return WorkerExecutor(cfg.target, device, cfg.case_timeout_s)
+    fresh = _fresh_workers(executor, cfg, device)
     versions = environment_versions(devmod.gpu_name(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
@@ -362,6 +358,14 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     return result
 
 
+def _fresh_workers(executor: Executor, cfg: CampaignConfig, device: str) -> Callable[[], WorkerExecutor]:
+    """Where confirmations get a process that has run no case: the campaign worker's standby,
+    or (running in-process) a new worker."""
+    if isinstance(executor, WorkerExecutor):
+        return executor.fresh
+    return lambda: WorkerExecutor(cfg.target, device, cfg.case_timeout_s)
+
+
 def _try_save(store: DirectoryCorpus, sc: SavedCase) -> tuple[SaveResult | None, str | None]:
     """`store.save`, or why it refused (say, the slot holds an unreadable case): one refused
     save must not cost the run its other findings."""
@@ -391,8 +395,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     confirmed when first seen), running nothing."""
     sig = f.finding.signature
     case, log, seconds = f.case, [], 0.0
-    fresh = executor.fresh if isinstance(executor, WorkerExecutor) else (
-        lambda: WorkerExecutor(cfg.target, device, cfg.case_timeout_s))
+    fresh = _fresh_workers(executor, cfg, device)
     minimized_confirmed = None
     budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
     if budget > 0 and not interrupted:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -64,10 +65,18 @@ class Prepared:
     index: int = -1  # its place in the engine's case stream
 
 
-def prepare(case: Case) -> Prepared:
+def prepare(case: Case, index: int = -1, stage: Callable[[str, float], None] | None = None) -> Prepared:
+    """Classify (the NumPy oracle runs here) and plan `case`; `stage(name, seconds)` is told
+    how long each took."""
     contract = CONTRACTS[case.op]
+    t0 = time.perf_counter()
     status, reasons, expected = contract.assess(case)
-    return Prepared(case, make_plan(case, contract.outputs), status, reasons, expected)
+    t1 = time.perf_counter()
+    p = Prepared(case, make_plan(case, contract.outputs), status, reasons, expected, index)
+    if stage is not None:
+        stage("oracle (numpy)", t1 - t0)
+        stage("materialize", time.perf_counter() - t1)
+    return p
 
 
 def one_line(exc: BaseException) -> str:
@@ -221,7 +230,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
                         refs[i] = contract_of[b.case.op].torch_ref(b.case, dev, views[i])
                     except Exception as exc:
                         if device == "cuda" and is_device_fault(exc):
-                            return _lost(batch, f"{CUDA_FAULT}: {one_line(exc)} (torch oracle, case {i})")
+                            return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (torch oracle, case {i})")
                         ref_errors[i] = one_line(exc)
             stages["torch_oracle"] += time.perf_counter() - t0
         for i in sel:
@@ -232,7 +241,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             except Exception as exc:
                 error, kind = _error_of(exc, device)
                 if kind == CUDA_FAULT:
-                    return _lost(batch, f"{error} (case {i} of the batch)")
+                    return lost_batch(batch, f"{error} (case {i} of the batch)")
                 errs[i] = (error, kind, "".join(traceback.format_exception(exc)[-3:]))
             secs[i] = time.perf_counter() - t0
             stages["launch"] += secs[i]
@@ -253,7 +262,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
     except Exception as exc:
-        return _lost(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
+        return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
     return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages)
 
 
@@ -294,7 +303,7 @@ def _refs_to_host(refs: list[dict | None]) -> list[dict[str, np.ndarray] | None]
     return out
 
 
-def _lost(batch: list[Launch], why: str) -> BatchResult:
+def lost_batch(batch: list[Launch], why: str) -> BatchResult:
     n = len(batch)
     return BatchResult([None, None], [[None] * n, [None] * n], [[0.0] * n, [0.0] * n], [None] * n, [None] * n,
                        lost=why)

@@ -57,13 +57,13 @@ class Plan:
 
     def __init__(self, regions: dict[str, Region], image: np.ndarray, names: tuple[str, ...]) -> None:
         self.regions, self.image, self.names = regions, image, names
-        self._elem_bytes: dict[str, np.ndarray] = {}
+        self._elem_masks: dict[str, np.ndarray] = {}
         self._owner: np.ndarray | None = None
         self._starts = np.array([regions[n].start for n in names], dtype=np.int64)
 
     def element_mask(self, name: str) -> np.ndarray:
         """One bool per byte of `name`'s storage: True where an element lies (cached)."""
-        got = self._elem_bytes.get(name)
+        got = self._elem_masks.get(name)
         if got is None:
             r = self.regions[name]
             got = np.zeros(r.nbytes, dtype=bool)
@@ -73,7 +73,7 @@ class Plan:
             elif spec.numel:
                 idx = spec.element_index().ravel()
                 got[(idx[:, None] * item + np.arange(item)[None, :]).ravel()] = True
-            self._elem_bytes[name] = got
+            self._elem_masks[name] = got
         return got
 
     def owner_of(self, byte_idx: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ import numpy as np
 
 from .case import Case
 from .errors import BadInput, TargetLoadError
-from .execute import HARNESS, BatchResult, Launch, Outcome, RunResult, _lost, one_line, run_batch, run_case
+from .execute import HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, run_batch, run_case
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
@@ -283,7 +283,7 @@ class WorkerExecutor:
         (batch, n), self._pending = self._pending, None
         result, lost, _ = self._end()
         if lost:
-            return _lost(batch, lost)
+            return lost_batch(batch, lost)
         if result.lost:
             self._kill()
         elif result.afters[0] is None:  # copied out now: the next batch reuses the segment
@@ -400,7 +400,7 @@ def _serve(spec: str, device: str) -> int:
                 payload = run_batch(target, np.ndarray((n,), np.uint8, shm.buf), batch, dev,
                                     after_out=np.ndarray((n,), np.uint8, shm.buf, offset=n))
             except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
-                payload = _lost(batch, f"{HARNESS}: {one_line(exc)}")
+                payload = lost_batch(batch, f"{HARNESS}: {one_line(exc)}")
             # reading the request and everything around the stages run_batch times
             payload.stages["protocol"] = time.perf_counter() - t0 - sum(payload.stages.values())
         else:
