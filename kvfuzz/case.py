@@ -34,11 +34,11 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
+        object.__setattr__(self, "shape", tuple(map(int, self.shape)))  # map: this runs for every tensor drawn
+        object.__setattr__(self, "strides", tuple(map(int, self.strides)))
         if len(self.shape) != len(self.strides):
             raise ValueError(f"shape {self.shape} and strides {self.strides} differ in rank")
-        if any(s < 0 for s in self.shape) or any(s < 0 for s in self.strides) or self.offset < 0:
+        if min(self.shape, default=0) < 0 or min(self.strides, default=0) < 0 or self.offset < 0:
             raise ValueError(f"negative shape, stride or offset in {self}")
         if self.storage_size < 0:
             object.__setattr__(self, "storage_size", self.extent)

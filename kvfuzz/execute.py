@@ -63,6 +63,7 @@ class Prepared:
     reasons: list[str]
     expected: Expected | None  # the NumPy oracle's answer (in-contract cases)
     index: int = -1  # its place in the engine's case stream
+    clean_image: object = field(default=None, repr=False)  # judge.clean_image's answer, once computed
 
 
 def prepare(case: Case, index: int = -1, stage: Callable[[str, float], None] | None = None) -> Prepared:
@@ -313,20 +314,25 @@ def outcomes(batch: list[Launch], result: BatchResult) -> list[Outcome]:
     """Split a batch result into one `Outcome` per case (empty list if the batch was lost)."""
     if result.lost:
         return []
-    out = []
-    for i, b in enumerate(batch):
-        runs = []
-        for p in (0, 1):
-            if p == 1 and not b.repeat:
-                break
-            err = result.errors[p][i]
-            if p == 0:
-                after = None if result.afters[0] is None else result.afters[0][b.base : b.base + b.size].copy()
-            else:
-                after = result.afters[1][i]
-            run = RunResult(seconds=result.seconds[p][i], after=after)
-            if err is not None:
-                run.error, run.error_type, run.detail = err
-            runs.append(run)
-        out.append(Outcome(runs, result.torch_refs[i], result.torch_errors[i]))
-    return out
+    return [outcome_of(batch, result, i) for i in range(len(batch))]
+
+
+def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = True) -> Outcome:
+    """Case `i`'s `Outcome` of a batch that was not lost (`copy=False`: its arena bytes are a
+    view into the batch's, valid while the batch result lives)."""
+    b = batch[i]
+    runs = []
+    for p in (0, 1):
+        if p == 1 and not b.repeat:
+            break
+        err = result.errors[p][i]
+        if p == 0:
+            after = None if result.afters[0] is None else result.afters[0][b.base : b.base + b.size]
+            after = after.copy() if copy and after is not None else after
+        else:
+            after = result.afters[1][i]
+        run = RunResult(seconds=result.seconds[p][i], after=after)
+        if err is not None:
+            run.error, run.error_type, run.detail = err
+        runs.append(run)
+    return Outcome(runs, result.torch_refs[i], result.torch_errors[i])

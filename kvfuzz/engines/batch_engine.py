@@ -30,8 +30,8 @@ import time
 from typing import Callable, Iterator
 
 from ..case import Case
-from ..execute import Launch, Outcome, Prepared, launches, outcomes, prepare
-from ..judge import Verdict, judge
+from ..execute import Launch, Outcome, Prepared, launches, outcome_of, outcomes, prepare
+from ..judge import Verdict, judge, quick_verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
@@ -141,9 +141,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             stats.add_stage(f"worker {name}", sec)
         stats.batches += 1
         if not result.lost:
-            for p, b, outcome in zip(prepared, batch_, outcomes(batch_, result)):
+            for i, (p, b) in enumerate(zip(prepared, batch_)):
                 stats.reruns += b.repeat
-                take(p, judge(p.case, outcome, prepared=p), prepared)
+                outcome = outcome_of(batch_, result, i, copy=False)
+                take(p, quick_verdict(p, outcome) or judge(p.case, outcome, prepared=p), prepared)
             return
         stats.lost_batches += 1
         for p in prepared:  # one by one: the case that loses its run is the finding

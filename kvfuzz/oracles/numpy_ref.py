@@ -179,9 +179,15 @@ def _splits_for(case: Case, mx: int, mn: int, e: int) -> np.ndarray:
     s2 = min(cdiv32("cdiv(ext_device_core_count, token_grid)", e, tg), mks)
     c2 = cdiv32("cdiv(max_seq_len, max_kv_splits_2)", mx, s2)
     out = np.zeros(case.tensors["num_kv_splits"].shape, dtype=np.int64)
-    for i, sl in enumerate(int(x) for x in case.values["seq_lens"][:num_seq]):
-        val = max(cdiv32(f"cdiv(seq_lens[{i}], chunk_1)", sl, c1), cdiv32(f"cdiv(seq_lens[{i}], chunk_2)", sl, c2))
-        out[i * num_group : (i + 1) * num_group] = val
+    sl = np.asarray(case.values["seq_lens"][:num_seq], dtype=np.int64)
+    over = (sl + c1 - 1 > INT32_MAX) | (sl + c2 - 1 > INT32_MAX)
+    if over.any():  # the first row whose int32 cdiv overflows, named as a row-by-row loop names it
+        i = int(np.argmax(over))
+        cdiv32(f"cdiv(seq_lens[{i}], chunk_1)", int(sl[i]), c1)
+        cdiv32(f"cdiv(seq_lens[{i}], chunk_2)", int(sl[i]), c2)
+    val = np.maximum((sl + c1 - 1) // c1, (sl + c2 - 1) // c2)
+    rows = np.repeat(val, num_group)  # each sequence's value for each of its groups
+    out[: rows.size] = rows[: out[: rows.size].shape[0]]
     return out
 
 
