@@ -71,9 +71,9 @@ def swa_spec_page_table(case: Case, device, inputs: Inputs = None) -> dict[str, 
     M, W = case.tensors["page_table_dst"].shape
     rows = la.shape[0] * R
     col = torch.arange(W, device=device)[None, :]
-    la_m = la.repeat_interleave(R)[:, None]  # la for each expanded row
+    la_m = la[:, None].expand(-1, R).reshape(-1, 1)  # la for each expanded row (expand: no sync)
     lb_m = lb[:rows, None]
-    a_rows = a.repeat_interleave(R, dim=0)[:rows]
+    a_rows = a[:, None, :].expand(-1, R, -1).reshape(a.shape[0] * R, a.shape[1])[:rows]
     a_part = torch.gather(a_rows, 1, col.clamp(max=a.shape[1] - 1).expand(rows, W)) if a.shape[1] else None
     b_idx = (col - la_m).clamp(min=0, max=max(b.shape[1] - 1, 0))
     b_part = torch.gather(b[:rows], 1, b_idx) if b.shape[1] else None
@@ -92,9 +92,12 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
     lens = _t(case, "seq_lens", device, inputs).long()[:num_seq]
     live = lens >= 1 if case.variant == "default" else torch.ones_like(lens, dtype=torch.bool)
     one = torch.ones((), dtype=torch.long, device=device)
-    if bool(live.any()):
-        mx = torch.where(live, lens, torch.zeros_like(lens)).max()
-        mn = torch.where(live, lens, torch.full_like(lens, torch.iinfo(torch.int64).max)).min()
+    # no host round trip (a batch synchronises once): with no live row, mx = mn = 1
+    if lens.numel():
+        any_live = live.any()
+        mx = torch.where(any_live, torch.where(live, lens, torch.zeros_like(lens)).max(), one)
+        mn = torch.where(any_live, torch.where(live, lens, torch.full_like(lens, torch.iinfo(torch.int64).max)).min(),
+                         one)
     else:
         mx = mn = one
     mn = torch.where(mx * 8 < mn * 10, mx, mn)
@@ -105,7 +108,7 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
     s1 = torch.clamp(cdiv(mx, mn), max=s["max_kv_splits"])
     c1 = cdiv(mx, s1)
     ext = torch.log2(mx.to(torch.float32) / 64.0).clamp(min=1.0)
-    e = (torch.tensor(s["device_core_count"], dtype=torch.float32, device=device) * ext).to(torch.int32).long()
+    e = (torch.full((), s["device_core_count"], dtype=torch.float32, device=device) * ext).to(torch.int32).long()
     g = s["num_head"] // s["num_kv_head"]
     per_seq = s["num_head"] if g == 1 else -(-s["num_head"] // min(16, g))
     tg = num_seq * num_group * per_seq
@@ -113,5 +116,5 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
     c2 = cdiv(mx, s2)
     per_row = torch.maximum(cdiv(lens, c1), cdiv(lens, c2))
     out = torch.zeros(case.tensors["num_kv_splits"].shape, dtype=torch.int64, device=device)
-    out[: num_seq * num_group] = per_row.repeat_interleave(num_group)
+    out[: num_seq * num_group] = per_row[:, None].expand(-1, num_group).reshape(-1)  # expand: no sync
     return {"num_kv_splits": _out(out)}
