@@ -165,10 +165,18 @@ def views_at(arena, regions: tuple[Layout, ...], base: int = 0) -> dict:
     """A strided view per tensor into a device arena whose case image starts at byte `base`."""
     import torch
 
-    views = {}
+    views, typed = {}, {}
     for name, dtype, start, nbytes, shape, strides, offset in regions:
-        buf = arena[base + start : base + start + nbytes].view(getattr(torch, dtype))
-        views[name] = buf.as_strided(shape, strides, buf.storage_offset() + offset)
+        t = typed.get(dtype)
+        if t is None:  # the whole arena as this dtype, once: then one as_strided per tensor
+            t = typed[dtype] = arena.view(getattr(torch, dtype))
+        item = t.element_size()
+        at = arena.storage_offset() + base + start
+        if at % item == 0 and arena.storage_offset() % item == 0:
+            views[name] = t.as_strided(shape, strides, at // item + offset)
+        else:  # not on an element boundary (never for a planned arena: regions are ALIGN-aligned)
+            buf = arena[base + start : base + start + nbytes].view(getattr(torch, dtype))
+            views[name] = buf.as_strided(shape, strides, buf.storage_offset() + offset)
     return views
 
 
