@@ -11,6 +11,12 @@ cases only, so that bare calls cannot take the process down), in one run:
 * bare: the target called on the same cases' prepared inputs in this process, each once to
   warm up, then each once more, timed, with one synchronisation at the end.
 
+With `jobs` > 1 the checked figure is that of `jobs` shards of the campaign running at once on
+the device (each its own process and worker, as `kvfuzz fuzz --jobs`): each shard runs its
+first pass, all wait for each other, then all run their steady pass together;
+`checked_per_s` is their cases over the longest steady pass. The bare figure stays one
+process's; `checked_one_job_per_s` keeps the single process's steady figure.
+
 Figures per op: `bare_per_s`, `checked_per_s` (steady state), their `ratio`,
 `compiles_per_1000` on the cold and on the warm cache (kernels Triton built: new binaries in
 its cache directory; the interpreter builds none), `variants_per_1000` (distinct
@@ -41,15 +47,20 @@ def _binaries(cache: Path) -> int:
 
 
 def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_cases: int, isolate: bool,
-             passes: int = 1) -> list[tuple[OpStats, int]]:
+             passes: int = 1, shard: tuple[int, int] = (1, 1), barrier=None) -> list[tuple[OpStats, int]]:
     """(stats, new variants) of `passes` runs of the campaign loop over the op's case stream in
-    one worker: the first compiles (or loads) what it meets, the later ones run warm."""
+    one worker: the first compiles (or loads) what it meets, the later ones run warm (after
+    `barrier`, when shards run side by side)."""
     executor = WorkerExecutor(target, device) if isolate else InProcessExecutor(target, device)
+    stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
     out = []
     try:
         for i in range(passes):
+            if i == 1 and barrier is not None:
+                barrier.wait()
             keys = set(executor.launch_keys)
-            stats, _ = batch_engine.fuzz_op(op, executor, seed=seed, budget_s=budget_s if i == 0 else 10 * budget_s,
+            stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard,
+                                            budget_s=budget_s if i == 0 else 10 * budget_s,
                                             max_cases=max_cases, device=device, in_contract_only=True,
                                             rerun_every=1 if device == "cuda" else 10)
             out.append((stats, len(set(executor.launch_keys) - keys)))
@@ -57,6 +68,49 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
         return out
     finally:
         executor.close()
+
+
+def _shard_main(args: tuple, env: dict, barrier, results) -> None:
+    """One shard of a `--jobs` bench, in its own process: (cases, seconds) of both passes."""
+    os.environ.update(env)
+    devmod.select(args[2])
+    try:
+        (cold, _), (warm, _) = _checked(*args[:-1], passes=2, shard=args[-1], barrier=barrier)
+        results.put((args[-1][0], cold.cases, cold.seconds, warm.cases, warm.seconds, dict(warm.stages)))
+    except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
+        barrier.abort()
+        results.put((args[-1][0], repr(exc)))
+
+
+def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
+                  jobs: int) -> tuple[int, float, int, float, dict]:
+    """(first-pass cases, its longest seconds, steady cases, longest steady seconds, stages summed)
+    of `jobs` shards run at once."""
+    import multiprocessing as mp
+
+    from .errors import BadInput
+    from .jobs import gpu_count, shard_env
+
+    ctx = mp.get_context("spawn")  # a fresh interpreter: CUDA cannot be forked
+    barrier, results = ctx.Barrier(jobs), ctx.Queue()
+    gpus = gpu_count() if device == "cuda" else 0
+    procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
+                                                     (i, jobs)), shard_env(i, device, gpus), barrier, results))
+             for i in range(1, jobs + 1)]
+    for p in procs:
+        p.start()
+    got = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    failed = [g for g in got if len(g) == 2]
+    if failed:
+        raise BadInput(f"bench shard {failed[0][0]}/{jobs} failed: {failed[0][1]}")
+    stages: dict = {}
+    for g in got:
+        for k, v in g[5].items():
+            stages[k] = stages.get(k, 0.0) + v
+    return (sum(g[1] for g in got), max(g[2] for g in got), sum(g[3] for g in got), max(g[4] for g in got),
+            stages)
 
 
 def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
@@ -86,7 +140,7 @@ def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
-              isolate: bool = True) -> dict:
+              isolate: bool = True, jobs: int = 1) -> dict:
     from .errors import BadInput
     from .ops import get_contract
 
@@ -94,13 +148,15 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
         get_contract(op)
     if budget_s <= 0:
         raise BadInput(f"--budget must be > 0 seconds, got {budget_s}")
+    if jobs < 1:
+        raise BadInput(f"--jobs must be >= 1, got {jobs}")
     device = devmod.select(device)
     own_cache = "TRITON_CACHE_DIR" not in os.environ
     tmp = tempfile.TemporaryDirectory(prefix="kvfuzz-bench-cache-") if own_cache else None
     cache = Path(tmp.name if tmp else os.environ["TRITON_CACHE_DIR"])
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
-                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "ops": {}}
+                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "ops": {}}
     try:
         per_op = budget_s / len(ops)
         for op in ops:
@@ -113,17 +169,23 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             after = _binaries(cache)
             bare = _bare(op, target, device, seed, min(n, MAX_BARE))
             checked = warm.cases / max(warm.seconds, 1e-9)
+            stages = warm.stages
+            one_job = checked
+            if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
+                _, _, cases_j, seconds_j, stages = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs)
+                checked = cases_j / max(seconds_j, 1e-9)
             out["ops"][op] = {
                 "cases": n,
                 "bare_per_s": round(bare, 1),
                 "checked_per_s": round(checked, 1),
                 "checked_first_pass_per_s": round(cold.cases / max(cold.seconds, 1e-9), 1),
+                "checked_one_job_per_s": round(one_job, 1),
                 "ratio": round(checked / max(bare, 1e-9), 3),
                 "compiles_per_1000": {"cold": round(1000 * (mid - before) / n, 2),
                                       "warm": round(1000 * (after - mid) / max(fresh.cases, 1), 2)},
                 "variants_per_1000": round(1000 * variants / n, 2),
                 "classes": cold.classes,
-                "stages": {k: round(v, 3) for k, v in sorted(warm.stages.items())},
+                "stages": {k: round(v, 3) for k, v in sorted(stages.items())},
             }
     finally:
         if tmp is not None:
@@ -134,7 +196,8 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
 
 def render(result: dict) -> str:
     lines = [f"kvfuzz bench: target {result['target']} on {result['device_name']}"
-             + (" (cold Triton cache)" if result["cold_cache"] else ""),
+             + (" (cold Triton cache)" if result["cold_cache"] else "")
+             + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else ""),
              f"{'op':<22}{'cases':>8}{'bare/s':>11}{'checked/s':>11}{'ratio':>8}"
              f"{'compiles/1000 cold':>20}{'warm':>7}{'variants/1000':>15}"]
     for op, r in result["ops"].items():

@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time for the whole measurement, split over the ops (default 60)")
     b.add_argument("--seed", type=int, default=0, help="the case mix (default 0)")
     b.add_argument("--report", type=Path, metavar="FILE.json", help="write the figures as JSON")
+    b.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="measure checked cases/s of N shards running at once (as `fuzz --jobs N`; default 1)")
     b.set_defaults(run=cmd_bench)
 
     r = sub.add_parser("replay", help="re-run one saved case")
@@ -258,7 +260,7 @@ def cmd_bench(args) -> int:
 
     _check_writable(args.report)
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
-                       isolate=not args.in_process)
+                       isolate=not args.in_process, jobs=args.jobs)
     print(render(result))
     if args.report:
         from .campaign import write_json_atomic
