@@ -66,9 +66,31 @@ class CaseFile(pytest.File):
         kind = saved.finding.kind if saved.finding else "regression"
         item = CaseItem.from_parent(self, name=f"{saved.case.op}:{kind}:{self.path.parent.name}", saved=saved)
         item.add_marker("kvfuzz_case")
+        override = self.config.getoption(TARGET_OPTION)
         if saved.expected == "xfail":
-            item.add_marker(pytest.mark.xfail(reason=saved.reason or "", strict=True, raises=KnownDefect))
+            if override is None or override in affected(saved):
+                item.add_marker(pytest.mark.xfail(reason=saved.reason or "", strict=True, raises=KnownDefect))
+            elif "affects" in saved.case.meta:  # triaged over releases: this one is known to be clean of it
+                item.must_pass_on = override
+            else:
+                item.untriaged = f"a defect of {saved.target}, not triaged for {override}"
         yield item
+
+
+def affected(saved) -> set[str]:
+    """The targets a triaged (xfail) case's defect shows on: the one it was found with, and the
+    releases `scripts/release_matrix.py --write` found it on (`meta["affects"]`)."""
+    return {saved.target, *saved.case.meta.get("affects", ())}
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """With --kvfuzz-target: the signatures known to show on that target (from the triaged
+    cases that name it), so a must-pass case failing only with those is that target's known
+    defect (xfail), not a new one."""
+    override = config.getoption(TARGET_OPTION)
+    config._kvfuzz_known = {  # type: ignore[attr-defined]
+        item.saved.finding.signature for item in items
+        if isinstance(item, CaseItem) and item.saved.expected == "xfail" and override in affected(item.saved)}
 
 
 class KnownDefect(AssertionError):
@@ -110,6 +132,8 @@ class CaseItem(pytest.Item):
         super().__init__(**kw)
         self.saved = saved
         self.rendered = ""
+        self.must_pass_on: str | None = None  # an xfail case replayed on a release triaged clean of it
+        self.untriaged: str | None = None  # why an xfail case is skipped on the --kvfuzz-target given
 
     def _executor(self):
         from . import device as devmod
@@ -137,6 +161,8 @@ class CaseItem(pytest.Item):
         from .judge import judge
         from .replay import Replayed, render
 
+        if self.untriaged:
+            pytest.skip(self.untriaged)
         ex, spec, device = self._executor()
         # shows up in --junitxml: which GPU ran this case (pinning under xdist can be checked)
         self.user_properties.append(("kvfuzz_device", f"{ex.description} {ex.identity}"))
@@ -145,7 +171,7 @@ class CaseItem(pytest.Item):
         verdict = judge(self.saved.case, ex.run(self.saved.case, repeats=2))
         r = Replayed(self.saved, spec, device, verdict, ex.description)
         self.rendered = render(r)
-        if self.saved.expected == "xfail":
+        if self.saved.expected == "xfail" and self.must_pass_on is None:
             if r.same_defect:
                 raise KnownDefect(f"known defect still shows: {self.saved.finding.signature}")
             if self.saved.device != device:  # e.g. a wild read that segfaults the interpreter only
@@ -153,6 +179,9 @@ class CaseItem(pytest.Item):
             raise CaseFailed("the known defect no longer shows (strict xfail): replace expected 'xfail' by "
                              "'pass' or prune the case\n" + self.rendered)
         if verdict.failed:
+            known = getattr(self.config, "_kvfuzz_known", set())
+            if self.config.getoption(TARGET_OPTION) and set(verdict.signatures()) <= known:
+                pytest.xfail(f"known defect of {spec}: {', '.join(verdict.signatures())}")
             raise CaseFailed(self.rendered)
 
     def repr_failure(self, excinfo, style=None) -> str:

@@ -2,12 +2,16 @@
 against every distinct release kernel file, and against `builtin` (which must be clean).
 
 usage: python scripts/release_matrix.py [CORPUS...] [--releases 0.5.14,0.5.23] [--device cpu|cuda]
-                                        [--json FILE] [--markdown FILE]
+                                        [--json FILE] [--markdown FILE] [--write]
 
 Each release is judged by the contract variant it selects (as `kvfuzz replay --target` does).
 A cell says `defect` (the saved signature shows), `clean` (nothing shows), `other: SIG` (a
 different finding shows), or `-` (the release has no such op). Wheels come from kvfuzz's cache
 (or PyPI, once). docs/findings.md keeps the table this prints.
+
+`--write` records, in each case's `meta["affects"]`, the releases that show its defect (with
+the releases whose kernel file is identical): `pytest corpora --kvfuzz-target sglang==X`
+(tox -e release) then expects the defect exactly there, and a clean replay everywhere else.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import json
 import sys
 from pathlib import Path
 
-# one release per distinct kernel file (docs/releases.md): 0.5.13/0.5.15 = 0.5.14, 0.5.21/22 = 0.5.20
+# one release per distinct kernel file (docs/releases.md), and the releases with the same file
 DISTINCT = ("0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
+SAME_FILE = {"0.5.14": ("0.5.13", "0.5.13.post1", "0.5.15", "0.5.15.post1"), "0.5.20": ("0.5.21", "0.5.22")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--write", action="store_true", help="record meta.affects in each case")
     args = ap.parse_args(argv)
 
     from kvfuzz import device as devmod
@@ -69,8 +75,28 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| `{r['signature']}` | `{Path(r['case']).parent.name}` | "
                          + " | ".join(r["cells"][t] for t in targets) + " |")
         args.markdown.write_text("\n".join(lines) + "\n")
+    if args.write:
+        for r in rows:
+            hit = [t.split("==")[1] for t, v in r["cells"].items() if v == "defect" and t.startswith("sglang==")]
+            write_affects(Path(r["case"]), sorted({f"sglang=={v}" for h in hit for v in (h, *SAME_FILE.get(h, ()))}))
     builtin_bad = [r for r in rows if r["cells"]["builtin"] not in ("clean", "-")]
     return 1 if builtin_bad else 0
+
+
+def write_affects(case_json: Path, affects: list[str]) -> None:
+    """Set meta.affects in one saved case (meta is not part of the case's identity: its key and
+    directory stay), atomically."""
+    import os
+
+    from kvfuzz.corpus import read_case_dir
+    from kvfuzz.corpus.format import case_to_json, dumps_case_json
+
+    saved = read_case_dir(case_json.parent)
+    saved = dataclasses.replace(saved, case=saved.case.with_meta(affects=affects))
+    tmp = case_json.with_suffix(".json.tmp")
+    tmp.write_text(dumps_case_json(case_to_json(saved)))
+    os.replace(tmp, case_json)
+    assert read_case_dir(case_json.parent).case.meta["affects"] == affects
 
 
 if __name__ == "__main__":

@@ -166,3 +166,47 @@ def test_each_xdist_worker_runs_on_one_gpu_and_several_gpus_are_all_used(tmp_pat
     assert all(len(devs) == 1 for devs in per_worker.values()), per_worker
     used = set().union(*per_worker.values())
     assert len(used) == min(n_gpu, len(per_worker)) and len(per_worker) >= 2, per_worker
+
+
+def test_target_override_follows_the_release_triage(tmp_path):
+    """--kvfuzz-target X (tox -e release): a triaged defect is a strict xfail exactly on the
+    targets it affects (its own and meta.affects), must pass on the others; an untriaged one is
+    skipped; a must-pass case failing only with X's known defects is xfail, with others a failure."""
+    mutant = "tests/fixtures/mutant_kernels.py"  # accepts an invalid page_size (as no release does)
+    swa_xfail, general_xfail, swa_builtin = (CORPORA / "decode_metadata" / k for k in
+                                             ("306fae2129a62215", "ca51948d685ec03d", "34b4ff54bb34dcb7"))
+
+    def put(src: Path, name: str, **changes) -> None:
+        dst = tmp_path / "corpus" / name / src.name
+        shutil.copytree(src, dst)
+        doc = json.loads((dst / "case.json").read_text())
+        for k, v in changes.items():
+            if k == "affects":
+                doc["meta"]["affects"] = v
+            else:
+                doc[k] = v
+        (dst / "case.json").write_text(json.dumps(doc))
+
+    put(swa_xfail, "triaged", affects=[])             # the mutant's defect, triaged: only the mutant has it
+    put(general_xfail, "untriaged")                   # the mutant's, never triaged against releases
+    put(swa_builtin, "builtin")                       # must pass on any correct target
+    # a release's defect, triaged clean on every other target (the mutant included)
+    put(general_xfail, "release", target="sglang==0.5.14", affects=["sglang==0.5.14"])
+
+    (tmp_path / mutant).parent.mkdir(parents=True)
+    shutil.copy(REPO / mutant, tmp_path / mutant)  # the cases name it relative to where pytest runs
+
+    def outcomes(target: str, skip: str = "") -> dict[str, str]:
+        junit = tmp_path / f"junit-{len(target)}-{skip}.xml"
+        args = [f"corpus/{d.name}" for d in sorted((tmp_path / "corpus").iterdir()) if d.name != skip]
+        run_pytest([*args, "--kvfuzz-target", target], tmp_path, junit)
+        names = ("triaged", "untriaged", "builtin", "release")
+        return {next(n for n in names if f".{n}." in f".{k}."): v["outcome"] for k, v in junit_results(junit).items()}
+
+    assert outcomes("builtin") == {"triaged": "passed", "untriaged": "skipped", "builtin": "passed",
+                                   "release": "passed"}
+    assert outcomes(mutant) == {"triaged": "xfailed", "untriaged": "xfailed",
+                                "builtin": "xfailed",  # the mutant's known swa defect
+                                "release": "xfailed"}  # its general defect is the mutant's too (untriaged)
+    # without the untriaged case, the mutant's general defect is known nowhere: a failure
+    assert outcomes(mutant, skip="untriaged") == {"triaged": "xfailed", "builtin": "xfailed", "release": "failed"}
