@@ -81,6 +81,32 @@ def test_replaying_a_divergence_on_its_own_backend_is_refused(tmp_path, capsys):
     assert len(err) == 1 and "divergence between cuda and cpu" in err[0]
 
 
+def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
+    """The second worker runs the marked in-contract launches of a batch from the same image;
+    when it dies, each launch is run alone there, so the loss is pinned on its case."""
+    from kvfuzz.execute import launches, outcomes
+    from kvfuzz.worker import WorkerExecutor
+
+    monkeypatch.delenv(cross.WORKER_MARK, raising=False)  # the primary runs in this process
+    monkeypatch.setenv("KVFUZZ_TEST_CROSS_KILL", "1")
+    bad = cases.decode(B=2).replace(values={**cases.decode(B=2).values, "req_pool_indices": np.array([0, 99])})
+    prepared = [prepare(c, i) for i, c in enumerate([cases.decode(B=2), cases.decode(B=3), cases.decode(B=1), bad])]
+    assert [p.status for p in prepared] == ["in_contract"] * 3 + ["out_of_contract"]
+    secondary = WorkerExecutor(SPLIT, "cpu", env={cross.WORKER_MARK: "1"})
+    ex = cross.CrossExecutor(InProcessExecutor(SPLIT, device), secondary, "cpu")
+    try:
+        image, batch = launches(prepared, [False] * 4, [True, True, True, True])
+        result = ex.run_batch(image, batch)
+    finally:
+        ex.close()
+    assert sorted(result.cross) == [0, 1, 2]  # the out-of-contract launch is not cross-checked
+    got = [[(f.tensor, f.where) for f in judge(p.case, o, prepared=p).findings]
+           for p, o in zip(prepared, outcomes(batch, result))]
+    assert got[0] == [("cache_seqlens_int32", "required")]
+    assert got[1] == [("-", "lost")] and "SIGKILL" in result.cross[1].runs[0].error
+    assert got[2] == []
+
+
 # the judge's rules, on outcomes made by hand from one real run -----------------------------
 
 
