@@ -68,17 +68,29 @@ def test_same_device_is_refused_in_one_line(capsys):
     assert len(err) == 1 and "--cross-check cpu: the primary device is already cpu" in err[0]
 
 
-def test_replaying_a_divergence_on_its_own_backend_is_refused(tmp_path, capsys):
+def _gpu_divergence_case(corpus: Path) -> Path:
+    """A backend_divergence case as a CUDA campaign would save it (found on cuda against cpu)."""
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
     from kvfuzz.findings import Finding
 
     case = cases.decode(B=2).with_meta(cross_check="cpu")
     f = Finding("backend_divergence", "decode_metadata", "ps1", "cache_seqlens_int32", "required", "differs")
-    res = DirectoryCorpus(tmp_path).save(SavedCase(case=case, finding=f, target="builtin", device="cuda",
-                                                   versions=environment_versions(None), origin="hand"))
-    assert main(["replay", str(res.path), "--device", "cpu"]) == 2
+    return DirectoryCorpus(corpus).save(SavedCase(case=case, finding=f, target="builtin", device="cuda",
+                                                  versions=environment_versions(None), origin="hand",
+                                                  expected="xfail", reason="a divergence")).path
+
+
+def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pytest(tmp_path, capsys, device):
+    from test_pytest_plugin import junit_results, run_pytest
+
+    path = _gpu_divergence_case(tmp_path / "corpus")
+    assert main(["replay", str(path), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "divergence between cuda and cpu" in err[0]
+    if device == "cpu":  # as the corpus' regression suite runs it on a machine without a GPU
+        run_pytest([str(tmp_path / "corpus")], tmp_path, tmp_path / "j.xml")
+        (only,) = junit_results(tmp_path / "j.xml").values()
+        assert only["outcome"] == "skipped" and "a divergence between cuda and cpu" in only["message"]
 
 
 def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
