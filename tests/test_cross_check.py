@@ -1,8 +1,8 @@
 """`--cross-check`: a second backend runs the same cases and the judge reports where the two
-differ. No GPU here, so both backends are the CPU; the fixture target
-`backend_split_kernels.py` behaves differently in the cross-check worker (it reads the mark
-kvfuzz puts in that worker's environment), and the refusal of a same-device cross-check is
-lifted for these tests only."""
+differ. On the CPU both backends are the CPU (on CUDA the primary is the GPU, as users run it);
+the fixture target `backend_split_kernels.py` behaves differently in the cross-check worker (it
+reads the mark kvfuzz puts in that worker's environment), and the refusal of a same-device
+cross-check is lifted for these tests only."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ def same_device_ok(monkeypatch):
     monkeypatch.setattr(cross, "check_backend", lambda device, backend: None)
 
 
-def _campaign(target, tmp_path, **kw):
-    cfg = CampaignConfig(ops=["decode_metadata"], target=target, device="cpu", budget_s=30, max_cases=16,
+def _campaign(target, tmp_path, device, **kw):
+    cfg = CampaignConfig(ops=["decode_metadata"], target=target, device=device, budget_s=30, max_cases=16,
                          corpus=tmp_path / "corpus", cross_check="cpu", minimize_budget_s=4, **kw)
     return run_campaign(cfg)
 
 
-def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_ok, tmp_path):
-    r = _campaign(SPLIT, tmp_path)
+def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_ok, tmp_path, device):
+    r = _campaign(SPLIT, tmp_path, device)
     assert [x.found.finding.signature.endswith(SIG) for x in r.saved] == [True], r.report()["findings"]
     x = r.saved[0]
     assert x.new and x.confirmation.confirmed and x.path is not None and r.stats[0].cross_checked > 0
@@ -48,21 +48,21 @@ def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_
     cell = saved.finding.cells[0]
     assert cell["index"] == [1] and cell["cpu"] == cell["primary"] + 1
     # replay checks it again on both backends; without the cross-check the primary alone is clean
-    again = replay(saved, device="cpu", isolate=False)
+    again = replay(saved, device=device, isolate=False)
     assert again.same_defect, again.verdict.signatures()
-    alone = replay(saved.__class__(**{**saved.__dict__, "case": saved.case.replace(meta={})}), device="cpu",
-                   isolate=False)
-    assert not alone.fails
+    assert judge(saved.case, InProcessExecutor(SPLIT, device).run(saved.case)).findings == []
 
 
-def test_identical_backends_report_no_divergence(same_device_ok, tmp_path):
-    r = _campaign("builtin", tmp_path, cross_check_every=2)
+def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, device):
+    r = _campaign("builtin", tmp_path, device, cross_check_every=2)
     assert r.saved == [] and r.flaky == []
     assert 0 < r.stats[0].cross_checked <= 8  # every second case, those in contract
     assert r.report()["ops"]["decode_metadata"]["cross_checked"] == r.stats[0].cross_checked
 
 
-def test_same_device_is_refused_in_one_line(capsys):
+def test_same_device_is_refused_in_one_line(capsys, device):
+    if device != "cpu":
+        pytest.skip("this process runs CUDA kernels; a cpu primary needs a process of its own")
     assert main(["fuzz", "--device", "cpu", "--cross-check", "cpu", "--budget", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cross-check cpu: the primary device is already cpu" in err[0]
@@ -83,14 +83,15 @@ def _gpu_divergence_case(corpus: Path) -> Path:
 def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pytest(tmp_path, capsys, device):
     from test_pytest_plugin import junit_results, run_pytest
 
+    if device != "cpu":
+        pytest.skip("this process runs CUDA kernels; replaying on the cpu needs a process of its own")
     path = _gpu_divergence_case(tmp_path / "corpus")
     assert main(["replay", str(path), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "divergence between cuda and cpu" in err[0]
-    if device == "cpu":  # as the corpus' regression suite runs it on a machine without a GPU
-        run_pytest([str(tmp_path / "corpus")], tmp_path, tmp_path / "j.xml")
-        (only,) = junit_results(tmp_path / "j.xml").values()
-        assert only["outcome"] == "skipped" and "a divergence between cuda and cpu" in only["message"]
+    run_pytest([str(tmp_path / "corpus")], tmp_path, tmp_path / "j.xml")  # the regression suite, no GPU
+    (only,) = junit_results(tmp_path / "j.xml").values()
+    assert only["outcome"] == "skipped" and "a divergence between cuda and cpu" in only["message"]
 
 
 def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
@@ -104,7 +105,7 @@ def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
     bad = cases.decode(B=2).replace(values={**cases.decode(B=2).values, "req_pool_indices": np.array([0, 99])})
     prepared = [prepare(c, i) for i, c in enumerate([cases.decode(B=2), cases.decode(B=3), cases.decode(B=1), bad])]
     assert [p.status for p in prepared] == ["in_contract"] * 3 + ["out_of_contract"]
-    secondary = WorkerExecutor(SPLIT, "cpu", env={cross.WORKER_MARK: "1"})
+    secondary = WorkerExecutor(SPLIT, "cpu", env={cross.WORKER_MARK: "1", "TRITON_INTERPRET": "1"})
     ex = cross.CrossExecutor(InProcessExecutor(SPLIT, device), secondary, "cpu")
     try:
         image, batch = launches(prepared, [False] * 4, [True, True, True, True])

@@ -18,10 +18,10 @@ def snap(op="decode_metadata", shard="1/1", **kw) -> OpProgress:
     return OpProgress(op, "builtin", "cpu (triton interpreter)", shard, **kw)
 
 
-def test_plain_lines_in_a_non_tty_run(tmp_path, capsys, monkeypatch):
+def test_plain_lines_in_a_non_tty_run(tmp_path, capsys, monkeypatch, device):
     monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)  # a line at every snapshot
     report = tmp_path / "r.json"
-    rc = main(["fuzz", "--op", "num_kv_splits", "--budget", "30", "--max-cases", "48", "--device", "cpu",
+    rc = main(["fuzz", "--op", "num_kv_splits", "--budget", "30", "--max-cases", "48", "--device", device,
                "--report", str(report)])
     out, err = capsys.readouterr()
     assert rc == 0, err
