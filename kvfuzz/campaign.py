@@ -13,6 +13,7 @@ one; if minimizing lost the signature, the confirmed case saved earlier stays.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import cross
 from . import device as devmod
 from .case import Case
 from .confirm import TRIES, Confirmation, confirm
@@ -32,11 +34,13 @@ from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
+from .progress import OpProgress, lines_to
 from .targets import variant_for
 from .worker import Executor, WorkerExecutor, make_executor
 
-# a progress line each second on a terminal, every 10 s into a log (nightly jobs)
+# a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
 PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
+SNAPSHOT_EVERY_S = 0.25  # the fuzz loop builds a progress snapshot at most this often
 ENGINES = ("batch", "hypothesis")
 
 
@@ -61,6 +65,8 @@ class CampaignConfig:
     confirm_tries: int = TRIES  # fresh processes tried for a finding that does not show at once
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
+    cross_check: str | None = None  # a second backend ("cpu": the interpreter) that runs the same cases
+    cross_check_every: int = 1  # every N-th case (in contract) is cross-checked (batched engine)
 
     def validate(self) -> None:
         for op in self.ops:
@@ -77,6 +83,8 @@ class CampaignConfig:
             raise BadInput(f"--rerun-every must be >= 0 (0: never), got {self.rerun_every}")
         if self.batch is not None and self.batch < 1:
             raise BadInput(f"--batch must be >= 1, got {self.batch}")
+        if self.cross_check_every < 1:
+            raise BadInput(f"--cross-check-every must be >= 1, got {self.cross_check_every}")
         if self.confirm_tries < 1:
             raise BadInput(f"--confirm-tries must be >= 1, got {self.confirm_tries}")
         if self.engine not in ENGINES:
@@ -159,6 +167,7 @@ class CampaignResult:
             "shard": list(self.config.shard),
             "engine": self.config.engine,
             "positions": {s.op: s.position for s in self.stats},
+            "cross_check": self.config.cross_check,
             "seconds": round(self.seconds, 2),
             "startup_s": round(self.startup_s, 2),
             "interrupted": self.interrupted,
@@ -247,8 +256,13 @@ class CampaignState:
             self.saved_at = time.monotonic()
 
 
-def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None) -> CampaignResult:
+def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None,
+                 status: Callable[[OpProgress], None] | None = None) -> CampaignResult:
+    """`progress` gets event lines (findings, an op done); `status` a snapshot of the current op
+    a few times a second and at each change of stage (`progress.py` shows them)."""
     cfg.validate()
+    if status is None and progress is not None:
+        status = lines_to(progress, PROGRESS_EVERY_S)
     state = CampaignState(cfg) if cfg.campaign_dir else None
     if state is not None and cfg.corpus is None:
         cfg.corpus = Path(cfg.campaign_dir) / "corpus"
@@ -257,8 +271,16 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # workers inherit it
         os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(cfg.target, device))
     executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True)
-    store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
     fresh = _fresh_workers(executor, cfg, device)
+    if cfg.cross_check:
+        try:
+            executor = cross.pair(executor, fresh, cfg.target, device, cfg.cross_check, cfg.case_timeout_s,
+                                  standby=True)
+        except BaseException:
+            executor.close()
+            raise
+        fresh = executor.fresh
+    store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
     versions = environment_versions(devmod.gpu_name(device))
     stats: list[OpStats] = []
     saved: list[Saved] = []
@@ -269,48 +291,74 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
     interrupted = False
+    per_op = cfg.budget_s / len(cfg.ops)
+    shown = {op: OpProgress(op, cfg.target, devmod.describe(device), f"{cfg.shard[0]}/{cfg.shard[1]}",
+                            budget=per_op) for op in cfg.ops}
+
+    def show(op: str, stage: str, s: OpStats | None = None, t_op: float = 0.0) -> None:
+        """A snapshot of `op` for `status` (new/known/flaky are kept up to date in `shown`)."""
+        p = shown[op]
+        p.stage = stage
+        if s is not None:
+            p.elapsed = time.monotonic() - t_op
+            p.cases, p.rate = s.cases, s.cases / max(p.elapsed, 1e-9)
+            p.classes, p.variants, p.compiled, p.cross_checked = s.classes, s.variants, s.compiled, s.cross_checked
+        if status:
+            status(dataclasses.replace(p))
+
+    for op in cfg.ops:
+        show(op, "waiting")
     try:
-        per_op = cfg.budget_s / len(cfg.ops)
         for op in cfg.ops:
             if op in executor.missing:
                 s = OpStats(op, skipped=executor.missing[op])
                 stats.append(s)
+                show(op, "skipped")
                 if progress:
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
             variant = variant_for(op, cfg.variant, executor)  # --variant, else the target's (its release)
             found, current, t_op = {}, OpStats(op, contract_variant=variant), time.monotonic()
             last = [0.0]
+            show(op, "fuzzing", current, t_op)
 
-            def on_case(s: OpStats, v: Verdict, op=op, found=found) -> None:
+            def on_case(s: OpStats, v: Verdict, op=op, found=found, t_op=t_op) -> None:
                 now = time.monotonic()
                 if state is not None:
                     state.note(op, s.position)
                 s.sample(now - t_op, len(found))
                 if not first_case[0]:
                     first_case[0] = now - t0
-                if progress and now - last[0] >= PROGRESS_EVERY_S:
+                if status and now - last[0] >= SNAPSHOT_EVERY_S:
                     last[0] = now
-                    rate = s.cases / max(now - t_op, 1e-9)
-                    progress(f"[{op}] {s.cases} cases, {len(found)} findings, {rate:.0f} cases/s")
+                    show(op, "fuzzing", s, t_op)
 
-            def on_new(f: Found, found=found) -> None:
+            def on_new(f: Found, found=found, op=op, t_op=t_op) -> None:
                 # confirmed in a fresh process before it counts; then on disk at once: a
                 # SIGKILL during the long minimization that follows must not lose it
+                show(op, "confirming", current, t_op)
                 sc = _saved_case(f, f.case, cfg, device, versions)
                 c = confirm(sc, fresh, cfg.confirm_tries)
                 if not c.confirmed:  # stays in `found`, so the engine does not report it again
                     flaky.append(Flaky(f, c))
+                    shown[op].flaky += 1
+                    show(op, "fuzzing", current, t_op)
                     if progress:
                         progress(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
                     return
                 confirmed[f.finding.signature] = c
+                res = None
                 if store is not None:
                     res, error = _try_save(store, sc)
                     if res is not None:
                         first_saved[f.finding.signature] = res.status
                     elif progress:  # _finish saves again, and reports it
                         progress(f"  {f.finding.signature}: not saved yet: {error}")
+                if res is None or res.status == "new":
+                    shown[op].new += 1
+                else:
+                    shown[op].known += 1
+                show(op, "fuzzing", current, t_op)
 
             common = dict(seed=cfg.stream_seed(), budget_s=per_op, max_cases=cfg.max_cases,
                           in_contract_only=cfg.in_contract_only, variant=variant,
@@ -318,7 +366,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                           on_new=on_new, stats=current, start=state.start(op) if state else 0)
             if cfg.engine == "batch":
                 s, found = batch_engine.fuzz_op(op, executor, device=device, batch=cfg.batch,
-                                                shard=cfg.shard, pool_seed=cfg.seed, **common)
+                                                shard=cfg.shard, pool_seed=cfg.seed,
+                                                cross_every=cfg.cross_check_every if cfg.cross_check else 0,
+                                                **common)
             else:
                 s, found = hypothesis_engine.fuzz_op(op, executor, shrink_budget_s=cfg.minimize_budget_s / 2,
                                                      **common)
@@ -329,11 +379,13 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 state.note(op, s.position, force=True)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
+            show(op, "minimizing" if set(found) & set(confirmed) else "done", s, t_op)
             for sig in list(found):
                 if sig in confirmed:
                     saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
                                          first_saved.get(sig), confirmed[sig]))
                 del found[sig]
+            show(op, "done")
     except KeyboardInterrupt:
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
         # unminimized, and still write the report
@@ -343,6 +395,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             stats.append(current)
             if state is not None:
                 state.note(current.op, current.position, force=True)
+        if current is not None:
+            show(current.op, "interrupted")
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
         for sig, f in found.items():
@@ -360,8 +414,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 
 def _fresh_workers(executor: Executor, cfg: CampaignConfig, device: str) -> Callable[[], WorkerExecutor]:
     """Where confirmations get a process that has run no case: the campaign worker's standby,
-    or (running in-process) a new worker."""
-    if isinstance(executor, WorkerExecutor):
+    or (running in-process) a new worker; with a cross-check, one of each backend."""
+    if isinstance(executor, (WorkerExecutor, cross.CrossExecutor)):
         return executor.fresh
     return lambda: WorkerExecutor(cfg.target, device, cfg.case_timeout_s)
 
@@ -378,8 +432,11 @@ def _try_save(store: DirectoryCorpus, sc: SavedCase) -> tuple[SaveResult | None,
 def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions: dict,
                 log: tuple[str, ...] = ()) -> SavedCase:
     external = cfg.target != "builtin"
+    meta = dict(seed=cfg.seed, first_seen=f.first.digest())
+    if f.finding.kind == "backend_divergence":  # what `kvfuzz replay` compares the device with
+        meta["cross_check"] = cfg.cross_check
     return SavedCase(
-        case=case.with_meta(seed=cfg.seed, first_seen=f.first.digest()), finding=f.finding, target=cfg.target,
+        case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
         device=device, versions=versions, origin="hypothesis" if cfg.engine == "hypothesis" else "batch",
         expected="xfail" if external else "pass",
         reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--campaign", type=Path, metavar="DIR", dest="campaign_dir",
                    help="keep the campaign's state in DIR (and its corpus, unless --corpus): running it "
                    "again continues where it stopped; findings it already holds are known")
+    f.add_argument("--cross-check", choices=("cpu",), metavar="BACKEND",
+                   help="also run each in-contract case on BACKEND (cpu: Triton's interpreter) and report "
+                   "backend_divergence where the two differ (with --device cuda)")
+    f.add_argument("--cross-check-every", type=int, default=1, metavar="N",
+                   help="cross-check every N-th case only (default 1: every in-contract case)")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
@@ -164,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_fuzz(args) -> int:
-    from .campaign import CampaignConfig, run_campaign, stderr_progress
+    from .campaign import CampaignConfig, run_campaign
     from .ops import CONTRACTS
+    from .progress import make_display
 
     cfg = CampaignConfig(
         ops=args.ops or list(CONTRACTS), target=args.target, device=args.device, budget_s=args.budget,
@@ -173,7 +179,14 @@ def cmd_fuzz(args) -> int:
         in_contract_only=args.in_contract_only, isolate=not args.in_process,
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
-        confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir)
+        confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
+        cross_check=args.cross_check, cross_check_every=args.cross_check_every)
+    if args.cross_check:  # refused before any worker starts, and once (not per shard)
+        from . import device as devmod
+        from .cross import check_backend
+
+        cfg.validate()
+        check_backend(devmod.select(args.device), args.cross_check)
     for option, path in (("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)):
         _check_writable(path, option)
     if args.jobs < 1:
@@ -181,7 +194,11 @@ def cmd_fuzz(args) -> int:
     if args.jobs > 1:
         return _fuzz_jobs(args, cfg)
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
-    result = run_campaign(cfg, progress=stderr_progress(prefix))
+    display = make_display(prefix=prefix)  # a live table on a terminal, plain lines in a log
+    try:
+        result = run_campaign(cfg, progress=display.event, status=display.update)
+    finally:
+        display.close()
     for s in result.stats:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (
             f" [variant {s.contract_variant}]" if s.contract_variant else "")
@@ -209,16 +226,19 @@ def cmd_fuzz(args) -> int:
 
 def _fuzz_jobs(args, cfg) -> int:
     from . import device as devmod
-    from .campaign import stderr_progress
     from .jobs import run_jobs
+    from .progress import make_display
 
     if cfg.shard != (1, 1):
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
     cfg.validate()
     device = devmod.select(cfg.device)
     argv = _without(args.argv[1:], {"--jobs", "--report", "--junit", "--markdown"})  # [0] is "fuzz"
-    say = stderr_progress()
-    merged, code = run_jobs(argv, args.jobs, device, args.report, say)
+    display = make_display()  # the shards' progress, summed per op
+    try:
+        merged, code = run_jobs(argv, args.jobs, device, args.report, display.event, display.update)
+    finally:
+        display.close()
     _write_reports(args, merged)
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")

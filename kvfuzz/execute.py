@@ -51,6 +51,8 @@ class Outcome:
     torch_ref: dict[str, np.ndarray] | None = None
     torch_ref_error: str | None = None
     device_lost: bool = False  # a CUDA error left the context unusable: stop this process
+    cross: "Outcome | None" = None  # the same case on the cross-check backend (cross.py), if it ran there
+    cross_backend: str | None = None  # that backend's device ("cpu": the interpreter)
 
 
 @dataclass
@@ -173,13 +175,16 @@ class Launch:
     size: int  # bytes of the case's image
     repeat: bool  # run it a second time (determinism)
     torch_ref: bool  # compute the torch oracle (in-contract cases)
+    cross: bool = False  # also run it on the cross-check backend (cross.py)
 
 
-def launches(prepared: list[Prepared], repeat: list[bool]) -> tuple[np.ndarray, list[Launch]]:
+def launches(prepared: list[Prepared], repeat: list[bool],
+             cross: list[bool] | None = None) -> tuple[np.ndarray, list[Launch]]:
     image, bases = pack([p.plan for p in prepared])
+    cross = cross or [False] * len(prepared)
     return image, [Launch(p.case.replace(values={}, meta={}), layouts(p.plan), base, p.plan.image.size, rep,
-                          p.status == "in_contract")
-                   for p, base, rep in zip(prepared, bases, repeat)]
+                          p.status == "in_contract", x)
+                   for p, base, rep, x in zip(prepared, bases, repeat, cross)]
 
 
 @dataclass
@@ -191,6 +196,8 @@ class BatchResult:
     torch_errors: list[str | None]
     lost: str | None = None  # why the batch cannot be judged (a device fault): re-run one by one
     stages: dict[str, float] = field(default_factory=dict)  # seconds: transfer, launch, torch oracle, sync
+    cross: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the cross-check backend
+    cross_backend: str | None = None
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -335,4 +342,5 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)
-    return Outcome(runs, result.torch_refs[i], result.torch_errors[i])
+    return Outcome(runs, result.torch_refs[i], result.torch_errors[i],
+                   cross=result.cross.get(i), cross_backend=result.cross_backend)

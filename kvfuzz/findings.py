@@ -14,6 +14,7 @@ KINDS = (
     "invalid_accepted",  # the target ran a case it must refuse
     "oracle_disagreement",  # the NumPy and torch oracles disagree (a kvfuzz bug or a torch bug)
     "nondeterministic",  # two runs of the same case differ
+    "backend_divergence",  # the cross-check backend (the interpreter) gives another arena or raises otherwise
 )
 
 

@@ -6,7 +6,9 @@ work: the I-th of every N compile classes of each op's pool, and its own case st
 `CampaignConfig.shard`). On CUDA shard I is pinned to GPU (I - 1) mod the GPU count; on the
 CPU each shard is one more interpreter process. The corpus store is safe under concurrent
 writers (docs/case-format.md), so the shards need no coordination. SIGINT/SIGTERM are passed
-on to the shards, which save what they found and write their reports as usual.
+on to the shards, which save what they found and write their reports as usual. Each shard's
+stderr comes here: its progress snapshots (`progress.JSON_ENV`) go to `status`, every other
+line to `say`, as it comes.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from pathlib import Path
 
+from .progress import JSON_ENV, parse
+
 REPORT_FIELDS_SUMMED = ("cases", "shrink_runs", "reruns", "batches", "lost_batches", "classes", "variants",
-                        "compiled", "not_target")
+                        "compiled", "not_target", "cross_checked")
 
 
 def gpu_count() -> int:
@@ -38,30 +43,51 @@ def shard_env(index: int, device: str, gpus: int) -> dict[str, str]:
     return env
 
 
-def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say) -> tuple[dict, int]:
+def _relay(stream, say, status) -> None:
+    """A shard's stderr, line by line: snapshots to `status`, the rest to `say`."""
+    for line in stream:
+        snapshot = parse(line)
+        if snapshot is None:
+            say(line.rstrip("\n"))
+        elif status is not None:
+            status(snapshot)
+
+
+def _drain(p: subprocess.Popen) -> str:
+    out = p.stdout.read()
+    p.wait()
+    return out
+
+
+def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, status=None) -> tuple[dict, int]:
     """Run `kvfuzz fuzz ARGV --shard I/JOBS` for I = 1..JOBS; (merged report, exit status)."""
     gpus = gpu_count() if device == "cuda" else 0
     with tempfile.TemporaryDirectory(prefix="kvfuzz-jobs-") as tmp:
-        procs = []
+        procs, relays = [], []
         for i in range(1, jobs + 1):
             cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", *argv, "--shard", f"{i}/{jobs}",
                    "--report", str(Path(tmp) / f"shard-{i}.json")]
             # a session of its own: a terminal's Ctrl-C reaches this process only, which then
             # stops every shard once, with SIGTERM
-            procs.append(subprocess.Popen(cmd, env=shard_env(i, device, gpus), stdout=subprocess.PIPE,
-                                          text=True, start_new_session=True))
+            p = subprocess.Popen(cmd, env=shard_env(i, device, gpus) | {JSON_ENV: "1"}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+            procs.append(p)
+            relays.append(threading.Thread(target=_relay, args=(p.stderr, say, status), daemon=True))
+            relays[-1].start()
         outputs: dict[int, str] = {}
         interrupted = False
         try:
             for i, p in enumerate(procs, 1):
-                outputs[i] = p.communicate()[0]
+                outputs[i] = _drain(p)
         except KeyboardInterrupt:
             interrupted = True
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
             for i, p in enumerate(procs, 1):
-                outputs[i] = outputs.get(i) or p.communicate()[0] or ""
+                outputs[i] = outputs.get(i) or _drain(p) or ""
+        for t in relays:
+            t.join(timeout=10)
         codes = [p.returncode for p in procs] + ([130] if interrupted else [])
         for i in sorted(outputs):
             for line in (outputs[i] or "").splitlines():
@@ -108,7 +134,7 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
         out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0)
         return out
     first = reports[0]
-    for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine"):
+    for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check"):
         out[key] = first.get(key)
     out["seconds"] = max(r["seconds"] for r in reports)
     out["interrupted"] = any(r.get("interrupted") for r in reports)

@@ -4,7 +4,9 @@ The contract decides what is checked: an in-contract case must match the oracles
 required cells and leave its untouched cells alone; an out-of-contract case may be refused
 (any exception) or run, but must never write outside its tensors or change its inputs; a
 must-refuse case that runs is `invalid_accepted`. A run that faulted the GPU, killed its
-process or hung is a `crash` whatever the case, never a refusal.
+process or hung is a `crash` whatever the case, never a refusal. An in-contract case also run
+on a cross-check backend (`Outcome.cross`, see cross.py) must give the same arena there, byte
+for byte, and raise or not alike (`backend_divergence`).
 
 Some failures are not the target's: kvfuzz's own harness failing (`HarnessError`) and
 Triton's machinery failing on this machine (`EnvironmentError`, see environment.py). They
@@ -112,6 +114,9 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
             verdict.findings.append(finding(
                 "nondeterministic", owners[0] if owners else "-", "rerun",
                 f"a second run of the same case differs ({diff.size} bytes in {', '.join(owners) or 'the error'})"))
+    if outcome.cross is not None and status == "in_contract":
+        verdict.findings += _divergence(contract, case, p, first, outcome.cross, outcome.cross_backend or "?",
+                                        prepared.expected, finding)
     return verdict
 
 
@@ -173,7 +178,8 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     clean (what `judge` would find: nothing); None when `judge` must look."""
     image = clean_image(prepared)
     first = outcome.runs[0]
-    if image is None or first.error is not None or first.after is None or outcome.torch_ref_error:
+    if image is None or first.error is not None or first.after is None or outcome.torch_ref_error \
+            or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
     want, care, cells = image
     if care is None:
@@ -191,6 +197,59 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
         if later.error is not None or later.after is None or not np.array_equal(later.after, first.after):
             return None
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
+
+def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other: Outcome, backend: str,
+                expected: Expected | None, finding) -> Iterator[Finding]:
+    """The primary run against the same case's run on the cross-check backend: whether each
+    raised, then every byte of the case's arena (output cells by their contract class, inputs,
+    guard bands, gaps). Required cells that differ but are each an answer the oracle accepts
+    (a float32 rounding boundary) are not a divergence."""
+    theirs = other.runs[0]
+    if theirs.error_type in (HARNESS, ENVIRONMENT):
+        return  # the second backend's machinery, not the target
+    kind = "backend_divergence"
+    if theirs.error_type in LOST:
+        yield finding(kind, "-", "lost",
+                      f"ran on the primary device, but the run on {backend} was lost: {theirs.error}")
+        return
+    if (first.error is None) != (theirs.error is None):
+        who, error = ("the primary device", first.error) if first.error else (backend, theirs.error)
+        yield finding(kind, "-", "raised", f"raised on {who} only: {error}")
+        return
+    if first.error is not None or theirs.after is None:
+        return  # both raised: already a crash on an in-contract case
+    changed = np.flatnonzero(first.after != theirs.after)
+    if not changed.size:
+        return
+    owner = p.owner_of(changed)
+    by_place: dict[tuple[str, str], int] = {}
+    for b in changed[owner == NOBODY].tolist():
+        place = p.region_of_byte(b)
+        by_place[place] = by_place.get(place, 0) + 1
+    for (tensor, where), n in sorted(by_place.items()):
+        yield finding(kind, tensor, where, f"{n} bytes {where} {tensor}'s elements differ between the primary "
+                      f"device and {backend}")
+    cells = contract.cells(case)
+    accepted = expected.accepted() if expected is not None else ()
+    for i in np.unique(owner[owner != NOBODY]).tolist():
+        name = p.names[i]
+        r = p.regions[name]
+        mine, yours = r.elements(first.after).astype(np.int64), r.elements(theirs.after).astype(np.int64)
+        hit = mine != yours
+        if name not in contract.outputs:
+            yield finding(kind, name, "input", f"input {name}: {int(hit.sum())} elements differ between the "
+                          f"primary device and {backend}", _cells(hit, primary=mine, **{backend: yours}))
+            continue
+        c = cells[name]
+        for where, mask in (("required", c.required), ("may_write", c.may_write), ("untouched", c.untouched)):
+            bad = hit & mask
+            if not bad.any():
+                continue
+            if where == "required" and all(any(_same(got, np.asarray(a[name]), mask) for a in accepted)
+                                           for got in (mine, yours)):
+                continue  # both answers accepted (a rounding boundary)
+            yield finding(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
+                          f"between the primary device and {backend}", _cells(bad, primary=mine, **{backend: yours}))
 
 
 def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np.ndarray,

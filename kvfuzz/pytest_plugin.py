@@ -144,10 +144,18 @@ class CaseItem(pytest.Item):
         device = devmod.select(config.getoption(DEVICE_OPTION))
         spec = config.getoption(TARGET_OPTION) or self.saved.target
         cache = config._kvfuzz_executors  # type: ignore[attr-defined]
-        key = (spec, device)
+        backend = self.saved.case.meta.get("cross_check")  # a backend_divergence: run on both backends
+        if backend == device:
+            pytest.skip(f"a divergence between {self.saved.device} and {backend}: needs a device other than {backend}")
+        key = (spec, device, backend)
         if key not in cache:
             try:
                 cache[key] = WorkerExecutor(spec, device, env=_gpu_env(device))
+                if backend:
+                    from .cross import pair
+
+                    cache[key] = pair(cache[key], lambda: WorkerExecutor(spec, device, env=_gpu_env(device)),
+                                      spec, device, backend, 60.0)
             except BadInput as exc:
                 cache[key] = f"target {spec} is not available here: {exc}"
         ex = cache[key]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from . import device as devmod
 from .corpus import SavedCase
+from .errors import BadInput
 from .judge import Verdict, judge
 from .worker import make_executor
 
@@ -30,10 +31,27 @@ class Replayed:
 
 def replay(saved: SavedCase, target: str | None = None, device: str = "auto", isolate: bool = True) -> Replayed:
     """Against the case's own target the case keeps its contract variant; against another
-    target (`target`) it is judged by the variant that target selects (its SGLang release)."""
+    target (`target`) it is judged by the variant that target selects (its SGLang release).
+    A case found by a cross-check (`meta["cross_check"]`: a `backend_divergence`) runs on this
+    device and again on that backend, which must be another one (refused in one line)."""
+    from . import cross
+
     dev = devmod.select(device)
     spec = target or saved.target
+    backend = saved.case.meta.get("cross_check")
+    if backend:
+        try:
+            cross.check_backend(dev, backend)
+        except BadInput:
+            raise BadInput(f"the case is a divergence between {saved.device} and {backend}: replay it on a "
+                           f"device other than {backend} (--device cuda)") from None
     executor = make_executor(spec, dev, isolate=isolate)
+    if backend:
+        try:
+            executor = cross.pair(executor, lambda: make_executor(spec, dev), spec, dev, backend, 60.0)
+        except BaseException:
+            executor.close()
+            raise
     try:
         if saved.case.op in executor.missing:
             from .errors import TargetLoadError
@@ -72,7 +90,8 @@ def version_warnings(saved: SavedCase) -> list[str]:
 def render(r: Replayed) -> str:
     c, v = r.saved.case, r.verdict
     lines = [f"case     {c.op} [{c.variant}] {c.digest()}  ({v.status.replace('_', ' ')})",
-             f"target   {r.target}  ({r.description}) on {devmod.describe(r.device)}"]
+             f"target   {r.target}  ({r.description}) on {devmod.describe(r.device)}"
+             + (f", cross-checked on {c.meta['cross_check']}" if c.meta.get("cross_check") else "")]
     if r.saved.finding is not None:
         lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
     if v.reasons:

@@ -16,6 +16,8 @@
   cases (`OpGenerator.stint`), so a violation that changes what a kernel specialises on
   costs one variant.
 * Determinism: every `rerun_every`-th case runs a second time in the same batch.
+* Cross-check: with a `cross.CrossExecutor`, every `cross_every`-th case (in contract) also
+  runs on the second backend from the same image; the judge compares the two.
 * A new finding is re-run alone (a fresh arena, its own synchronisation) before it counts;
   one that shows only inside a batch sends every case of that batch through alone, and is
   listed as `batch_only` when none of them shows it. A lost batch (a CUDA fault, a hang, a
@@ -44,7 +46,7 @@ BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",
             in_contract_only: bool = False, variant: str | None = None, rerun_every: int = 1,
-            batch: int | None = None, stint: int | None = None, pool: int = POOL,
+            batch: int | None = None, stint: int | None = None, pool: int = POOL, cross_every: int = 0,
             pool_seed: int | None = None, shard: tuple[int, int] = (1, 1),
             known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
@@ -95,7 +97,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 
     def submit(prepared: list[Prepared]) -> list[Launch]:
         repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
-        image, batch_ = launches(prepared, repeat)
+        cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
+        image, batch_ = launches(prepared, repeat, cross)
         executor.submit(image, batch_)
         return batch_
 
@@ -140,10 +143,12 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         for name, sec in result.stages.items():
             stats.add_stage(f"worker {name}", sec)
         stats.batches += 1
+        live_counts()
         if not result.lost:
             for i, (p, b) in enumerate(zip(prepared, batch_)):
                 stats.reruns += b.repeat
                 outcome = outcome_of(batch_, result, i, copy=False)
+                stats.cross_checked += outcome.cross is not None
                 take(p, quick_verdict(p, outcome) or judge(p.case, outcome, prepared=p), prepared)
             return
         stats.lost_batches += 1
@@ -156,6 +161,12 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
                 stats.skipped_cases += sum(q.index > p.index for q in prepared)
                 break
+
+    def live_counts() -> None:
+        """Classes and compiles so far, for a progress display (the same counts as at the end)."""
+        stats.classes = len(visited)
+        stats.variants = len(executor.launch_keys - keys_before)
+        stats.compiled = executor.compiled - compiled_before
 
     def more() -> bool:
         return time.monotonic() < deadline + outside[0] and max(drawn, skip_until[0]) < max_cases
@@ -182,9 +193,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         if not nxt and more():
             nxt = draw_batch(batch)
     stats.seconds = time.monotonic() - t0
-    stats.classes = len(visited)
-    stats.variants = len(set(executor.launch_keys) - keys_before)
-    stats.compiled = executor.compiled - compiled_before
+    live_counts()
     return stats, found
 
 

@@ -43,6 +43,7 @@ class OpStats:
     position: int = 0  # where the engine's case stream stands (a resumed campaign starts there)
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (seconds, cases, findings), ~1 a second
     contract_variant: str | None = None  # the contract variant the op's cases were judged by
+    cross_checked: int = 0  # cases also run on the cross-check backend and compared (--cross-check)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -73,4 +74,5 @@ class OpStats:
             "batch_only": self.batch_only, "position": self.position,
             "timeline": [[round(t, 2), n, f] for t, n, f in self.timeline],
             "contract_variant": self.contract_variant,
+            "cross_checked": self.cross_checked,
         }

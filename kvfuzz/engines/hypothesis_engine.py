@@ -56,7 +56,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     def judged(case: Case) -> Verdict:
         repeats = 2 if rerun_every and (stats.cases + stats.shrink_runs) % rerun_every == 0 else 1
         stats.reruns += repeats - 1
-        return judge(case, executor.run(case, repeats=repeats))
+        outcome = executor.run(case, repeats=repeats)
+        stats.cross_checked += outcome.cross is not None  # every in-contract run, shrinking's too
+        return judge(case, outcome)
 
     chunk = start  # chunks of the stream: a resumed campaign starts past those it ran
     stats.position = start
