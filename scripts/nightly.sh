@@ -5,6 +5,7 @@
 #   TARGETS  targets, space-separated (default "builtin sglang==0.5.14"; a seed file path works too)
 #   BUDGET   seconds of fuzzing per target (default 600); JOBS shards per target (default 1)
 #   DEVICE   auto|cpu|cuda (default auto); STATE where campaigns keep their state (default nightly-state)
+#   FUZZ_ARGS more `kvfuzz fuzz` options for every target (e.g. "--cross-check cpu --cross-check-every 20")
 # Each target's campaign lives in $STATE/<target> (--campaign): the next night continues its case
 # streams, and findings it already holds come back as known. Exit 1 if any target had a new
 # finding, 2 if a run could not be judged (bad usage, a broken environment), else 0.
@@ -17,7 +18,8 @@ for target in ${TARGETS:-builtin sglang==0.5.14}; do
     name=$(printf '%s' "$target" | tr -c 'A-Za-z0-9._-' '_')
     echo "== $target ($(date +%T))"
     kvfuzz fuzz --target "$target" --device "${DEVICE:-auto}" --budget "${BUDGET:-600}" --jobs "${JOBS:-1}" \
-        --campaign "$state/$name" --report "$out/$name.json" --junit "$out/$name.xml" --markdown "$out/$name.md"
+        --campaign "$state/$name" --report "$out/$name.json" --junit "$out/$name.xml" --markdown "$out/$name.md" \
+        ${FUZZ_ARGS:-}
     rc=$?
     if [ "$rc" -eq 1 ]; then status=1; elif [ "$rc" -ge 2 ] && [ "$status" -ne 1 ]; then status=$rc; fi
     # every saved case joins the regression suite (a builtin finding is a must-pass case: the

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         head = "| defect (signature) | case | " + " | ".join(t.split("==")[-1] for t in targets) + " |"
         lines = [head, "|" + " --- |" * (len(targets) + 2)]
         for r in rows:
-            lines.append(f"| `{r['signature']}` | `{Path(r['case']).parent.name}` | "
+            lines.append(f"| `{r['signature']}` | `{Path(r['case']).name}` | "
                          + " | ".join(r["cells"][t] for t in targets) + " |")
         args.markdown.write_text("\n".join(lines) + "\n")
     if args.write:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if builtin_bad else 0
 
 
-def write_affects(case_json: Path, affects: list[str]) -> None:
+def write_affects(case_dir: Path, affects: list[str]) -> None:
     """Set meta.affects in one saved case (meta is not part of the case's identity: its key and
     directory stay), atomically."""
     import os
@@ -91,12 +91,12 @@ def write_affects(case_json: Path, affects: list[str]) -> None:
     from kvfuzz.corpus import read_case_dir
     from kvfuzz.corpus.format import case_to_json, dumps_case_json
 
-    saved = read_case_dir(case_json.parent)
+    saved = read_case_dir(case_dir)
     saved = dataclasses.replace(saved, case=saved.case.with_meta(affects=affects))
-    tmp = case_json.with_suffix(".json.tmp")
+    tmp = case_dir / "case.json.tmp"
     tmp.write_text(dumps_case_json(case_to_json(saved)))
-    os.replace(tmp, case_json)
-    assert read_case_dir(case_json.parent).case.meta["affects"] == affects
+    os.replace(tmp, case_dir / "case.json")
+    assert read_case_dir(case_dir).case.meta["affects"] == affects
 
 
 if __name__ == "__main__":

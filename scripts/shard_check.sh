@@ -6,21 +6,28 @@
 # It prints, per run, the ops covered, the cases, the findings by signature, and whether any
 # signature was saved twice in a corpus.
 # usage: TARGET=path/to/metadata_kernels.py DEVICE=cpu BUDGET=120 bash scripts/shard_check.sh [OUTDIR]
+#   STEPS="shards resume" (default both; the summary reads what OUTDIR holds)
 set -u
-OUTDIR=${1:-shard-check}; rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"
+OUTDIR=${1:-shard-check}; mkdir -p "$OUTDIR"; STEPS=${STEPS:-shards resume}
 TARGET=${TARGET:-${KVFUZZ_SEED_PATH:-builtin}}; DEVICE=${DEVICE:-cpu}; BUDGET=${BUDGET:-120}
 SEED=${SEED:-5}; KILL_AFTER=${KILL_AFTER:-$(( BUDGET / 2 ))}
 fuzz() { python3 -m kvfuzz.cli fuzz --target "$TARGET" --device "$DEVICE" --seed "$SEED" --minimize-budget 5 "$@"; }
 
+if [[ " $STEPS " == *" shards "* ]]; then
+rm -rf "$OUTDIR"/whole* "$OUTDIR"/shard* "$OUTDIR/sharded"
 fuzz --budget "$BUDGET" --corpus "$OUTDIR/whole" --report "$OUTDIR/whole.json" > "$OUTDIR/whole.log" 2>&1
 fuzz --budget "$BUDGET" --shard 1/2 --corpus "$OUTDIR/sharded" --report "$OUTDIR/shard-1.json" > "$OUTDIR/shard-1.log" 2>&1 &
 fuzz --budget "$BUDGET" --shard 2/2 --corpus "$OUTDIR/sharded" --report "$OUTDIR/shard-2.json" > "$OUTDIR/shard-2.log" 2>&1 &
 wait
+fi
+if [[ " $STEPS " == *" resume "* ]]; then
+rm -rf "$OUTDIR"/resume* "$OUTDIR/campaign"
 # resume: stopped midway, then the same command again
 fuzz --budget "$BUDGET" --campaign "$OUTDIR/campaign" --report "$OUTDIR/resume-1.json" > "$OUTDIR/resume-1.log" 2>&1 &
 pid=$!; sleep "$KILL_AFTER"; kill -TERM "$pid"; wait "$pid"; echo "first run stopped: exit $?" > "$OUTDIR/resume.txt"
 fuzz --budget "$BUDGET" --campaign "$OUTDIR/campaign" --report "$OUTDIR/resume-2.json" > "$OUTDIR/resume-2.log" 2>&1
 echo "second run: exit $?" >> "$OUTDIR/resume.txt"
+fi
 
 python3 - "$OUTDIR" <<'PY'
 import collections, json, sys
@@ -33,7 +40,7 @@ def sigs(r):
     return sorted({f["signature"] for f in r["findings"]})
 def corpus(name):
     saved = [s for _, s in iter_cases(out / name) if not isinstance(s, Exception)]
-    per = collections.Counter(s.signature for s in saved)
+    per = collections.Counter(s.finding.signature for s in saved if s.finding)
     return len(saved), sorted(k for k, v in per.items() if v > 1)
 whole, s1, s2 = report("whole"), report("shard-1"), report("shard-2")
 print(f"unsharded: {whole['cases']} cases, ops {sorted(o for o, s in whole['ops'].items() if s['cases'])}")
