@@ -84,13 +84,19 @@ def affected(saved) -> set[str]:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With --kvfuzz-target: the signatures known to show on that target (from the triaged
-    cases that name it), so a must-pass case failing only with those is that target's known
-    defect (xfail), not a new one."""
+    """With --kvfuzz-target: the defects known to show on that target (from the triaged cases
+    that name it), so a must-pass case failing only with those is that target's known defect
+    (xfail), not a new one."""
     override = config.getoption(TARGET_OPTION)
     config._kvfuzz_known = {  # type: ignore[attr-defined]
-        item.saved.finding.signature for item in items
+        defect_of(item.saved.finding.signature) for item in items
         if isinstance(item, CaseItem) and item.saved.expected == "xfail" and override in affected(item.saved)}
+
+
+def defect_of(signature: str) -> str:
+    """A signature less its extent (`all` / `partial` cells, `before` / `after` ...): other inputs
+    show one defect with another extent."""
+    return signature.rsplit(":", 1)[0]
 
 
 class KnownDefect(AssertionError):
@@ -193,7 +199,7 @@ class CaseItem(pytest.Item):
                              "'pass' or prune the case\n" + self.rendered)
         if verdict.failed:
             known = getattr(self.config, "_kvfuzz_known", set())
-            if self.config.getoption(TARGET_OPTION) and set(verdict.signatures()) <= known:
+            if self.config.getoption(TARGET_OPTION) and {defect_of(x) for x in verdict.signatures()} <= known:
                 pytest.xfail(f"known defect of {spec}: {', '.join(verdict.signatures())}")
             raise CaseFailed(self.rendered)
 
