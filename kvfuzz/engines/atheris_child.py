@@ -42,7 +42,7 @@ def target_modules(module) -> list:
     return [module] + [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(name + ".")]
 
 
-def instrument_target(modules: list, atheris) -> tuple[int, int]:
+def instrument_target(modules: list, atheris, host_code: bool = True, kernel_code: bool = True) -> tuple[int, int]:
     """Instrument the target's host functions and its interpreted kernels (the rewritten copy
     the interpreter runs). Returns (host functions, kernels) instrumented."""
     import inspect
@@ -59,11 +59,11 @@ def instrument_target(modules: list, atheris) -> tuple[int, int]:
                 continue
             done.add(id(obj))
             if InterpretedFunction and isinstance(obj, InterpretedFunction):
-                if getattr(obj.fn, "__module__", None) != module.__name__:
+                if not kernel_code or getattr(obj.fn, "__module__", None) != module.__name__:
                     continue
                 atheris.instrument_func(obj.rewrite())  # the function the interpreter calls
                 kernels += 1
-            elif inspect.isfunction(obj) and obj.__module__ == module.__name__:
+            elif host_code and inspect.isfunction(obj) and obj.__module__ == module.__name__:
                 atheris.instrument_func(obj)
                 host += 1
     return host, kernels
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
 
     conn = Connection(cfg["fd"], readable=False)
     device = devmod.select(cfg["device"])
-    hook = atheris.instrument_imports(include=list(INSTRUMENTED)) if cfg["instrument_kvfuzz"] \
+    hook = atheris.instrument_imports(include=list(INSTRUMENTED)) if "kvfuzz" in cfg["instrument"] \
         else contextlib.nullcontext()
     with hook:
         from kvfuzz.engines.atheris_engine import decode
@@ -87,8 +87,8 @@ def main(argv: list[str]) -> None:
         from kvfuzz.worker import InProcessExecutor
     executor = InProcessExecutor(cfg["target"], device)
     host = kernels = 0
-    if cfg["instrument_target"]:
-        host, kernels = instrument_target(target_modules(executor.target.module), atheris)
+    host, kernels = instrument_target(target_modules(executor.target.module), atheris,
+                                      "host" in cfg["instrument"], "kernels" in cfg["instrument"])
     gen = GENERATORS[cfg["op"]]
     op, rerun_every, variant = cfg["op"], cfg["rerun_every"], cfg["variant"]
     sent: set[str] = set()  # signatures this process has reported with their case

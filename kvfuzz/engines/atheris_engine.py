@@ -57,6 +57,7 @@ MAX_LEN = 1024  # bytes per input: a case draws fewer than 100
 # bytes run out takes the smallest choice everywhere, so short inputs are nearly all one case
 DEFAULT_ARGS = ("-len_control=0",)
 RSS_LIMIT_MB = 8192  # libFuzzer's own memory limit (its default, 2 GB, is near torch's footprint)
+INSTRUMENT = ("kvfuzz", "host", "kernels")  # kvfuzz's own code, the target's host code, its kernels
 ARTIFACTS = ("crash-", "timeout-", "oom-", "leak-")  # what libFuzzer writes when the process dies
 _STATUS = re.compile(r"cov: (\d+) ft: (\d+) corp: (\d+)/")
 
@@ -105,12 +106,12 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
             stats: OpStats | None = None, start: int = 0,
-            instrument_kvfuzz: bool = True, instrument_target: bool = True,
-            libfuzzer_args: tuple[str, ...] = ()) -> tuple[OpStats, dict[str, Found]]:
+            instrument: tuple[str, ...] = INSTRUMENT, libfuzzer_args: tuple[str, ...] = ()) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op with libFuzzer until the budget or the case count runs out; `corpus` is the
     op's directory of libFuzzer inputs (created, read, and added to). `executor` (the campaign's
     worker) replays the inputs that killed a fuzzing process. Returns stats and findings keyed
-    by signature (`known` and `stats` are updated in place, as by the other engines)."""
+    by signature (`known` and `stats` are updated in place, as by the other engines).
+    `instrument` names the code whose branches count (tests turn parts off)."""
     stats = OpStats(op) if stats is None else stats
     found: dict[str, Found] = {} if known is None else known
     t0 = time.monotonic()
@@ -161,7 +162,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
                "seed": libfuzzer_seed(seed, op, start, life), "timeout": max(math.ceil(case_timeout_s), 1),
                "runs": max_cases - stats.cases, "rss_limit_mb": RSS_LIMIT_MB, "max_len": MAX_LEN,
                "in_contract_only": in_contract_only, "variant": variant, "rerun_every": rerun_every,
-               "instrument_kvfuzz": instrument_kvfuzz, "instrument_target": instrument_target,
+               "instrument": list(instrument),
                "extra_args": [*DEFAULT_ARGS, *libfuzzer_args]}
         t_start = time.monotonic()
         with open(log, "wb") as out:
