@@ -115,16 +115,19 @@ def test_budget_bounds_a_run_and_the_corpus_is_reused(tmp_path, device):
                            max_cases=10**6, corpus=corpus)
         runs.append((time.monotonic() - t, stats))
     for seconds, stats in runs:
-        assert seconds < 6 + 4  # the fuzzing process is told what is left once it has started
+        # libFuzzer is told what is left of the budget once its process has started (it would
+        # run forever otherwise); the wall-clock bound is loose: this host is shared
+        assert len(stats.engine["max_total_time"]) == 1 and 1 <= stats.engine["max_total_time"][0] <= 6
+        assert seconds < 6 + 60
         assert stats.cases > 0 and stats.engine["lives"] == 1 and stats.not_target == 0
     first_units = runs[0][1].engine["corpus_units"]
     assert first_units > 0 and runs[1][1].engine["corpus_units"] >= first_units
 
 
 def test_max_cases_bounds_a_run(tmp_path, device):
-    stats, _ = fuzz_op("num_kv_splits", NoReplay(), target="builtin", device=device, seed=0, budget_s=60,
+    stats, _ = fuzz_op("num_kv_splits", NoReplay(), target="builtin", device=device, seed=0, budget_s=300,
                        max_cases=25, corpus=tmp_path)
-    assert 0 < stats.cases <= 25 and stats.seconds < 30
+    assert 0 < stats.cases <= 25 and stats.seconds < 200  # -runs ended it, not the budget
 
 
 def test_cli_without_the_extra_is_one_line_exit_2(tmp_path):

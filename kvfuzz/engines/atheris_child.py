@@ -119,9 +119,9 @@ def main(argv: list[str]) -> None:
         conn.send(("case", verdict.status, verdict.not_target, verdict.findings, repeats - 1, features,
                    cls if new_class else None, case if new else None, new_keys))
 
-    conn.send(("ready", {"host_functions": host, "kernels": kernels, "pid": __import__("os").getpid()}))
-    remaining = cfg["deadline"] - time.time()
-    args = [sys.argv[0], cfg["corpus"], f"-max_total_time={max(int(remaining), 1)}",
+    max_total_time = max(int(cfg["deadline"] - time.time()), 1)  # what is left once started
+    conn.send(("ready", {"host_functions": host, "kernels": kernels, "max_total_time": max_total_time}))
+    args = [sys.argv[0], cfg["corpus"], f"-max_total_time={max_total_time}",
             f"-seed={cfg['seed']}", f"-artifact_prefix={cfg['artifacts']}/", f"-timeout={cfg['timeout']}",
             f"-rss_limit_mb={cfg['rss_limit_mb']}", f"-max_len={cfg['max_len']}", "-print_final_stats=1"]
     if cfg["runs"] is not None:

@@ -119,8 +119,9 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
     corpus = Path(corpus)
     corpus.mkdir(parents=True, exist_ok=True)
     info = stats.engine
-    info.update(execs=0, fuzzing_s=0.0, startup_s=0.0, lives=0, artifacts=[], cov=0, ft=0,
-                corpus=str(corpus), instrumented_kernels=0, instrumented_host_functions=0)
+    info.update(execs=0, execs_per_s=0.0, fuzzing_s=0.0, startup_s=0.0, lives=0, max_total_time=[], artifacts=[],
+                cov=0, ft=0,
+                corpus=str(corpus), corpus_units=0, instrumented_kernels=0, instrumented_host_functions=0)
     classes: set[str] = set()
     keys: set[str] = set()
     stats.position = start
@@ -187,12 +188,18 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
                     info["startup_s"] += t_ready - t_start
                     info["instrumented_kernels"] = msg[1]["kernels"]
                     info["instrumented_host_functions"] = msg[1]["host_functions"]
+                    info["max_total_time"].append(msg[1]["max_total_time"])
                 else:
                     handle(msg)
+        except BaseException:  # interrupted: the figures as they stand, no artifact replayed
+            shutil.rmtree(artifacts, ignore_errors=True)
+            raise
         finally:
             conn.close()
             _stop(proc)
-        info["fuzzing_s"] += time.monotonic() - (t_ready or time.monotonic())
+            info["fuzzing_s"] += time.monotonic() - (t_ready or time.monotonic())
+            _figures(info, corpus)
+            stats.classes, stats.variants = len(classes), len(keys)
         text = log.read_text(errors="replace")
         status = _STATUS.findall(text)
         if status:
@@ -211,13 +218,14 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
         if not died or not info["execs"]:  # it ended by its budget or run count, or never got going
             break
     stats.seconds = time.monotonic() - t0
-    stats.classes = len(classes)
-    stats.variants = len(keys)
+    return stats, found
+
+
+def _figures(info: dict, corpus: Path) -> None:
+    """The report's figures as they stand (an interrupted run reports them too)."""
     info["corpus_units"] = sum(1 for p in corpus.iterdir() if p.is_file())
     info["execs_per_s"] = round(info["execs"] / info["fuzzing_s"], 1) if info["fuzzing_s"] > 0 else 0.0
-    info["fuzzing_s"] = round(info["fuzzing_s"], 2)
-    info["startup_s"] = round(info["startup_s"], 2)
-    return stats, found
+    info["fuzzing_s"], info["startup_s"] = round(info["fuzzing_s"], 3), round(info["startup_s"], 3)
 
 
 def _stop(proc: subprocess.Popen) -> None:
