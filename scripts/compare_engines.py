@@ -13,7 +13,9 @@ counts when the engine first sees it, before confirmation (nothing is confirmed 
 "Block paths" is the time of the first case by which all of `block:all_a`, `block:all_b`,
 `block:mixed` have occurred (the case features of `strategies/spec.py`, which follow the seed
 kernel's branch conditions). A median over seeds that did not all find it counts the missing
-ones as never; `found` says in how many seeds it showed.
+ones as never ("-" when that is the median); (k/n) says in how many seeds it showed. The
+Hypothesis engine's budget excludes its shrinking, so its runs last longer than `--budget`
+and can first see a signature later than that.
 """
 
 from __future__ import annotations
@@ -93,13 +95,14 @@ def median_or_none(values: list[float | None], n: int) -> float | None:
     return None if m == float("inf") else m
 
 
-def table(runs: list[dict], engines: list[str], seeds: list[int], budget: float) -> str:
+def table(runs: list[dict], engines: list[str], seeds: list[int], min_found: int = 1) -> str:
+    """Rows: the block paths, then every signature some engine saw in at least `min_found` seeds."""
     n = len(seeds)
 
     def cell(values: list[float | None]) -> str:
         m = median_or_none(values, n)
         found = sum(v is not None for v in values)
-        return f"{m:.1f} s ({found}/{n})" if m is not None else f"> {budget:.0f} s ({found}/{n})"
+        return f"{m:.1f} s ({found}/{n})" if m is not None else f"- ({found}/{n})"
 
     rows = [("what (median over seeds; found in k of n)", *engines)]
     by = {(r["engine"], r["op"], r["seed"]): r for r in runs}
@@ -110,9 +113,12 @@ def table(runs: list[dict], engines: list[str], seeds: list[int], budget: float)
     for op in ops:
         sigs = sorted({sig for r in runs if r["op"] == op for sig in r["first"]})
         for sig in sigs:
-            rows.append((sig, *(cell([by[(e, op, s)]["first"].get(sig) for s in seeds]) for e in engines)))
-        rows.append((f"{op}: cases in {budget:.0f} s",
-                     *(f"{statistics.median(by[(e, op, s)]['cases'] for s in seeds):.0f}" for e in engines)))
+            times = {e: [by[(e, op, s)]["first"].get(sig) for s in seeds] for e in engines}
+            if max(sum(t is not None for t in v) for v in times.values()) >= min_found:
+                rows.append((sig, *(cell(times[e]) for e in engines)))
+        rows.append((f"{op}: cases, wall seconds (medians)",
+                     *(f"{statistics.median(by[(e, op, s)]['cases'] for s in seeds):.0f}, "
+                       f"{statistics.median(by[(e, op, s)]['seconds'] for s in seeds):.0f} s" for e in engines)))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
@@ -127,11 +133,19 @@ def main() -> int:
     p.add_argument("--engines", nargs="+", default=["atheris", "hypothesis", "batch"])
     p.add_argument("--ops", nargs="+", default=["swa_spec_page_table", "decode_metadata", "num_kv_splits"])
     p.add_argument("--json", type=Path, help="also write every run's figures here")
+    p.add_argument("--from-json", type=Path, help="print the table of runs written earlier by --json")
+    p.add_argument("--min-found", type=int, default=1, metavar="K",
+                   help="list a signature only if some engine saw it in K seeds or more (default 1)")
     p.add_argument("--one", nargs=3, metavar=("ENGINE", "SEED", "OP"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         engine, seed, op = args.one
         print(json.dumps(one(engine, int(seed), op, args.budget, args.target)))
+        return 0
+    if args.from_json:
+        runs = json.loads(args.from_json.read_text())
+        engines = [e for e in args.engines if any(r["engine"] == e for r in runs)]
+        print(table(runs, engines, sorted({r["seed"] for r in runs}), args.min_found))
         return 0
     runs = []
     for seed in args.seeds:
@@ -149,7 +163,7 @@ def main() -> int:
                       f"{len(r['first'])} signatures", file=sys.stderr)
                 if args.json:
                     args.json.write_text(json.dumps(runs, indent=1))
-    print(table(runs, args.engines, args.seeds, args.budget))
+    print(table(runs, args.engines, args.seeds, args.min_found))
     return 0
 
 
