@@ -16,6 +16,7 @@ import pytest
 from kvfuzz.engines.atheris_engine import decode, fuzz_op
 from kvfuzz.jobs import merge_reports
 from kvfuzz.strategies import GENERATORS
+from kvfuzz.worker import WorkerExecutor
 
 SPEC = "swa_spec_page_table"
 ALL_A, ALL_B, MIXED = "block:all_a", "block:all_b", "block:mixed"
@@ -25,10 +26,11 @@ needs_atheris = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
 
 
 class NoReplay:
-    """An executor for runs that must not kill their fuzzing process (nothing to replay)."""
+    """An executor for runs that must neither kill their fuzzing process nor find anything
+    (the builtin kernels): nothing to replay, nothing to re-run."""
 
     def run(self, case, repeats=1, torch_ref=True):
-        raise AssertionError(f"a fuzzing process died on {case.digest()}")
+        raise AssertionError(f"asked to re-run {case.digest()}: a crash or a finding")
 
 
 @needs_atheris
@@ -68,14 +70,18 @@ def test_kernel_block_paths_are_distinct_coverage(tmp_path, seed_path, device):
         corpus.mkdir()
         for i, data in enumerate(datas):
             (corpus / f"in{i}").write_bytes(data)
-        stats, found = fuzz_op(SPEC, NoReplay(), target=str(seed_path), device=device, seed=0, budget_s=120,
+        stats, found = fuzz_op(SPEC, worker, target=str(seed_path), device=device, seed=0, budget_s=120,
                                max_cases=100, corpus=corpus, in_contract_only=True, instrument=("kernels",),
                                libfuzzer_args=("-runs=0",))  # run the corpus, mutate nothing
         assert stats.engine["instrumented_kernels"] == 4 and stats.engine["instrumented_host_functions"] == 0
         assert stats.engine["lives"] == 1 and stats.not_target == 0
         return stats.engine["cov"]
 
-    with_b, with_bm, with_am, with_abm = cov(b), cov(b, m), cov(am, m), cov(am, b, m)
+    worker = WorkerExecutor(str(seed_path), device)  # re-runs what the seed gets wrong in these cases
+    try:
+        with_b, with_bm, with_am, with_abm = cov(b), cov(b, m), cov(am, m), cov(am, b, m)
+    finally:
+        worker.close()
     assert with_b > 0
     assert with_bm > with_b  # the mixed block's branch
     assert with_abm > with_bm  # the all-A block's branch
@@ -149,3 +155,16 @@ def test_shard_reports_merge_engine_figures():
             "cases": execs, "engine": {"execs": execs, "execs_per_s": rate, "lives": 1, "cov": cov, "ft": cov}}}}
     merged = merge_reports([report(100, 10.0, 40), report(50, 5.0, 60)], jobs=2)["ops"][SPEC]["engine"]
     assert merged == {"execs": 150, "execs_per_s": 15.0, "lives": 2, "cov": 60, "ft": 60}
+
+
+@needs_atheris
+def test_a_finding_counts_only_if_the_worker_shows_it_too(tmp_path, device):
+    """The fuzzing process runs the planted defects; the re-run goes to an executor of the
+    builtin kernels, which has none: nothing counts, and the signatures are `fuzzer_only`."""
+    from kvfuzz.worker import InProcessExecutor
+
+    found_new = []
+    stats, found = fuzz_op("decode_metadata", InProcessExecutor("builtin", device), target=MUTANT, device=device,
+                           seed=0, budget_s=10, max_cases=300, corpus=tmp_path, on_new=found_new.append)
+    assert found == {} and found_new == []
+    assert stats.engine["fuzzer_only"] and all(s.startswith("decode_metadata:") for s in stats.engine["fuzzer_only"])

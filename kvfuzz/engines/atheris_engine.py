@@ -19,9 +19,12 @@ campaign's worker (a subprocess: the crash is a `crash` finding like any other) 
 fuzzing process on the same corpus for the rest of the budget (each start costs a few seconds,
 counted in the report's `startup_s`).
 
-Every verdict comes back over a pipe and is counted here; each new signature is recorded with
-its case and handed to the campaign (`on_new`), which confirms it in a fresh worker, saves it,
-and minimizes it with kvfuzz's reducer at the end of the op, exactly as for the other engines.
+Every verdict comes back over a pipe and is counted here. A new signature comes with its case,
+which is re-run alone in the campaign's worker first (the fuzzing process is instrumented and
+runs cases in-process; a signature that does not show there is listed as `fuzzer_only`, as the
+batched engine lists `batch_only`); then it is recorded and handed to the campaign (`on_new`),
+which confirms it in a fresh worker, saves it, and minimizes it with kvfuzz's reducer at the end
+of the op, exactly as for the other engines.
 The op's report gets `engine`: execs/s, libFuzzer's coverage (`cov` edges, `ft` features), the
 corpus size, the processes started and the artifacts replayed.
 """
@@ -120,22 +123,33 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
     corpus.mkdir(parents=True, exist_ok=True)
     info = stats.engine
     info.update(execs=0, execs_per_s=0.0, fuzzing_s=0.0, startup_s=0.0, lives=0, max_total_time=[], artifacts=[],
-                cov=0, ft=0,
+                fuzzer_only=[], cov=0, ft=0,
                 corpus=str(corpus), corpus_units=0, instrumented_kernels=0, instrumented_host_functions=0)
     classes: set[str] = set()
     keys: set[str] = set()
+    fuzzer_only: set[str] = set()  # signatures seen in the fuzzing process that the worker did not show
     stats.position = start
 
-    def record(verdict: Verdict, case: Case | None) -> None:
+    def record(verdict: Verdict, case: Case | None, in_worker: bool = False) -> None:
+        """Count a verdict; a new signature counts once it shows again with the case run alone
+        in the worker (a verdict from the fuzzing process: instrumented, in-process)."""
         stats.count(verdict)
         stats.position = start + stats.cases
         if on_case:
             on_case(stats, verdict)
-        for f in verdict.findings if case is not None else ():
-            if f.signature not in found:
-                found[f.signature] = Found(f, case, case)
-                if on_new:
-                    on_new(found[f.signature])
+        new = [f for f in verdict.findings if f.signature not in found and f.signature not in fuzzer_only]
+        if not new or case is None:
+            return
+        again = {f.signature: f for f in verdict.findings} if in_worker else \
+            {f.signature: f for f in judge(case, executor.run(case, repeats=2 if rerun_every else 1)).findings}
+        for f in new:
+            if f.signature not in again:
+                fuzzer_only.add(f.signature)
+                info["fuzzer_only"].append(f.signature)
+                continue
+            found[f.signature] = Found(again[f.signature], case, case)
+            if on_new:
+                on_new(found[f.signature])
 
     def handle(msg: tuple) -> None:
         kind = msg[0]
@@ -210,7 +224,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
             case, _ = decode(op, path.read_bytes(), in_contract_only, variant)
             verdict = judge(case, executor.run(case))
             info["artifacts"].append({"kind": path.name.split("-")[0], "signatures": verdict.signatures()})
-            record(verdict, case)
+            record(verdict, case, in_worker=True)
         if t_ready is None or (proc.returncode != 0 and not died):
             stats.not_judged(f"HarnessError: the atheris process exited {proc.returncode} "
                              f"without an artifact: {_last_lines(text)}")
