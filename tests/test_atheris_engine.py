@@ -70,7 +70,7 @@ def test_kernel_block_paths_are_distinct_coverage(tmp_path, seed_path, device):
         corpus.mkdir()
         for i, data in enumerate(datas):
             (corpus / f"in{i}").write_bytes(data)
-        stats, found = fuzz_op(SPEC, worker, target=str(seed_path), device=device, seed=0, budget_s=120,
+        stats, _ = fuzz_op(SPEC, worker, target=str(seed_path), device=device, seed=0, budget_s=120,
                                max_cases=100, corpus=corpus, in_contract_only=True, instrument=("kernels",),
                                libfuzzer_args=("-runs=0",))  # run the corpus, mutate nothing
         assert stats.engine["instrumented_kernels"] == 4 and stats.engine["instrumented_host_functions"] == 0

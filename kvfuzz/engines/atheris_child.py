@@ -86,7 +86,6 @@ def main(argv: list[str]) -> None:
         from kvfuzz.strategies import GENERATORS
         from kvfuzz.worker import InProcessExecutor
     executor = InProcessExecutor(cfg["target"], device)
-    host = kernels = 0
     host, kernels = instrument_target(target_modules(executor.target.module), atheris,
                                       "host" in cfg["instrument"], "kernels" in cfg["instrument"])
     gen = GENERATORS[cfg["op"]]
@@ -124,9 +123,7 @@ def main(argv: list[str]) -> None:
     args = [sys.argv[0], cfg["corpus"], f"-max_total_time={max_total_time}",
             f"-seed={cfg['seed']}", f"-artifact_prefix={cfg['artifacts']}/", f"-timeout={cfg['timeout']}",
             f"-rss_limit_mb={cfg['rss_limit_mb']}", f"-max_len={cfg['max_len']}", "-print_final_stats=1"]
-    if cfg["runs"] is not None:
-        args.append(f"-runs={cfg['runs']}")
-    args += cfg.get("extra_args", [])
+    args += [f"-runs={cfg['runs']}", *cfg["extra_args"]]  # a later flag overrides an earlier one
     atheris.Setup(args, test_one_input)
     atheris.Fuzz()
 

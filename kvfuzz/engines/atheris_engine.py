@@ -62,7 +62,7 @@ DEFAULT_ARGS = ("-len_control=0",)
 RSS_LIMIT_MB = 8192  # libFuzzer's own memory limit (its default, 2 GB, is near torch's footprint)
 INSTRUMENT = ("kvfuzz", "host", "kernels")  # kvfuzz's own code, the target's host code, its kernels
 ARTIFACTS = ("crash-", "timeout-", "oom-", "leak-")  # what libFuzzer writes when the process dies
-_STATUS = re.compile(r"cov: (\d+) ft: (\d+) corp: (\d+)/")
+_STATUS = re.compile(r"cov: (\d+) ft: (\d+) corp: \d+/")  # libFuzzer's status lines
 
 
 def missing() -> str | None:
@@ -217,7 +217,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
         text = log.read_text(errors="replace")
         status = _STATUS.findall(text)
         if status:
-            cov, ft, units = map(int, status[-1])
+            cov, ft = int(status[-1][0]), int(status[-1][1])
             info.update(cov=max(info["cov"], cov), ft=max(info["ft"], ft))
         died = sorted(p for p in artifacts.iterdir() if p.name.startswith(ARTIFACTS))
         for path in died:  # the input that killed it, replayed in the isolated worker
