@@ -27,7 +27,7 @@ from . import device as devmod
 from .case import Case
 from .confirm import TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
-from .engines import batch_engine, hypothesis_engine
+from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput
 from .execute import one_line
@@ -41,7 +41,7 @@ from .worker import Executor, WorkerExecutor, make_executor
 # a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
 PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
 SNAPSHOT_EVERY_S = 0.25  # the fuzz loop builds a progress snapshot at most this often
-ENGINES = ("batch", "hypothesis")
+ENGINES = ("batch", "hypothesis", "atheris")
 
 
 @dataclass
@@ -89,6 +89,8 @@ class CampaignConfig:
             raise BadInput(f"--confirm-tries must be >= 1, got {self.confirm_tries}")
         if self.engine not in ENGINES:
             raise BadInput(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine == "atheris" and atheris_engine.missing():
+            raise BadInput(atheris_engine.missing())
         i, n = self.shard
         if not (n >= 1 and 1 <= i <= n):
             raise BadInput(f"--shard must be I/N with 1 <= I <= N, got {i}/{n}")
@@ -369,6 +371,10 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                                 shard=cfg.shard, pool_seed=cfg.seed,
                                                 cross_every=cfg.cross_check_every if cfg.cross_check else 0,
                                                 **common)
+            elif cfg.engine == "atheris":
+                s, found = atheris_engine.fuzz_op(
+                    op, executor, target=cfg.target, device=device, case_timeout_s=cfg.case_timeout_s,
+                    corpus=atheris_engine.corpus_root(cfg.target, cfg.campaign_dir) / op, **common)
             else:
                 s, found = hypothesis_engine.fuzz_op(op, executor, shrink_budget_s=cfg.minimize_budget_s / 2,
                                                      **common)
@@ -437,7 +443,7 @@ def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions
         meta["cross_check"] = cfg.cross_check
     return SavedCase(
         case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
-        device=device, versions=versions, origin="hypothesis" if cfg.engine == "hypothesis" else "batch",
+        device=device, versions=versions, origin=cfg.engine,
         expected="xfail" if external else "pass",
         reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
         minimized=case != f.first, minimize_log=log)

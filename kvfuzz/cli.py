@@ -54,9 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
-    f.add_argument("--engine", choices=("batch", "hypothesis"), default="batch",
+    f.add_argument("--engine", choices=("batch", "hypothesis", "atheris"), default="batch",
                    help="batch: seeded generation, many cases per synchronisation (default); "
-                   "hypothesis: one case at a time through Hypothesis, which shrinks as it goes")
+                   "hypothesis: one case at a time through Hypothesis, which shrinks as it goes; "
+                   "atheris: coverage-guided (libFuzzer; the [atheris] extra)")
     f.add_argument("--rerun-every", type=int, metavar="N",
                    help="run every N-th case twice to check determinism (0: never; default 1 on CUDA, 10 on the CPU)")
     f.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -202,6 +203,9 @@ def cmd_fuzz(args) -> int:
     for s in result.stats:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (
             f" [variant {s.contract_variant}]" if s.contract_variant else "")
+        if s.engine.get("execs"):
+            status += (f", {s.engine['execs_per_s']} execs/s, coverage {s.engine['cov']} edges"
+                       f" {s.engine['ft']} features, corpus {s.engine['corpus_units']} inputs")
         print(f"{s.op}: {status}")
     for x in result.saved:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""

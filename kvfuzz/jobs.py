@@ -156,6 +156,12 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             m["batch_only"] += [x for x in s.get("batch_only", []) if x not in m["batch_only"]]
             m.setdefault("timelines", []).append(s.get("timeline", []))
             m["not_target_messages"] += s.get("not_target_messages", [])
+            if s.get("engine"):  # atheris: shards fuzz side by side, so their rates add up
+                e = m.setdefault("engine", {"execs": 0, "execs_per_s": 0.0, "lives": 0, "cov": 0, "ft": 0})
+                for k in ("execs", "execs_per_s", "lives"):
+                    e[k] = round(e[k] + s["engine"].get(k, 0), 1)
+                for k in ("cov", "ft"):
+                    e[k] = max(e[k], s["engine"].get(k, 0))
     for m in ops.values():
         m["timeline"] = _summed(m.pop("timelines", []))
     out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}

@@ -44,6 +44,7 @@ class OpStats:
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (seconds, cases, findings), ~1 a second
     contract_variant: str | None = None  # the contract variant the op's cases were judged by
     cross_checked: int = 0  # cases also run on the cross-check backend and compared (--cross-check)
+    engine: dict = field(default_factory=dict)  # the engine's own figures (atheris: execs/s, coverage)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -52,6 +53,12 @@ class OpStats:
             self.not_target += 1
             if len(self.not_target_messages) < NOT_TARGET_KEPT and verdict.not_target not in self.not_target_messages:
                 self.not_target_messages.append(verdict.not_target)
+
+    def not_judged(self, message: str) -> None:
+        """A failure that is kvfuzz's or the environment's, outside any case."""
+        self.not_target += 1
+        if len(self.not_target_messages) < NOT_TARGET_KEPT and message not in self.not_target_messages:
+            self.not_target_messages.append(message)
 
     def sample(self, seconds: float, findings: int, every_s: float = 1.0) -> None:
         """A point of the op's timeline (for the report's plots), at most one per `every_s`."""
@@ -75,4 +82,5 @@ class OpStats:
             "timeline": [[round(t, 2), n, f] for t, n, f in self.timeline],
             "contract_variant": self.contract_variant,
             "cross_checked": self.cross_checked,
+            **({"engine": self.engine} if self.engine else {}),
         }

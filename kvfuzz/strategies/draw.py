@@ -3,8 +3,9 @@
 Every case generator in `kvfuzz.strategies` is written against `Draw`: `integer`, `choice`,
 `boolean`, `seed`. `HypothesisDraw` turns each call into a Hypothesis draw, so the public
 strategies (`decode_cases()`, ...) keep Hypothesis' search and shrinking; `RandomDraw` answers
-from `random.Random`, about a hundred times cheaper per case, for the batched engine. The same
-code therefore defines what either engine can reach.
+from `random.Random`, about a hundred times cheaper per case, for the batched engine;
+`FuzzedDraw` answers from libFuzzer's bytes (the atheris engine). The same code therefore
+defines what every engine can reach.
 
 Choices are ordered simplest first: Hypothesis shrinks `choice` toward the first option,
 `boolean` toward False and `integer` toward its lower bound.
@@ -140,6 +141,26 @@ class HypothesisDraw(Draw):
         from hypothesis import strategies as st
 
         return self.draw(st.booleans())
+
+
+class FuzzedDraw(Draw):
+    """Answers from an `atheris.FuzzedDataProvider` over libFuzzer's bytes. Exhausted bytes
+    answer the lower bound (the simplest choice), so a short input is a small case and the
+    same bytes always decode to the same case."""
+
+    __slots__ = ("fdp",)
+
+    def __init__(self, fdp: Any) -> None:
+        self.fdp = fdp
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.fdp.ConsumeIntInRange(lo, hi)
+
+    def choice(self, options: Sequence[T]) -> T:
+        return options[self.fdp.ConsumeIntInRange(0, len(options) - 1)]
+
+    def boolean(self) -> bool:
+        return self.fdp.ConsumeBool()
 
 
 @dataclass(frozen=True)
