@@ -207,8 +207,21 @@ def num_kv_splits(case: Case) -> Expected:
             alt = _splits_for(case, mx, mn, e)
             if not np.array_equal(alt, main) and not any(np.array_equal(alt, x["num_kv_splits"]) for x in alts):
                 alts.append({"num_kv_splits": alt})
+    if "uneven_batch" in case.tensors:  # 0.5.23's flag: it does not depend on the float32 step
+        flag = num_kv_splits_uneven(mx, mn)
+        main = {"num_kv_splits": main, "uneven_batch": flag}
+        alts = [{**a, "uneven_batch": flag} for a in alts]
+    else:
+        main = {"num_kv_splits": main}
     boundary = None
     if alts:
         boundary = (f"float32 step on a rounding boundary: device_core_count * max(log2(max_seq_len/64), 1) "
                     f"truncates to {lo}..{hi} within log2 error; {len(alts) + 1} results accepted")
-    return Expected({"num_kv_splits": main}, tuple(alts), boundary)
+    return Expected(main, tuple(alts), boundary)
+
+
+def num_kv_splits_uneven(mx: int, mn: int) -> np.ndarray:
+    """uneven_batch: min < max after the ratio rule (a min above 80% of the max becomes the max)."""
+    if mx * 8 < mn * 10:
+        mn = mx
+    return np.array([int(mn < mx)], dtype=np.int64)

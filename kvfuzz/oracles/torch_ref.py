@@ -114,4 +114,7 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
     per_row = torch.maximum(cdiv(lens, c1), cdiv(lens, c2))
     out = torch.zeros(case.tensors["num_kv_splits"].shape, dtype=torch.int64, device=device)
     out[: num_seq * num_group] = per_row.repeat_interleave(num_group)
-    return {"num_kv_splits": _out(out)}
+    result = {"num_kv_splits": _out(out)}
+    if "uneven_batch" in case.tensors:  # SGLang 0.5.23: min < max after the ratio rule (mn above)
+        result["uneven_batch"] = (mn < mx).to(torch.int64).reshape(1)
+    return result

@@ -12,7 +12,11 @@ its value comes from.
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
   checks describes (`NEUTRAL`: no v2p tables, page multiplier 1, skip flags off, no read
-  table, no zero tail, no `uneven_batch_ptr`). Those paths are not checked.
+  table, no zero tail). Those paths are not checked.
+* An optional output kvfuzz has a contract for (`OpCall.optional`: 0.5.23's `uneven_batch_ptr`)
+  gets the case's tensor, or None when the case has none. A signature without its parameter
+  `lacks` it: campaigns leave it out of that target's cases (`engines.common.fit_target`), and
+  a case that holds it anyway cannot be called (`HarnessError`; `kvfuzz replay` refuses it).
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -74,6 +78,10 @@ def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself
     return t["full_to_swa_index_mapping"] if _uses_swa(t) else None
 
 
+def _optional(name: str) -> Getter:  # an optional output: None when the case has none
+    return lambda t, s: t.get(name)
+
+
 def _max_num_seq(t, s):
     return sglang_max_num_seq(s["num_seq"])
 
@@ -89,6 +97,7 @@ class OpCall:
     legacy_kw: tuple[str, ...] = ()  # passed by keyword after the positional ones, in 0.5.14's call
     legacy_kw_bare: tuple[str, ...] = ()  # the same, for a bare kernel only
     aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
+    optional: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # optional tensor -> its parameters
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -148,14 +157,16 @@ NUM_KV_SPLITS = OpCall(
         **{name: _scalar(name) for name in ("num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits",
                                             "device_core_count")},
         "MAX_NUM_SEQ": _max_num_seq,  # SGLang's triton backend: 256 below 256 sequences, else next power of 2
+        "uneven_batch_ptr": _optional("uneven_batch"),  # 0.5.23: an extra output flag (min < max length)
     },
     required=(("num_kv_splits_ptr", "num_kv_splits"), ("seq_lens_ptr", "seq_lens"), ("num_seq",), ("num_group",),
               ("num_head",), ("num_kv_head",), ("max_kv_splits",), ("device_core_count",)),
-    neutral={"uneven_batch_ptr": None},  # 0.5.23: an extra output flag (min < max length), not checked
+    neutral={},
     legacy=("num_kv_splits_ptr", "seq_lens_ptr", "num_seq", "num_group", "num_head", "num_kv_head",
             "max_kv_splits", "device_core_count"),
     legacy_kw_bare=("MAX_NUM_SEQ",),
     aliases={"num_kv_splits": "num_kv_splits_ptr", "seq_lens": "seq_lens_ptr"},
+    optional={"uneven_batch": ("uneven_batch_ptr",)},
 )
 
 OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
@@ -196,7 +207,7 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
     "num_kv_splits": (
         Generation("0.5.14", "0.5.6-0.5.22", _SPLITS_0514, "the seed's kernel"),
         Generation("0.5.23", "0.5.23", _SPLITS_0514 + ("uneven_batch_ptr",),
-                   "uneven_batch_ptr (optional output flag): kvfuzz passes None"),
+                   "uneven_batch_ptr (optional output flag): the case's uneven_batch tensor, or None"),
     ),
 }
 
@@ -216,10 +227,15 @@ class Binding:
     neutral: Mapping[str, Any]  # known later-release parameters -> the value that turns their path off
     defaulted: tuple[str, ...]  # unknown parameters left at their defaults: not checked
     neutral_passed: tuple[str, ...] = ()  # the neutral parameters whose default differs: passed explicitly
+    lacks: tuple[str, ...] = ()  # the contract's optional tensors this signature cannot take
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
 
     def arguments(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list, dict]:
+        unsupported = [name for name in self.lacks if name in t]
+        if unsupported:  # campaigns leave such tensors out for this target (engines.common)
+            raise HarnessError(f"building the {self.op} call: this entry point takes no "
+                               f"{', '.join(unsupported)}")
         try:
             return [g(t, s) for g in self._positional], {k: g(t, s) for k, g in self._keywords}
         except Exception as exc:  # kvfuzz's case lacks what its own binding asks for
@@ -243,6 +259,8 @@ class Binding:
                 for k, v in self.neutral.items()))
         if self.defaulted:
             out.append("left at their defaults (unchecked): " + ", ".join(self.defaulted))
+        if self.lacks:
+            out.append("cannot take the optional " + ", ".join(self.lacks))
         return "; ".join(out)
 
 
@@ -295,14 +313,19 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       positional, keywords)
+                       _lacks(call, supplied), positional, keywords)
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
-        return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), positional, keywords)
+        return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
+                       positional, keywords)
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
+
+
+def _lacks(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name, params in call.optional.items() if not set(params) & set(supplied))
 
 
 def _same(default: Any, value: Any) -> bool:
