@@ -171,7 +171,8 @@ def cmd_fuzz(args) -> int:
         in_contract_only=args.in_contract_only, isolate=not args.in_process,
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
-        confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir)
+        confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
+        ops_named=bool(args.ops))
     for option, path in (("--report", args.report), ("--junit", args.junit), ("--markdown", args.markdown)):
         _check_writable(path, option)
     if args.jobs < 1:

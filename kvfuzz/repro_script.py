@@ -365,6 +365,15 @@ def call_num_kv_splits(entry, t, s):
         entry(*args, **extra)
 
 
+def call_draft_extend_metadata(entry, t, s):
+    """draft_extend_set_metadata as SGLang's DRAFT_EXTEND_V2 path calls it (0.5.16 on); the SWA
+    tensors are None without SWA."""
+    swa = {name: t.get(name) for name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
+                                          "swa_out_cache_loc")}
+    entry(t["cache_seqlens_int32"], t["cu_seqlens_k"], t["cu_seqlens_q"], t["page_table"], t["req_to_token"],
+          t["req_pool_indices"], t["seq_lens"], t["extend_seq_lens"], s["page_size"], **swa)
+
+
 # optional tensors -> the parameter an entry point takes them by (a later SGLang release added it)
 OPTIONAL_PARAMS = {"uneven_batch": "uneven_batch_ptr"}
 
@@ -393,6 +402,7 @@ CALLS = {
     "decode_metadata": call_decode_metadata,
     "swa_spec_page_table": call_swa_spec_page_table,
     "num_kv_splits": call_num_kv_splits,
+    "draft_extend_metadata": call_draft_extend_metadata,
 }
 
 

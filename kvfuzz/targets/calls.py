@@ -169,8 +169,20 @@ NUM_KV_SPLITS = OpCall(
     optional={"uneven_batch": ("uneven_batch_ptr",)},
 )
 
+_DRAFT_EXTEND_PARAMS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "page_table", "req_to_token",
+                        "req_pool_indices", "seq_lens", "extend_seq_lens", "page_size", "full_to_swa_index_mapping",
+                        "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
+DRAFT_EXTEND = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (their defaults)
+    supplied={name: _optional(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
+                                                "swa_out_cache_loc") else _scalar(name) if name == "page_size"
+              else _tensor(name) for name in _DRAFT_EXTEND_PARAMS},
+    required=tuple((name,) for name in _DRAFT_EXTEND_PARAMS),
+    neutral={},
+    legacy=_DRAFT_EXTEND_PARAMS,  # the only signature so far: its own order
+)
+
 OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
-                          "num_kv_splits": NUM_KV_SPLITS}
+                          "num_kv_splits": NUM_KV_SPLITS, "draft_extend_metadata": DRAFT_EXTEND}
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,10 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
         Generation("0.5.14", "0.5.6-0.5.22", _SPLITS_0514, "the seed's kernel"),
         Generation("0.5.23", "0.5.23", _SPLITS_0514 + ("uneven_batch_ptr",),
                    "uneven_batch_ptr (optional output flag): the case's uneven_batch tensor, or None"),
+    ),
+    "draft_extend_metadata": (
+        Generation("0.5.16", "0.5.16-0.5.23", DRAFT_EXTEND.legacy, "new op; the same signature and kernel "
+                   "text in every release since"),
     ),
 }
 
