@@ -736,6 +736,24 @@ def draft_widths_pass(case: Case) -> Iterator[Candidate]:
             yield f"req_to_token width {rtt.shape[1]} -> {w}", (lambda w=w: _narrow(case, "req_to_token", w))
 
 
+# q8kv8_topk_length --------------------------------------------------------------------------------
+
+
+def topk_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop rows of indices with their lengths; then narrow the rows (the widths SGLang's block
+    choice turns on first)."""
+    spec = case.tensors["indices"]
+    if len(spec.shape) != 2 or case.tensors["topk_length"].shape != spec.shape[:1]:
+        return
+    S, K = spec.shape
+    for drop in _chunks(S):
+        keep = [i for i in range(S) if i not in drop]
+        yield (f"dropped row{'s' if len(drop) > 1 else ''} {_fmt(drop)} (S {S} -> {len(keep)})",
+               lambda keep=keep: _take_many(case, {"indices": keep, "topk_length": keep}))
+    for w in _targets(K, 0, [b for b in (128, 256, 512) if b < K]):
+        yield f"indices width {K} -> {w}", (lambda w=w: _narrow(case, "indices", w))
+
+
 # registry ---------------------------------------------------------------------------------------
 
 GENERIC: tuple[Pass, ...] = (layout_pass, dtype_pass, value_pass)
@@ -745,6 +763,7 @@ PASSES: dict[str, tuple[Pass, ...]] = {
     "swa_spec_page_table": (spec_rows_pass, spec_widths_pass, *GENERIC),
     "num_kv_splits": (splits_rows_pass, *GENERIC, splits_scalars_pass),
     "draft_extend_metadata": (draft_rows_pass, draft_swa_pass, draft_widths_pass, *GENERIC),
+    "q8kv8_topk_length": (topk_rows_pass, *GENERIC),
 }
 
 

@@ -374,6 +374,22 @@ def call_draft_extend_metadata(entry, t, s):
           t["req_pool_indices"], t["seq_lens"], t["extend_seq_lens"], s["page_size"], **swa)
 
 
+class WrongResult(Exception):
+    """An entry point returned something else than its output's shape and dtype (kvfuzz's name)."""
+
+
+def call_q8kv8_topk_length(entry, t, s):
+    """q8kv8_topk_length_from_indices (0.5.23) returns its output: copied into the case's
+    tensor, which must then have its shape and dtype."""
+    import torch
+
+    out, result = t["topk_length"], entry(t["indices"])
+    if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(out.shape) or result.dtype != out.dtype:
+        what = f"{result.dtype}{list(result.shape)}" if isinstance(result, torch.Tensor) else type(result).__name__
+        raise WrongResult(f"returned {what}, expected {out.dtype}{list(out.shape)}")
+    out.copy_(result)
+
+
 # optional tensors -> the parameter an entry point takes them by (a later SGLang release added it)
 OPTIONAL_PARAMS = {"uneven_batch": "uneven_batch_ptr"}
 
@@ -403,6 +419,7 @@ CALLS = {
     "swa_spec_page_table": call_swa_spec_page_table,
     "num_kv_splits": call_num_kv_splits,
     "draft_extend_metadata": call_draft_extend_metadata,
+    "q8kv8_topk_length": call_q8kv8_topk_length,
 }
 
 

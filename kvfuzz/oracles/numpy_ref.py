@@ -288,3 +288,15 @@ def draft_extend_metadata(case: Case) -> Expected:
             raise OutOfContract("a swa_out_cache_loc value does not fit int32")
         out["swa_out_cache_loc"] = slots
     return Expected(out)
+
+
+# 5. q8kv8_topk_length -------------------------------------------------------------------
+
+
+def q8kv8_topk_length(case: Case) -> Expected:
+    """1 + the last position holding a value >= 0, and 1 for a row without one."""
+    idx = np.asarray(case.values["indices"], dtype=np.int64)
+    S, K = case.tensors["indices"].shape
+    ramp = np.arange(1, K + 1, dtype=np.int64)
+    last = np.where(idx >= 0, ramp[None, :], 0).max(axis=1, initial=0) if S else np.zeros(0, np.int64)
+    return Expected({"topk_length": np.maximum(last, 1)})

@@ -147,3 +147,13 @@ def draft_extend_metadata(case: Case, device, inputs: Inputs = None) -> dict[str
         out["swa_page_table"] = torch.where(mask, torch.div(mapping[safe], ps, rounding_mode="floor"), 0)
         out["swa_out_cache_loc"] = mapping[_t(case, "out_cache_loc", device, inputs).long()]
     return out
+
+
+def q8kv8_topk_length(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    """The unfused derivation SGLang's docstring names: ((indices >= 0) * ramp).amax, min 1."""
+    idx = _t(case, "indices", device, inputs)
+    S, K = idx.shape
+    if K == 0:
+        return {"topk_length": torch.ones(S, dtype=torch.int64, device=device)}
+    ramp = torch.arange(1, K + 1, device=device)
+    return {"topk_length": ((idx >= 0) * ramp).amax(dim=1).clamp(min=1).to(torch.int64)}

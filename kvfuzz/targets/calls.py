@@ -45,6 +45,23 @@ from .sglang_shim import make_swa_pool
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
 
+class WrongResult(Exception):
+    """An entry point that returns its output returned something else than the output's shape
+    and dtype: the target's failure (a crash on an in-contract case)."""
+
+
+def store_result(out: Any, result: Any) -> None:
+    """Copy a returned output into the case's tensor, or WrongResult."""
+    import torch
+
+    if not isinstance(result, torch.Tensor):
+        raise WrongResult(f"returned {type(result).__name__}, not a tensor")
+    if tuple(result.shape) != tuple(out.shape) or result.dtype != out.dtype:
+        raise WrongResult(f"returned {str(result.dtype).replace('torch.', '')}{list(result.shape)}, expected "
+                          f"{str(out.dtype).replace('torch.', '')}{list(out.shape)}")
+    out.copy_(result)
+
+
 class HarnessError(Exception):
     """kvfuzz failed to build a call's arguments from a case: kvfuzz's bug, not the target's.
     The name is `kvfuzz.execute.HARNESS`, the error type the judge never counts as a finding."""
@@ -98,6 +115,7 @@ class OpCall:
     legacy_kw_bare: tuple[str, ...] = ()  # the same, for a bare kernel only
     aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
     optional: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # optional tensor -> its parameters
+    returns: str | None = None  # the output the entry point returns as a new tensor (kvfuzz copies it in)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -181,8 +199,17 @@ DRAFT_EXTEND = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (
     legacy=_DRAFT_EXTEND_PARAMS,  # the only signature so far: its own order
 )
 
+Q8KV8_TOPK_LENGTH = OpCall(  # 0.5.23: returns the lengths instead of writing an output
+    supplied={"indices": _tensor("indices")},
+    required=(("indices",),),
+    neutral={},
+    legacy=("indices",),
+    returns="topk_length",
+)
+
 OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
-                          "num_kv_splits": NUM_KV_SPLITS, "draft_extend_metadata": DRAFT_EXTEND}
+                          "num_kv_splits": NUM_KV_SPLITS, "draft_extend_metadata": DRAFT_EXTEND,
+                          "q8kv8_topk_length": Q8KV8_TOPK_LENGTH}
 
 
 @dataclass(frozen=True)
@@ -225,6 +252,9 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
         Generation("0.5.16", "0.5.16-0.5.23", DRAFT_EXTEND.legacy, "new op; the same signature and kernel "
                    "text in every release since"),
     ),
+    "q8kv8_topk_length": (
+        Generation("0.5.23", "0.5.23", Q8KV8_TOPK_LENGTH.legacy, "new op; returns a new int32 tensor"),
+    ),
 }
 
 
@@ -244,6 +274,7 @@ class Binding:
     defaulted: tuple[str, ...]  # unknown parameters left at their defaults: not checked
     neutral_passed: tuple[str, ...] = ()  # the neutral parameters whose default differs: passed explicitly
     lacks: tuple[str, ...] = ()  # the contract's optional tensors this signature cannot take
+    returns: str | None = None  # the output the entry point returns (OpCall.returns)
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
 
@@ -261,6 +292,8 @@ class Binding:
         args, kwargs = self.arguments(t, s)
         if self.bare:
             self.entry[(1,)](*args, **kwargs)
+        elif self.returns:
+            store_result(t[self.returns], self.entry(*args, **kwargs))
         else:
             self.entry(*args, **kwargs)
 
@@ -277,6 +310,8 @@ class Binding:
             out.append("left at their defaults (unchecked): " + ", ".join(self.defaulted))
         if self.lacks:
             out.append("cannot take the optional " + ", ".join(self.lacks))
+        if self.returns:
+            out.append(f"returns {self.returns} (kvfuzz copies it into the case's tensor)")
         return "; ".join(out)
 
 
@@ -329,13 +364,13 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       _lacks(call, supplied), positional, keywords)
+                       _lacks(call, supplied), call.returns, positional, keywords)
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
-                       positional, keywords)
+                       call.returns, positional, keywords)
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
 

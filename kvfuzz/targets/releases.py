@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from ..ops import CONTRACTS
-from ..ops import decode_metadata, draft_extend_metadata, num_kv_splits, swa_spec_page_table
+from ..ops import decode_metadata, draft_extend_metadata, num_kv_splits, q8kv8_topk_length, swa_spec_page_table
 from .calls import Binding
 
-RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS
-                    for m in (decode_metadata, swa_spec_page_table, num_kv_splits, draft_extend_metadata)}
+RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (
+    decode_metadata, swa_spec_page_table, num_kv_splits, draft_extend_metadata, q8kv8_topk_length)}
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -76,8 +76,9 @@ RELEASES: dict[str, Release] = {
                   "src_is_read_table, swa_src_table dropped" + ("" if v == "0.5.20" else
                                                                 "; kernel file byte-identical to 0.5.20's"))
        for v in ("0.5.20", "0.5.21", "0.5.22")},
-    "0.5.23": Release("0.5.23", NEW_PATH, {**_G16, "decode_metadata": "0.5.23", "num_kv_splits": "0.5.23"},
-                      "full_v2p, swa_v2p, zero_tail, skip_page_table; new op q8kv8_topk_length_from_indices",
+    "0.5.23": Release("0.5.23", NEW_PATH, {**_G16, "decode_metadata": "0.5.23", "num_kv_splits": "0.5.23",
+                                           "q8kv8_topk_length": "0.5.23"},
+                      "full_v2p, swa_v2p, zero_tail, skip_page_table",
                       "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
                       "mapping passed as a tensor"),
 }
