@@ -80,3 +80,11 @@ def draft_extend(ps: int = 1, swa: bool = False, lens=(5, 17, 0, 9), W: int | No
         values |= {"full_to_swa_index_mapping": rng.integers(-5, 1 << 20, size=N),
                    "out_cache_loc": rng.integers(0, N, size=B * tpr)}
     return Case("draft_extend_metadata", {"page_size": ps}, tensors, values)
+
+
+def topk(rows, K: int | None = None, spec: TensorSpec | None = None) -> Case:
+    """q8kv8_topk_length_from_indices: `rows` as lists of indices (-1 pads), padded with -1 to K."""
+    K = max(len(r) for r in rows) if K is None else K
+    idx = np.array([list(r) + [-1] * (K - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), K)
+    return Case("q8kv8_topk_length", {}, {"indices": spec or C("int32", (len(rows), K)),
+                                          "topk_length": C("int32", (len(rows),))}, {"indices": idx})

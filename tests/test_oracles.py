@@ -41,6 +41,10 @@ HAND = {
     "draft_extend swa": cases.draft_extend(ps=16, swa=True),
     "draft_extend swa ps1 zero width": cases.draft_extend(ps=1, swa=True, W=0),
     "draft_extend block edges": cases.draft_extend(ps=1, lens=(255, 256, 257, 0)),
+    "topk block128 unaligned": cases.topk([[0, -1, 5], [-1, -1], [7] * 200, [-2] * 150 + [3]], K=300),
+    "topk block512, last at the scanned block's edges": cases.topk([[1] * 1536, [1] * 1535, [1] * 1537, []], K=2048),
+    "topk width 0": cases.topk([[], []], K=0),
+    "topk padded rows": cases.topk([[4, 4], [-1, 0]], K=256, spec=TensorSpec("int32", (2, 256), (263, 1), 3, 600)),
     "draft_extend transposed tables": cases.draft_extend(ps=2, swa=True, page_table=TensorSpec("int32", (4, 12), (1, 4))),
 }
 
@@ -156,6 +160,15 @@ def test_draft_extend_out_of_contract_reasons():
     assert classify(case.with_scalars(page_size=3))[0] == "must_refuse"
     big = case.replace(values={**v, "seq_lens": np.array([3, 2**31 - 3])})
     assert classify(big)[0] == "out_of_contract"
+
+
+def test_topk_length_values_by_hand():
+    case = cases.topk([[0, -1, 5, -1], [-1] * 4, [3, 3, 3, 3], [-(2**31), 9, -2, -1]])
+    assert numpy_ref.q8kv8_topk_length(case).values["topk_length"].tolist() == [3, 1, 4, 2]
+    assert numpy_ref.q8kv8_topk_length(cases.topk([[], []], K=0)).values["topk_length"].tolist() == [1, 1]
+    assert CONTRACTS["q8kv8_topk_length"].kernel_path(cases.topk([[1]], K=768)) == "block256"
+    transposed = case.replace(tensors={**case.tensors, "indices": TensorSpec("int32", (4, 4), (1, 4))})
+    assert classify(transposed)[1] == ["indices must have unit column stride, got strides (1, 4) (SGLang asserts it)"]
 
 
 def test_int32_overflow_is_out_of_contract_not_wrapped():
