@@ -17,6 +17,9 @@ its value comes from.
   gets the case's tensor, or None when the case has none. A signature without its parameter
   `lacks` it: campaigns leave it out of that target's cases (`engines.common.fit_target`), and
   a case that holds it anyway cannot be called (`HarnessError`; `kvfuzz replay` refuses it).
+* An entry point that returns its output instead of writing one (0.5.23's
+  `q8kv8_topk_length_from_indices`, `OpCall.returns`) has the result copied into the case's
+  tensor; a result of another shape or dtype raises `WrongResult`, the target's crash.
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
