@@ -45,7 +45,8 @@ HAND = {
     "topk block512, last at the scanned block's edges": cases.topk([[1] * 1536, [1] * 1535, [1] * 1537, []], K=2048),
     "topk width 0": cases.topk([[], []], K=0),
     "topk padded rows": cases.topk([[4, 4], [-1, 0]], K=256, spec=TensorSpec("int32", (2, 256), (263, 1), 3, 600)),
-    "draft_extend transposed tables": cases.draft_extend(ps=2, swa=True, page_table=TensorSpec("int32", (4, 12), (1, 4))),
+    "draft_extend transposed tables": cases.draft_extend(ps=2, swa=True,
+                                                         page_table=TensorSpec("int32", (4, 12), (1, 4))),
 }
 
 
@@ -150,7 +151,8 @@ def test_draft_extend_out_of_contract_reasons():
     v = case.values
     assert classify(case.replace(values={**v, "req_pool_indices": np.array([1, 7])}))[1] == [
         "req_pool_indices[0] = 1 outside [0, 1) on a row with pages"]
-    assert "outside the SWA mapping" in classify(case.replace(values={**v, "out_cache_loc": np.array([1, 0, 16, 2])}))[1][0]
+    far = case.replace(values={**v, "out_cache_loc": np.array([1, 0, 16, 2])})
+    assert "outside the SWA mapping" in classify(far)[1][0]
     uneven = case.replace(tensors={**case.tensors, "out_cache_loc": TensorSpec.contiguous("int64", (3,)),
                                    "swa_out_cache_loc": TensorSpec.contiguous("int64", (3,))},
                           values={**v, "out_cache_loc": np.array([1, 0, 2])})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..case import Case, TensorSpec
-from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
+from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, width
 from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
