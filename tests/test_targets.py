@@ -113,12 +113,12 @@ def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     t = load_target("builtin", device)
     assert set(t.bindings) == set(t.entries)
     # the builtin kernels implement the newest API they check
-    newest = {"num_kv_splits": "0.5.23", "draft_extend_metadata": "0.5.16"}
+    newest = {"num_kv_splits": "0.5.23", "draft_extend_metadata": "0.5.16", "q8kv8_topk_length": "0.5.23"}
     for op, b in t.bindings.items():
         assert b.by_name and b.generation == newest.get(op, "0.5.14") and not b.defaulted, (op, b.describe())
     # kvfuzz's own kernels write every column below max_seq_pages: the 0.5.14 contract
     assert t.variants == {"decode_metadata": "default", "swa_spec_page_table": "default", "num_kv_splits": "default",
-                          "draft_extend_metadata": "default"}
+                          "draft_extend_metadata": "default", "q8kv8_topk_length": "default"}
 
 
 def test_ops_with_a_target_says_how_it_is_called_and_judged(capsys, device):
