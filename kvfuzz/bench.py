@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import device as devmod
 from .engines import batch_engine
-from .engines.common import OpStats
+from .engines.common import OpStats, fit_target
 from .execute import prepare
 from .materialize import to_device
 from .worker import InProcessExecutor, WorkerExecutor
@@ -119,8 +119,9 @@ def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
     """Calls per second of the target on the checked run's first `n` cases, prepared."""
     from .targets import load_target
 
-    cases = [case for _, case in batch_engine.case_stream(op, seed, n, device, in_contract_only=True)]
     t = load_target(target, device)
+    cases = [fit_target(case, t.lacks) for _, case in batch_engine.case_stream(op, seed, n, device,
+                                                                                 in_contract_only=True)]
     dev = devmod.torch_device(device)
     inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
 
@@ -158,12 +159,20 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     if jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {jobs}")
     device = devmod.select(device)
+    from .targets import load_target
+
+    missing = load_target(target, device).missing  # ops an older release lacks are skipped
+    skipped = {op: missing[op] for op in ops if op in missing}
+    ops = [op for op in ops if op not in missing]
+    if not ops:
+        raise BadInput(f"target {target} has none of the ops asked for: {'; '.join(skipped.values())}")
     own_cache = "TRITON_CACHE_DIR" not in os.environ
     tmp = tempfile.TemporaryDirectory(prefix="kvfuzz-bench-cache-") if own_cache else None
     cache = Path(tmp.name if tmp else os.environ["TRITON_CACHE_DIR"])
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
-                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "ops": {}}
+                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "ops": {},
+                 "skipped": skipped}
     try:
         per_op = budget_s / len(ops)
         for op in ops:

@@ -29,7 +29,7 @@ from .confirm import TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
 from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
-from .errors import BadInput
+from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
@@ -67,6 +67,7 @@ class CampaignConfig:
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
     cross_check: str | None = None  # a second backend ("cpu": the interpreter) that runs the same cases
     cross_check_every: int = 1  # every N-th case (in contract) is cross-checked (batched engine)
+    ops_named: bool = False  # the user named the ops (--op): one the target lacks is refused, not skipped
 
     def validate(self) -> None:
         for op in self.ops:
@@ -273,6 +274,10 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # workers inherit it
         os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(cfg.target, device))
     executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True)
+    lacking = [op for op in cfg.ops if op in executor.missing] if cfg.ops_named else []
+    if lacking:  # before anything runs; a campaign over all ops skips them instead
+        executor.close()
+        raise TargetLoadError(f"target {cfg.target} has no {lacking[0]}: {executor.missing[lacking[0]]}")
     fresh = _fresh_workers(executor, cfg, device)
     if cfg.cross_check:
         try:

@@ -181,7 +181,7 @@ def cmd_fuzz(args) -> int:
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
-        cross_check=args.cross_check, cross_check_every=args.cross_check_every)
+        cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops))
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend

@@ -386,16 +386,16 @@ def dtype_pass(case: Case) -> Iterator[Candidate]:
         yield f"{name}: int64 -> int32", build
 
 
-LENGTHS = {"seq_lens", "seq_len_a", "seq_len_b"}  # lengths: no arange, per-element moves
+LENGTHS = {"seq_lens", "seq_len_a", "seq_len_b", "extend_seq_lens"}  # lengths: no arange, per-element moves
 
 
 def _bound(case: Case, name: str) -> int | None:
     """Exclusive upper bound of an index-valued input, so value moves stay in range."""
     t = case.tensors
-    if case.op == "decode_metadata":
+    if case.op in ("decode_metadata", "draft_extend_metadata"):
         if name == "req_pool_indices":
             return t["req_to_token"].shape[0]
-        if name == "req_to_token" and "full_to_swa_index_mapping" in t:
+        if name in ("req_to_token", "out_cache_loc") and "full_to_swa_index_mapping" in t:
             return t["full_to_swa_index_mapping"].shape[0]
     return None
 
@@ -685,6 +685,75 @@ def splits_scalars_pass(case: Case) -> Iterator[Candidate]:
                 yield f"{name} {x} -> {y}", (lambda n=name, y=y: case.with_scalars(**{n: y}))
 
 
+# draft_extend_metadata ----------------------------------------------------------------------------
+
+DRAFT_BATCH = ("cache_seqlens_int32", "page_table", "swa_page_table", "req_pool_indices", "seq_lens",
+               "extend_seq_lens")
+DRAFT_SWA = ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
+
+
+def draft_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop batch rows: from every batch-indexed tensor, both prefix sums, and each dropped
+    row's block of write locations."""
+    t, B = case.tensors, _batch(case)
+    tpr = t["out_cache_loc"].shape[0] // B if "out_cache_loc" in t and B else 0
+    for drop in _chunks(B):
+        keep = [i for i in range(B) if i not in drop]
+        rows = {name: keep for name in DRAFT_BATCH if name in t}
+        rows |= {name: list(range(len(keep) + 1)) for name in ("cu_seqlens_k", "cu_seqlens_q")}
+        if tpr:
+            rows["out_cache_loc"] = rows["swa_out_cache_loc"] = [i * tpr + j for i in keep for j in range(tpr)]
+        word = "row" if len(drop) == 1 else "rows"
+        yield (f"dropped batch {word} {_fmt(drop)} (B {B} -> {B - len(drop)})",
+               lambda rows=rows: _take_many(case, rows))
+
+
+def draft_swa_pass(case: Case) -> Iterator[Candidate]:
+    if any(name in case.tensors for name in DRAFT_SWA):
+        yield f"dropped SWA ({', '.join(DRAFT_SWA)})", lambda: _edit(case, drop=DRAFT_SWA)
+
+
+def draft_widths_pass(case: Case) -> Iterator[Candidate]:
+    """The page tables (together: SGLang wants one shape) down to the live pages; req_to_token
+    down to the tokens they read."""
+    t, ps = case.tensors, case.scalars.get("page_size")
+    if not isinstance(ps, int) or ps <= 0 or len(t["page_table"].shape) != 2:
+        return
+    W = t["page_table"].shape[1]
+    lens = case.values["seq_lens"].astype(np.int64)
+    need = int(np.clip(-(-lens // ps), 0, W).max()) if lens.size else 0
+    c = _contract(case.op)
+    for w in _targets(W, need, _block_edges(W, c.block_sizes if c else ())):
+
+        def narrow(w=w):
+            out = _narrow(case, "page_table", w)
+            return _narrow(out, "swa_page_table", w) if "swa_page_table" in t else out
+
+        yield f"page tables width {W} -> {w}", narrow
+    rtt = t["req_to_token"]
+    if len(rtt.shape) == 2:
+        for w in _targets(rtt.shape[1], max((need - 1) * ps + 1, 1)):
+            yield f"req_to_token width {rtt.shape[1]} -> {w}", (lambda w=w: _narrow(case, "req_to_token", w))
+
+
+# q8kv8_topk_length --------------------------------------------------------------------------------
+
+
+def topk_rows_pass(case: Case) -> Iterator[Candidate]:
+    """Drop rows of indices with their lengths; then narrow the rows (the widths SGLang's block
+    choice turns on first)."""
+    spec = case.tensors["indices"]
+    if len(spec.shape) != 2 or case.tensors["topk_length"].shape != spec.shape[:1]:
+        return
+    S, K = spec.shape
+    for drop in _chunks(S):
+        keep = [i for i in range(S) if i not in drop]
+        yield (f"dropped row{'s' if len(drop) > 1 else ''} {_fmt(drop)} (S {S} -> {len(keep)})",
+               lambda keep=keep: _take_many(case, {"indices": keep, "topk_length": keep}))
+    for w in _targets(K, 0, [b for b in (128, 256, 512) if b < K]):
+        yield f"indices width {K} -> {w}", (lambda w=w: _narrow(case, "indices", w))
+
+
 # registry ---------------------------------------------------------------------------------------
 
 GENERIC: tuple[Pass, ...] = (layout_pass, dtype_pass, value_pass)
@@ -693,6 +762,8 @@ PASSES: dict[str, tuple[Pass, ...]] = {
                         decode_tables_pass, decode_page_size_pass, *GENERIC, decode_scalars_pass),
     "swa_spec_page_table": (spec_rows_pass, spec_widths_pass, *GENERIC),
     "num_kv_splits": (splits_rows_pass, *GENERIC, splits_scalars_pass),
+    "draft_extend_metadata": (draft_rows_pass, draft_swa_pass, draft_widths_pass, *GENERIC),
+    "q8kv8_topk_length": (topk_rows_pass, *GENERIC),
 }
 
 

@@ -57,6 +57,12 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
             from .errors import TargetLoadError
 
             raise TargetLoadError(f"target {spec} has no {saved.case.op}: {executor.missing.get(saved.case.op)}")
+        lacked = [n for n in getattr(executor, "lacks", {}).get(saved.case.op, ()) if n in saved.case.tensors]
+        if lacked:
+            from .errors import TargetLoadError
+
+            raise TargetLoadError(f"target {spec}'s {saved.case.op} cannot take {', '.join(lacked)}, "
+                                  f"which this case holds (a later SGLang release added it)")
         if spec != saved.target:
             from .targets import variant_for
 

@@ -24,6 +24,7 @@ import base64
 import faulthandler
 import importlib
 import importlib.util
+import inspect
 import os
 import signal
 import subprocess
@@ -356,16 +357,69 @@ def call_num_kv_splits(entry, t, s):
 
     args = (t["num_kv_splits"], t["seq_lens"], s["num_seq"], s["num_group"], s["num_head"],
             s["num_kv_head"], s["max_kv_splits"], s["device_core_count"])
+    # SGLang 0.5.23's optional flag output, passed only when the case has it
+    extra = {"uneven_batch_ptr": t["uneven_batch"]} if "uneven_batch" in t else {}
     if isinstance(entry, KernelInterface):
-        entry[(1,)](*args, MAX_NUM_SEQ=sglang_max_num_seq(s["num_seq"]))
+        entry[(1,)](*args, MAX_NUM_SEQ=sglang_max_num_seq(s["num_seq"]), **extra)
     else:
-        entry(*args)
+        entry(*args, **extra)
+
+
+def call_draft_extend_metadata(entry, t, s):
+    """draft_extend_set_metadata as SGLang's DRAFT_EXTEND_V2 path calls it (0.5.16 on); the SWA
+    tensors are None without SWA."""
+    swa = {name: t.get(name) for name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
+                                          "swa_out_cache_loc")}
+    entry(t["cache_seqlens_int32"], t["cu_seqlens_k"], t["cu_seqlens_q"], t["page_table"], t["req_to_token"],
+          t["req_pool_indices"], t["seq_lens"], t["extend_seq_lens"], s["page_size"], **swa)
+
+
+class WrongResult(Exception):
+    """An entry point returned something else than its output's shape and dtype (kvfuzz's name)."""
+
+
+def call_q8kv8_topk_length(entry, t, s):
+    """q8kv8_topk_length_from_indices (0.5.23) returns its output: copied into the case's
+    tensor, which must then have its shape and dtype."""
+    import torch
+
+    out, result = t["topk_length"], entry(t["indices"])
+    if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(out.shape) or result.dtype != out.dtype:
+        what = f"{result.dtype}{list(result.shape)}" if isinstance(result, torch.Tensor) else type(result).__name__
+        raise WrongResult(f"returned {what}, expected {out.dtype}{list(out.shape)}")
+    out.copy_(result)
+
+
+# optional tensors -> the parameter an entry point takes them by (a later SGLang release added it)
+OPTIONAL_PARAMS = {"uneven_batch": "uneven_batch_ptr"}
+
+
+def check_entry_takes(case, entry):
+    """UsageError when the case holds an optional tensor the entry point has no parameter for
+    (0.5.22's get_num_kv_splits_triton and uneven_batch): that file cannot run this case."""
+    fn = entry
+    for _ in range(8):  # a @triton.jit kernel (or a wrapper around one): the function it was made from
+        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+            break
+        fn = fn.fn
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for name, param in OPTIONAL_PARAMS.items():
+        if name in case.tensors and param not in params:
+            raise UsageError(f"{case.entry} takes no {param}, which this case passes "
+                             f"(a later SGLang release added it)")
 
 
 CALLS = {
     "decode_metadata": call_decode_metadata,
     "swa_spec_page_table": call_swa_spec_page_table,
     "num_kv_splits": call_num_kv_splits,
+    "draft_extend_metadata": call_draft_extend_metadata,
+    "q8kv8_topk_length": call_q8kv8_topk_length,
 }
 
 
@@ -690,6 +744,7 @@ def _main_in_process(args, case):
         device = select_device(args.device)
         swa_pool_type()  # before the kernel file runs: its SWA path imports the type
         entry = load_kernels(args.kernels, case.entry)
+        check_entry_takes(case, entry)
     except UsageError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         return 2

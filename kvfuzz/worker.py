@@ -45,6 +45,7 @@ class Executor(Protocol):
     identity: str  # the physical device (GPU UUID), see device.identity
     missing: dict[str, str]  # op -> why the target cannot run it; every other op it runs
     variants: dict[str, str]  # op -> the contract variant the target selects (targets.variant_for)
+    lacks: dict[str, tuple[str, ...]]  # op -> optional tensors its entry point cannot take (Target.lacks)
     launch_keys: set  # Triton specialisation keys of every launch so far (see specialize.py)
     compiled: int  # kernel variants Triton compiled in the worker (0 under the interpreter)
 
@@ -73,6 +74,7 @@ class InProcessExecutor:
         self.identity = devmod.identity(device)
         self.missing = dict(self.target.missing)
         self.variants = dict(self.target.variants)
+        self.lacks = self.target.lacks
         self.recorder = recorder()
 
     @property
@@ -123,6 +125,7 @@ class WorkerExecutor:
         self.identity = info["identity"]
         self.missing = info["missing"]
         self.variants = info.get("variants", {})
+        self.lacks = info.get("lacks", {})
 
     # process management --------------------------------------------------------------
     def _spawn(self) -> subprocess.Popen:
@@ -386,7 +389,8 @@ def _serve(spec: str, device: str) -> int:
     reported: set = set()
     shared = _Attached()
     send(("ready", {"description": target.description, "identity": devmod.identity(dev),
-                    "missing": dict(target.missing), "variants": dict(target.variants)}))
+                    "missing": dict(target.missing), "variants": dict(target.variants),
+                    "lacks": target.lacks}))
     while True:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:

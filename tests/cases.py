@@ -53,3 +53,38 @@ def splits(lens, num_group: int = 1, num_head: int = 32, num_kv_head: int = 8, m
          "max_kv_splits": mks, "device_core_count": dcc}
     return Case("num_kv_splits", s, {"num_kv_splits": C("int32", (n * num_group,)), "seq_lens": C(dtype, (n,))},
                 {"seq_lens": lens}, variant=variant)
+
+
+def draft_extend(ps: int = 1, swa: bool = False, lens=(5, 17, 0, 9), W: int | None = None, tpr: int = 3,
+                 dtype: str = "int64", page_table: TensorSpec | None = None, swa_layouts: dict | None = None) -> Case:
+    """draft_extend_set_metadata: row 2 a padding row (length 0) with a pool index past the table."""
+    lens = np.asarray(lens)
+    B = lens.size
+    live = -(-lens // ps)
+    W = int(live.max()) + 2 if W is None else W
+    R, T = 4, max(int(min(live.max(), W)), 1) * ps + ps
+    rng = np.random.default_rng(11)
+    pool = (np.arange(B) * 3 + 1) % R
+    pool[live == 0] = R  # never read: the row has no pages
+    tensors = {"cache_seqlens_int32": C("int32", (B,)), "cu_seqlens_k": C("int32", (B + 1,)),
+               "cu_seqlens_q": C("int32", (B + 1,)), "page_table": page_table or C("int32", (B, W)),
+               "req_to_token": C(dtype, (R, T)), "req_pool_indices": C(dtype, (B,)), "seq_lens": C(dtype, (B,)),
+               "extend_seq_lens": C("int32", (B,))}
+    values = {"req_to_token": rng.permutation(R * T).reshape(R, T), "req_pool_indices": pool, "seq_lens": lens,
+              "extend_seq_lens": (np.arange(B) * 2 + 1) % 4}
+    if swa:
+        N = R * T + 7
+        tensors |= {"full_to_swa_index_mapping": C("int64", (N,)), "swa_page_table": tensors["page_table"],
+                    "out_cache_loc": C("int64", (B * tpr,)), "swa_out_cache_loc": C("int64", (B * tpr,))}
+        tensors |= swa_layouts or {}
+        values |= {"full_to_swa_index_mapping": rng.integers(-5, 1 << 20, size=N),
+                   "out_cache_loc": rng.integers(0, N, size=B * tpr)}
+    return Case("draft_extend_metadata", {"page_size": ps}, tensors, values)
+
+
+def topk(rows, K: int | None = None, spec: TensorSpec | None = None) -> Case:
+    """q8kv8_topk_length_from_indices: `rows` as lists of indices (-1 pads), padded with -1 to K."""
+    K = max(len(r) for r in rows) if K is None else K
+    idx = np.array([list(r) + [-1] * (K - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), K)
+    return Case("q8kv8_topk_length", {}, {"indices": spec or C("int32", (len(rows), K)),
+                                          "topk_length": C("int32", (len(rows),))}, {"indices": idx})

@@ -755,6 +755,38 @@ def test_splits_hand_cases(case, expect):
     assert run_splits(**case, bare_max_num_seq=256) == expect
 
 
+# SGLang 0.5.23's uneven_batch_ptr: min < max after the ratio rule (min above 80% of max -> even);
+# the statistics over lengths >= 1, as for the splits
+UNEVEN = [([100, 80], 1), ([100, 81], 0), ([100, 90], 0), ([1000, 300], 1), ([7], 0), ([0, 5], 0),
+          ([0, 0, 0], 0), ([2**31 - 1, 7, 0], 1), ([2**30 - 1, 2**30 - 2], 0)]
+
+
+@pytest.mark.parametrize("seq_lens, flag", UNEVEN)
+@pytest.mark.parametrize("bare", [None, 256])
+def test_splits_uneven_batch_flag(seq_lens, flag, bare):
+    n = len(seq_lens)
+    out = place(torch.full((2 * n,), -5, dtype=torch.int32))
+    sl = place(torch.tensor(seq_lens, dtype=torch.int64))
+    uneven = place(torch.full((1,), -5, dtype=torch.int32))
+    if bare is None:
+        get_num_kv_splits(out[0], sl[0], n, 2, 32, 8, 8, 132, uneven_batch=uneven[0])
+    else:
+        get_num_kv_splits_triton[(1,)](out[0], sl[0], n, 2, 32, 8, 8, 132, MAX_NUM_SEQ=bare,
+                                       uneven_batch_ptr=uneven[0])
+    assert uneven[0].cpu().tolist() == [flag]
+    assert out[0].cpu().tolist() in ref_splits_accepted(seq_lens, 2, 32, 8, 8, 132)  # unchanged by the flag
+    assert_canaries(out=out, seq_lens=sl, uneven=uneven)
+
+
+def test_splits_uneven_batch_with_no_sequences_is_even():
+    uneven = torch.full((1,), -5, dtype=torch.int32, device=DEVICE)
+    get_num_kv_splits(torch.zeros(0, **I32), torch.zeros(0, **I64), 0, 1, 8, 8, uneven_batch=uneven)
+    assert uneven.cpu().tolist() == [0]
+    with pytest.raises(ValueError, match="uneven_batch must have one element"):
+        get_num_kv_splits(torch.zeros(2, **I32), torch.ones(2, **I64), 2, 1, 8, 8,
+                          uneven_batch=torch.zeros(2, **I32))
+
+
 @pytest.mark.parametrize("heads", [(32, 8), (64, 2), (8, 8), (128, 1), (40, 8)])
 @pytest.mark.parametrize("max_kv_splits, cores", [(8, 132), (64, 132), (16, 1)])
 def test_splits_random_against_reference(heads, max_kv_splits, cores):

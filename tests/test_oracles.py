@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvfuzz.case import TensorSpec
+from kvfuzz.case import Case, TensorSpec
 from kvfuzz.contract import OutOfContract
 from kvfuzz.device import torch_device
 from kvfuzz.execute import run_case
@@ -36,6 +36,17 @@ HAND = {
     "splits mha": cases.splits([300, 301, 5], num_head=16, num_kv_head=16),
     "splits zero length (kvfuzz-defined)": cases.splits([0, 5, 9]),
     "splits all zero": cases.splits([0, 0]),
+    "draft_extend ps1": cases.draft_extend(ps=1),
+    "draft_extend general, a row longer than the table": cases.draft_extend(ps=4, W=3, dtype="int32"),
+    "draft_extend swa": cases.draft_extend(ps=16, swa=True),
+    "draft_extend swa ps1 zero width": cases.draft_extend(ps=1, swa=True, W=0),
+    "draft_extend block edges": cases.draft_extend(ps=1, lens=(255, 256, 257, 0)),
+    "topk block128 unaligned": cases.topk([[0, -1, 5], [-1, -1], [7] * 200, [-2] * 150 + [3]], K=300),
+    "topk block512, last at the scanned block's edges": cases.topk([[1] * 1536, [1] * 1535, [1] * 1537, []], K=2048),
+    "topk width 0": cases.topk([[], []], K=0),
+    "topk padded rows": cases.topk([[4, 4], [-1, 0]], K=256, spec=TensorSpec("int32", (2, 256), (263, 1), 3, 600)),
+    "draft_extend transposed tables": cases.draft_extend(ps=2, swa=True,
+                                                         page_table=TensorSpec("int32", (4, 12), (1, 4))),
 }
 
 
@@ -99,6 +110,67 @@ def test_splits_values_by_hand():
     assert exp.tolist() == [8, 8, 8, 8]
     # zero lengths take no part in max/min and get 0 splits
     assert numpy_ref.num_kv_splits(cases.splits([0, 5, 9])).values["num_kv_splits"][0] == 0
+
+
+def draft_by_hand(swa: bool):
+    C = TensorSpec.contiguous
+    t = {"cache_seqlens_int32": C("int32", (2,)), "cu_seqlens_k": C("int32", (3,)), "cu_seqlens_q": C("int32", (3,)),
+         "page_table": C("int32", (2, 3)), "req_to_token": C("int64", (1, 6)), "req_pool_indices": C("int64", (2,)),
+         "seq_lens": C("int64", (2,)), "extend_seq_lens": C("int64", (2,))}
+    v = {"req_to_token": np.array([[10, 11, 4 if swa else -3, 13, 14, 15]]), "req_pool_indices": np.array([0, 7]),
+         "seq_lens": np.array([3, 0]), "extend_seq_lens": np.array([2, 5])}
+    if swa:
+        t |= {"full_to_swa_index_mapping": C("int64", (16,)), "swa_page_table": C("int32", (2, 3)),
+              "out_cache_loc": C("int64", (4,)), "swa_out_cache_loc": C("int64", (4,))}
+        v |= {"full_to_swa_index_mapping": np.arange(16) * 3 - 1, "out_cache_loc": np.array([1, 0, 15, 2])}
+    return Case("draft_extend_metadata", {"page_size": 2}, t, v)
+
+
+@pytest.mark.parametrize("swa", [False, True])
+def test_draft_extend_values_by_hand(swa, device):
+    """Row 0: 3 tokens at page size 2 -> 2 live pages (tokens 10 and rtt[0, 2]); row 1 is padding
+    (length 0, pool index 7 past the table: never read). Columns past the live pages may be written."""
+    case = draft_by_hand(swa)
+    exp = numpy_ref.draft_extend_metadata(case).values
+    assert exp["cache_seqlens_int32"].tolist() == [3, 0]
+    assert exp["cu_seqlens_k"].tolist() == [0, 3, 3] and exp["cu_seqlens_q"].tolist() == [0, 2, 7]
+    cells = CONTRACTS["draft_extend_metadata"].cells(case)
+    assert cells["page_table"].required.tolist() == [[True, True, False], [False, False, False]]
+    assert not cells["page_table"].untouched.any()
+    assert exp["page_table"][0, :2].tolist() == ([5, 2] if swa else [5, -2])  # -3 // 2: floor
+    if swa:  # mapping[t] = 3t - 1
+        assert exp["swa_page_table"][0, :2].tolist() == [29 // 2, 11 // 2]
+        assert exp["swa_out_cache_loc"].tolist() == [2, -1, 44, 5]
+    got = CONTRACTS["draft_extend_metadata"].torch_ref(case, torch_device(device))
+    for name, c in cells.items():
+        assert np.array_equal(got[name].cpu().numpy()[c.required], np.asarray(exp[name])[c.required]), name
+
+
+def test_draft_extend_out_of_contract_reasons():
+    case = draft_by_hand(True)
+    v = case.values
+    assert classify(case.replace(values={**v, "req_pool_indices": np.array([1, 7])}))[1] == [
+        "req_pool_indices[0] = 1 outside [0, 1) on a row with pages"]
+    far = case.replace(values={**v, "out_cache_loc": np.array([1, 0, 16, 2])})
+    assert "outside the SWA mapping" in classify(far)[1][0]
+    uneven = case.replace(tensors={**case.tensors, "out_cache_loc": TensorSpec.contiguous("int64", (3,)),
+                                   "swa_out_cache_loc": TensorSpec.contiguous("int64", (3,))},
+                          values={**v, "out_cache_loc": np.array([1, 0, 2])})
+    assert any("not a positive multiple of B = 2" in r for r in classify(uneven)[1])
+    other = case.replace(tensors={**case.tensors, "swa_page_table": TensorSpec("int32", (2, 3), (1, 2))})
+    assert classify(other)[1] == ["swa_page_table must have page_table's strides (SGLang asserts it)"]
+    assert classify(case.with_scalars(page_size=3))[0] == "must_refuse"
+    big = case.replace(values={**v, "seq_lens": np.array([3, 2**31 - 3])})
+    assert classify(big)[0] == "out_of_contract"
+
+
+def test_topk_length_values_by_hand():
+    case = cases.topk([[0, -1, 5, -1], [-1] * 4, [3, 3, 3, 3], [-(2**31), 9, -2, -1]])
+    assert numpy_ref.q8kv8_topk_length(case).values["topk_length"].tolist() == [3, 1, 4, 2]
+    assert numpy_ref.q8kv8_topk_length(cases.topk([[], []], K=0)).values["topk_length"].tolist() == [1, 1]
+    assert CONTRACTS["q8kv8_topk_length"].kernel_path(cases.topk([[1]], K=768)) == "block256"
+    transposed = case.replace(tensors={**case.tensors, "indices": TensorSpec("int32", (4, 4), (1, 4))})
+    assert classify(transposed)[1] == ["indices must have unit column stride, got strides (1, 4) (SGLang asserts it)"]
 
 
 def test_int32_overflow_is_out_of_contract_not_wrapped():

@@ -95,7 +95,7 @@ def test_the_variant_docs_name_the_releases_they_cover():
 @pytest.mark.parametrize("version", DISTINCT)
 def test_each_release_binds_by_name_to_its_api_generation(version, device):
     t = release_target(version, device)
-    assert set(t.bindings) == set(CONTRACTS), t.missing
+    assert set(t.bindings) == set(RELEASES[version].api), t.missing  # draft_extend from 0.5.16 on
     for op, b in t.bindings.items():
         assert b.by_name and b.generation == RELEASES[version].api[op], (op, b.describe())
         assert not b.defaulted, b.defaulted  # every parameter of every release is known
@@ -116,7 +116,8 @@ def test_new_arguments_are_set_to_turn_their_paths_off(device):
     b = release_target("0.5.23", device).bindings["decode_metadata"]
     assert dict(b.neutral) == {"skip_page_table": False, "full_v2p": None, "swa_v2p": None, "zero_tail": False}
     assert "strided_indices" not in b.supplied and "full_to_swa_index_mapping" in b.supplied
-    assert release_target("0.5.23", device).bindings["num_kv_splits"].neutral == {"uneven_batch_ptr": None}
+    splits23 = release_target("0.5.23", device).bindings["num_kv_splits"]
+    assert splits23.neutral == {} and "uneven_batch_ptr" in splits23.supplied and splits23.lacks == ()
     b19 = release_target("0.5.19", device).bindings["decode_metadata"]
     assert dict(b19.neutral) == {"src_is_read_table": False, "swa_src_table": None}
     case = cases.decode(ps=16, swa=True)
@@ -155,6 +156,40 @@ def test_splits_and_spec_ops_run_on_0_5_23(device):
     for case in (cases.splits([1, 50, 4000, 99], num_group=2), cases.spec(la=(255, 256, 257), R=3, WB=4)):
         v = judge(in_contract(case, t), run_case(t, case, device))
         assert v.status == "in_contract" and v.findings == [], v.signatures()
+
+
+def with_uneven_batch(case):
+    return case.replace(tensors={**case.tensors, "uneven_batch": TensorSpec.contiguous("int32", (1,))})
+
+
+@pytest.mark.parametrize("lens", ([100, 80, 100], [100, 81, 90], [1, 50, 4000, 99], [7]))
+def test_0_5_23_writes_uneven_batch_as_the_contract_says(lens, device):
+    """uneven_batch_ptr: min < max after the ratio rule (80 of 100 is uneven, 81 is not)."""
+    t = release_target("0.5.23", device)
+    case = with_uneven_batch(cases.splits(lens, num_group=2, variant="sglang"))
+    v = judge(case, out := run_case(t, case, device))
+    assert v.status == "in_contract" and v.findings == [], v.signatures()
+    assert out.runs[0].error is None and "uneven_batch_ptr" in t.bindings["num_kv_splits"].supplied
+
+
+def test_releases_before_0_5_23_lack_uneven_batch_and_campaigns_leave_it_out(tmp_path, device):
+    from kvfuzz.corpus import SavedCase, environment_versions
+    from kvfuzz.engines.common import fit_target
+    from kvfuzz.replay import replay
+
+    t = release_target("0.5.22", device)
+    assert t.lacks == {"num_kv_splits": ("uneven_batch",)}
+    assert "cannot take the optional uneven_batch" in t.bindings["num_kv_splits"].describe()
+    case = with_uneven_batch(cases.splits([100, 80]))
+    out = run_case(t, case, device)  # the call cannot be built: kvfuzz's failure, never a finding
+    assert out.runs[0].error_type == HARNESS and judge(case, out).findings == []
+    fitted = fit_target(case, t.lacks)
+    assert "uneven_batch" not in fitted.tensors and fit_target(case, {}) is case
+    assert judge(fitted, run_case(t, fitted, device)).status == "in_contract"
+    saved = SavedCase(case=case, finding=None, target="sglang==0.5.23", device=device,
+                      versions=environment_versions(), origin="hand")
+    with pytest.raises(TargetLoadError, match="cannot take uneven_batch"):
+        replay(saved, "sglang==0.5.22", device, isolate=False)
 
 
 def test_0_5_23_keeps_its_writes_to_a_noncontiguous_swa_page_table(device):

@@ -25,7 +25,7 @@ from conftest import seed_kernel_path
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
-SCRIPT_IMPORTS = {"argparse", "base64", "faulthandler", "importlib", "importlib.util", "os", "signal",
+SCRIPT_IMPORTS = {"argparse", "base64", "faulthandler", "importlib", "importlib.util", "inspect", "os", "signal",
                   "subprocess", "sys", "traceback", "types", "zlib", "torch", "triton", "triton.language",
                   "triton.runtime.jit"}
 
@@ -229,6 +229,23 @@ def test_num_kv_splits_zero_length(kv, tmp_path):
         assert "DEFECT mismatch: num_kv_splits" in r.stdout, show(r)
     assert ok.returncode == 0, show(ok)
     assert "OK:" in ok.stdout, show(ok)
+
+
+def test_num_kv_splits_uneven_batch(kv, tmp_path):
+    """SGLang 0.5.23's optional flag output: passed as uneven_batch_ptr; a kernel file whose
+    kernel has no such parameter (the seed) cannot run the case: a usage error, not a defect."""
+    tensors = dict(num_kv_splits=c(kv, (3,)), seq_lens=c(kv, (3,)), uneven_batch=c(kv, (1,)))
+    scalars = dict(num_seq=3, num_group=1, num_head=32, num_kv_head=8, max_kv_splits=8, device_core_count=132)
+    case = kv.Case("num_kv_splits", scalars, tensors, dict(seq_lens=np.array([100, 80, 90])))
+    assert kv.verdict(case, "builtin").findings == []
+    script = emit(kv, tmp_path, kv.saved(case))
+    runs = [(script, KERNELS / "num_kv_splits.py", "--device", DEVICE)]
+    if SEED:
+        runs.append((script, SEED, "--device", DEVICE))
+    ok, *old = run_many(*runs)
+    assert ok.returncode == 0 and "OK:" in ok.stdout, show(ok)
+    for r in old:
+        assert r.returncode == 2 and "takes no uneven_batch_ptr" in r.stderr, show(r)
 
 
 # --------------------------------------------------------------------------- usage errors

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from kvfuzz.ops import CONTRACTS
 from kvfuzz.errors import TargetLoadError
 from kvfuzz.targets import load_target
 from kvfuzz.targets.sglang_shim import ensure_swa_pool_type, make_swa_pool
@@ -39,7 +40,7 @@ def test_target_without_any_entry_point_is_refused(tmp_path, device):
 
 
 def test_builtin_and_module_specs(device):
-    assert set(load_target("builtin", device).entries) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}
+    assert set(load_target("builtin", device).entries) == set(CONTRACTS)  # every op, the newest included
     with pytest.raises(TargetLoadError, match="cannot import"):
         load_target("module:no_such_module_kvfuzz", device)
 
@@ -111,10 +112,13 @@ def test_a_broken_triton_interpreter_is_refused_before_fuzzing(tmp_path, break_w
 def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     t = load_target("builtin", device)
     assert set(t.bindings) == set(t.entries)
+    # the builtin kernels implement the newest API they check
+    newest = {"num_kv_splits": "0.5.23", "draft_extend_metadata": "0.5.16", "q8kv8_topk_length": "0.5.23"}
     for op, b in t.bindings.items():
-        assert b.by_name and b.generation == "0.5.14" and not b.defaulted, (op, b.describe())
+        assert b.by_name and b.generation == newest.get(op, "0.5.14") and not b.defaulted, (op, b.describe())
     # kvfuzz's own kernels write every column below max_seq_pages: the 0.5.14 contract
-    assert t.variants == {"decode_metadata": "default", "swa_spec_page_table": "default", "num_kv_splits": "default"}
+    assert t.variants == {"decode_metadata": "default", "swa_spec_page_table": "default", "num_kv_splits": "default",
+                          "draft_extend_metadata": "default", "q8kv8_topk_length": "default"}
 
 
 def test_ops_with_a_target_says_how_it_is_called_and_judged(capsys, device):

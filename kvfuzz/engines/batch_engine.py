@@ -37,7 +37,7 @@ from ..judge import Verdict, judge, quick_verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
-from .common import Found, OpStats
+from .common import Found, OpStats, fit_target
 
 POOL = 48  # compile classes per op and campaign
 STINT = {"cpu": 64, "cuda": 128}  # cases per visit of a class: many classes early, each compile amortised
@@ -69,6 +69,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     t = tick()
     classes = gen.pool(seed if pool_seed is None else pool_seed, pool)  # the same for every shard
     stats.add_stage("generate", tick() - t)
+    lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
     keys_before = set(executor.launch_keys)
     compiled_before = executor.compiled
     visited: set[int] = set()
@@ -90,6 +91,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             visited.add(k_index)
             if variant:
                 case = case.replace(variant=variant)
+            case = fit_target(case, lacks)
             stats.add_stage("generate", tick() - t)
             out.append(prepare(case, drawn, stats.add_stage))
             drawn += 1

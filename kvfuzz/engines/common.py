@@ -84,3 +84,13 @@ class OpStats:
             "cross_checked": self.cross_checked,
             **({"engine": self.engine} if self.engine else {}),
         }
+
+
+def fit_target(case: Case, lacks: dict) -> Case:
+    """`case` without the optional tensors its target's entry point cannot take (an older
+    SGLang release has no `uneven_batch_ptr`): the contract then asks nothing of them."""
+    drop = [name for name in lacks.get(case.op, ()) if name in case.tensors]
+    if not drop:
+        return case
+    return case.replace(tensors={k: v for k, v in case.tensors.items() if k not in drop},
+                        values={k: v for k, v in case.values.items() if k not in drop})

@@ -21,7 +21,7 @@ from .. import strategies
 from ..case import Case
 from ..judge import Verdict, judge
 from ..worker import Executor
-from .common import Found, OpStats
+from .common import Found, OpStats, fit_target
 
 CHUNK = 64  # examples per Hypothesis run
 
@@ -52,6 +52,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     strategy = strategies.cases(op, in_contract_only)
     if variant:
         strategy = strategy.map(lambda c: c.replace(variant=variant))
+    lacks = getattr(executor, "lacks", {})
+    if lacks.get(op):
+        strategy = strategy.map(lambda c: fit_target(c, lacks))
 
     def judged(case: Case) -> Verdict:
         repeats = 2 if rerun_every and (stats.cases + stats.shrink_runs) % rerun_every == 0 else 1

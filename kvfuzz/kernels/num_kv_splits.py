@@ -1,7 +1,8 @@
 """kvfuzz's own ``get_num_kv_splits_triton``: how many KV splits each decode sequence gets.
 
-``get_num_kv_splits_triton`` has the seed's parameter list, so SGLang can launch it
-unchanged as ``get_num_kv_splits_triton[(1,)](..., MAX_NUM_SEQ=...)``; ``get_num_kv_splits``
+``get_num_kv_splits_triton`` has SGLang 0.5.23's parameter list (the seed's plus the optional
+``uneven_batch_ptr``), so SGLang can launch it unchanged as
+``get_num_kv_splits_triton[(1,)](..., MAX_NUM_SEQ=...)``; ``get_num_kv_splits``
 is the validating launcher (and handles strided tensors). The formula is the one in
 ``docs/contracts.md``, with two definitions where the seed has none:
 
@@ -87,7 +88,7 @@ def _scalars(mx, num_seq, num_group, num_head, num_kv_head, max_kv_splits, devic
 
 @triton.jit
 def _one_chunk(out, out_s, seq_lens, seq_lens_s,
-               num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+               num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, uneven,
                CHUNK: tl.constexpr):
     """The common case, num_seq <= CHUNK, when every length is in [0, 2**30) and the other
     operands are small too: one load, values kept in registers, everything in 32 bits.
@@ -113,6 +114,8 @@ def _one_chunk(out, out_s, seq_lens, seq_lens_s,
     if fast:
         mn = tl.where(none_live, 0, mn_less_1) + 1
         mn = tl.where(mx.to(tl.int64) * 8 < mn.to(tl.int64) * 10, mx, mn)
+        if uneven is not None:
+            tl.store(uneven, (mn < mx).to(tl.int32))
         s1 = tl.maximum(tl.minimum(_cdiv(mx, mn).to(tl.int32), max_splits), 1)
         s2 = tl.maximum(tl.minimum(_cdiv(ext_cores, token_grid.to(tl.int32)), max_splits), 1)
         # For a length x >= 0, cdiv(x, c) does not increase with c, so
@@ -133,7 +136,7 @@ def _one_chunk(out, out_s, seq_lens, seq_lens_s,
 @triton.jit
 def _num_kv_splits_body(
     out, out_s, seq_lens, seq_lens_s,
-    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, uneven,
     CHUNK: tl.constexpr,
 ):
     # One chunk (always so with SGLang's MAX_NUM_SEQ): a single load and 32-bit arithmetic when
@@ -142,16 +145,16 @@ def _num_kv_splits_body(
     done = num_seq < 0  # False
     if num_seq <= CHUNK:
         done = _one_chunk(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, num_head, num_kv_head,
-                          max_kv_splits, device_core_count, CHUNK)
+                          max_kv_splits, device_core_count, uneven, CHUNK)
     if done == 0:
         _general(out, out_s, seq_lens, seq_lens_s, num_seq, num_group, num_head, num_kv_head,
-                 max_kv_splits, device_core_count, CHUNK)
+                 max_kv_splits, device_core_count, uneven, CHUNK)
 
 
 @triton.jit
 def _general(
     out, out_s, seq_lens, seq_lens_s,
-    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, uneven,
     CHUNK: tl.constexpr,
 ):
     """Any num_seq and any values: one pass over the rows for the statistics, one for the stores."""
@@ -171,6 +174,8 @@ def _general(
     mx = tl.where(none_live, 1, mx)
     mn = tl.where(none_live, 1, mn)
     mn = tl.where(mx * 8 < mn * 10, mx, mn)
+    if uneven is not None:
+        tl.store(uneven, (mn < mx).to(tl.int32))
     max_splits, ext_cores, token_grid = _scalars(mx, num_seq, num_group, num_head, num_kv_head,
                                                  max_kv_splits, device_core_count)
 
@@ -196,23 +201,25 @@ def get_num_kv_splits_triton(
     max_kv_splits,
     device_core_count,
     MAX_NUM_SEQ: tl.constexpr,
+    uneven_batch_ptr=None,
 ):
-    """The seed's kernel interface (contiguous tensors, grid ``(1,)``), any ``num_seq``."""
+    """SGLang 0.5.23's kernel interface (contiguous tensors, grid ``(1,)``), any ``num_seq``;
+    ``uneven_batch_ptr``, when given, receives ``min < max`` of the statistics as int32."""
     _num_kv_splits_body(num_kv_splits_ptr, 1, seq_lens_ptr, 1,
                         num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
-                        MAX_NUM_SEQ)
+                        uneven_batch_ptr, MAX_NUM_SEQ)
 
 
 @triton.jit(do_not_specialize=_SCALARS)
 def _get_num_kv_splits_strided(
     num_kv_splits_ptr, num_kv_splits_s,
     seq_lens_ptr, seq_lens_s,
-    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+    num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, uneven_batch_ptr,
     CHUNK: tl.constexpr,
 ):
     _num_kv_splits_body(num_kv_splits_ptr, num_kv_splits_s, seq_lens_ptr, seq_lens_s,
                         num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
-                        CHUNK)
+                        uneven_batch_ptr, CHUNK)
 
 
 def sglang_max_num_seq(num_seq: int) -> int:
@@ -288,11 +295,14 @@ def get_num_kv_splits(
     num_kv_head,
     max_kv_splits=8,
     device_core_count=None,
+    uneven_batch=None,
 ):
     """Validate, then fill ``num_kv_splits[i * num_group + j]`` for ``i < num_seq``,
     ``j < num_group``. Any strides; cells past ``num_seq * num_group`` are untouched.
 
     ``device_core_count=None`` means the SM count of the tensors' CUDA device (132 on CPU).
+    ``uneven_batch``, a one-element int32 tensor, receives 1 when the lengths' min (after the
+    ratio rule) is below their max, else 0 (SGLang 0.5.23's ``uneven_batch_ptr``).
     Raises ``ValueError`` on arguments outside the contract.
     """
     device = _splits_fast_check(num_kv_splits, seq_lens, num_seq, num_group, num_head, num_kv_head,
@@ -301,13 +311,17 @@ def get_num_kv_splits(
         (num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count), device = (
             _splits_full_check(num_kv_splits, seq_lens, num_seq, num_group, num_head, num_kv_head,
                                max_kv_splits, device_core_count))
+    if uneven_batch is not None and (_tensor_arg("uneven_batch", uneven_batch, 1, _INT32, device)[0] != 1):
+        raise ValueError(f"uneven_batch must have one element, got shape {tuple(uneven_batch.shape)}")
     if device_core_count is None:
         device_core_count = _device_core_count(device)
     if num_seq == 0:
+        if uneven_batch is not None:
+            uneven_batch.zero_()  # no lengths: not uneven
         return
     # .run: what kernel[grid](...) calls, without the extra call
     _get_num_kv_splits_strided.run(
         num_kv_splits, *num_kv_splits.stride(), seq_lens, *seq_lens.stride(),
-        num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count,
+        num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, uneven_batch,
         CHUNK=min(sglang_max_num_seq(num_seq), MAX_CHUNK), grid=(1,), warmup=False,
     )

@@ -1,10 +1,11 @@
 """One contract per op; `CONTRACTS` is the registry every generic test and engine walks."""
 
-from . import decode_metadata, num_kv_splits, swa_spec_page_table
+from . import decode_metadata, draft_extend_metadata, num_kv_splits, q8kv8_topk_length, swa_spec_page_table
 from ..contract import Contract
 
 CONTRACTS: dict[str, Contract] = {
-    m.CONTRACT.name: m.CONTRACT for m in (decode_metadata, swa_spec_page_table, num_kv_splits)
+    m.CONTRACT.name: m.CONTRACT for m in (decode_metadata, swa_spec_page_table, num_kv_splits,
+                                          draft_extend_metadata, q8kv8_topk_length)
 }
 
 

@@ -13,6 +13,8 @@ ARGS = (
     Arg("num_kv_splits", "out", ("int32",), "num_seq*num_group",
         doc="out[i*num_group + j] = max(cdiv(seq_lens[i], c1), cdiv(seq_lens[i], c2))"),
     Arg("seq_lens", "in", ("int32", "int64"), "num_seq", doc="lengths; >= 1 in SGLang, >= 0 in kvfuzz's default"),
+    Arg("uneven_batch", "out", ("int32",), "1", optional=True,
+        doc="SGLang 0.5.23's uneven_batch_ptr: 1 if min_seq_len < max_seq_len after the ratio rule, else 0"),
 )
 SCALARS = (
     Scalar("num_seq", "batch size; equals seq_lens.shape[0]"),
@@ -63,12 +65,14 @@ def structural_reasons(case: Case) -> list[str]:
     for name in ("num_kv_splits", "seq_lens"):
         if t[name].strides != (1,) and t[name].shape[0] > 1:
             reasons.append(f"{name} must have unit stride: the bare kernel takes no strides")
+    if "uneven_batch" in t and t["uneven_batch"].shape != (1,):
+        reasons.append(f"uneven_batch has shape {t['uneven_batch'].shape}, expected (1,)")
     return reasons
 
 
 def cells(case: Case) -> dict[str, Cells]:
-    shape = case.tensors["num_kv_splits"].shape
-    return {"num_kv_splits": Cells(np.ones(shape, bool), np.zeros(shape, bool))}
+    return {name: Cells(np.ones(case.tensors[name].shape, bool), np.zeros(case.tensors[name].shape, bool))
+            for name in ("num_kv_splits", "uneven_batch") if name in case.tensors}
 
 
 CONTRACT = Contract(
@@ -83,7 +87,11 @@ CONTRACT = Contract(
         "sglang": "SGLang's documented contract, the same in 0.5.13-0.5.23: every seq_len >= 1 "
         "(only with --variant sglang)",
     },
-    paths={"splits": "one program on grid (1,)"},
+    # The flag is the `min_seq_len < max_seq_len` SGLang 0.5.23 stores after its ratio rule
+    # (`if max * 8 < min * 10: min = max`), so a batch within 25% of even reads as even; kvfuzz
+    # assumes that is meant (the flag then says whether split sizes differ by row), and takes
+    # max and min over the same rows as the splits (lengths >= 1 in `default`).
+    paths={"splits": "one program on grid (1,); with uneven_batch it also stores the flag"},
     kernel_path=kernel_path,
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,

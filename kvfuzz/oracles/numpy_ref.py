@@ -213,8 +213,96 @@ def num_kv_splits(case: Case) -> Expected:
             alt = _splits_for(case, mx, mn, e)
             if not np.array_equal(alt, main) and not any(np.array_equal(alt, x["num_kv_splits"]) for x in alts):
                 alts.append({"num_kv_splits": alt})
+    if "uneven_batch" in case.tensors:  # 0.5.23's flag: it does not depend on the float32 step
+        flag = num_kv_splits_uneven(mx, mn)
+        main = {"num_kv_splits": main, "uneven_batch": flag}
+        alts = [{**a, "uneven_batch": flag} for a in alts]
+    else:
+        main = {"num_kv_splits": main}
     boundary = None
     if alts:
         boundary = (f"float32 step on a rounding boundary: device_core_count * max(log2(max_seq_len/64), 1) "
                     f"truncates to {lo}..{hi} within log2 error; {len(alts) + 1} results accepted")
-    return Expected({"num_kv_splits": main}, tuple(alts), boundary)
+    return Expected(main, tuple(alts), boundary)
+
+
+def num_kv_splits_uneven(mx: int, mn: int) -> np.ndarray:
+    """uneven_batch: min < max after the ratio rule (a min above 80% of the max becomes the max)."""
+    if mx * 8 < mn * 10:
+        mn = mx
+    return np.array([int(mn < mx)], dtype=np.int64)
+
+
+# 4. draft_extend_metadata -----------------------------------------------------------------
+
+
+def _prefix_sums(what: str, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 values, 0 then their running sum); a value or a sum leaving int32 is out of contract."""
+    vals = [int(x) for x in lens]
+    sums = [0]
+    for i, x in enumerate(vals):
+        if x < 0:
+            raise OutOfContract(f"{what}[{i}] = {x} is negative")
+        _check32(f"{what}[{i}]", x)
+        sums.append(_check32(f"the running sum of {what} at {i + 1}", sums[-1] + x))
+    return np.array(vals, dtype=np.int64), np.array(sums, dtype=np.int64)
+
+
+def draft_extend_metadata(case: Case) -> Expected:
+    v, ps = case.values, case.scalars["page_size"]
+    seq, cu_k = _prefix_sums("seq_lens", v["seq_lens"])
+    _, cu_q = _prefix_sums("extend_seq_lens", v["extend_seq_lens"])
+    out = {"cache_seqlens_int32": seq, "cu_seqlens_k": cu_k, "cu_seqlens_q": cu_q,
+           "page_table": _empty_out(case, "page_table")}
+    W = case.tensors["page_table"].shape[1]
+    for i, sl in enumerate(seq):
+        cdiv32(f"cdiv(seq_lens[{i}], page_size)", int(sl), ps)
+    live = np.minimum(-(-seq // ps), W)
+    rtt = v["req_to_token"].astype(np.int64)
+    pool = v["req_pool_indices"].astype(np.int64)
+    swa = "full_to_swa_index_mapping" in case.tensors
+    mapping = v["full_to_swa_index_mapping"].astype(np.int64) if swa else None
+    if swa:
+        out["swa_page_table"] = _empty_out(case, "swa_page_table")
+    for i in range(seq.size):
+        n = int(live[i])
+        if n == 0:  # no pages: the pool index is never read
+            continue
+        if not 0 <= pool[i] < rtt.shape[0]:
+            raise OutOfContract(f"req_pool_indices[{i}] = {pool[i]} outside [0, {rtt.shape[0]}) on a row with pages")
+        if (n - 1) * ps >= rtt.shape[1]:
+            raise OutOfContract(f"row {i}: live page {n - 1} reads token {(n - 1) * ps} >= req_to_token width "
+                                f"{rtt.shape[1]}")
+        tokens = rtt[pool[i], np.arange(n) * ps]
+        pages = np.floor_divide(tokens, ps)
+        if not fits_int32(pages):
+            raise OutOfContract(f"row {i}: a page_table value does not fit int32")
+        out["page_table"][i, :n] = pages
+        if swa:
+            if tokens.min() < 0 or tokens.max() >= mapping.shape[0]:
+                raise OutOfContract(f"row {i}: a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
+            swa_pages = np.floor_divide(mapping[tokens], ps)
+            if not fits_int32(swa_pages):
+                raise OutOfContract(f"row {i}: a swa_page_table value does not fit int32")
+            out["swa_page_table"][i, :n] = swa_pages
+    if swa:
+        locs = v["out_cache_loc"].astype(np.int64)
+        if locs.size and (locs.min() < 0 or locs.max() >= mapping.shape[0]):
+            raise OutOfContract(f"an out_cache_loc lies outside the SWA mapping [0, {mapping.shape[0]})")
+        slots = mapping[locs]
+        if case.tensors["swa_out_cache_loc"].dtype == "int32" and not fits_int32(slots):
+            raise OutOfContract("a swa_out_cache_loc value does not fit int32")
+        out["swa_out_cache_loc"] = slots
+    return Expected(out)
+
+
+# 5. q8kv8_topk_length -------------------------------------------------------------------
+
+
+def q8kv8_topk_length(case: Case) -> Expected:
+    """1 + the last position holding a value >= 0, and 1 for a row without one."""
+    idx = np.asarray(case.values["indices"], dtype=np.int64)
+    S, K = case.tensors["indices"].shape
+    ramp = np.arange(1, K + 1, dtype=np.int64)
+    last = np.where(idx >= 0, ramp[None, :], 0).max(axis=1, initial=0) if S else np.zeros(0, np.int64)
+    return Expected({"topk_length": np.maximum(last, 1)})

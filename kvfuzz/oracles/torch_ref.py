@@ -117,4 +117,46 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
     per_row = torch.maximum(cdiv(lens, c1), cdiv(lens, c2))
     out = torch.zeros(case.tensors["num_kv_splits"].shape, dtype=torch.int64, device=device)
     out[: num_seq * num_group] = per_row[:, None].expand(-1, num_group).reshape(-1)  # expand: no sync
-    return {"num_kv_splits": _out(out)}
+    result = {"num_kv_splits": _out(out)}
+    if "uneven_batch" in case.tensors:  # SGLang 0.5.23: min < max after the ratio rule (mn above)
+        result["uneven_batch"] = (mn < mx).to(torch.int64).reshape(1)
+    return result
+
+
+def draft_extend_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    """SGLang's eager DRAFT_EXTEND_V2 update: the casts and cumsums, then bounded gathers."""
+    ps = case.scalars["page_size"]
+    seq_lens = _t(case, "seq_lens", device, inputs).long()
+    extend = _t(case, "extend_seq_lens", device, inputs).long()
+    out = {"cache_seqlens_int32": _out(seq_lens.to(torch.int32))}
+    for name, lens in (("cu_seqlens_k", seq_lens), ("cu_seqlens_q", extend)):
+        cu = torch.zeros(lens.shape[0] + 1, dtype=torch.int64, device=device)
+        cu[1:] = torch.cumsum(lens, 0)
+        out[name] = cu
+    B, W = case.tensors["page_table"].shape
+    rtt = _t(case, "req_to_token", device, inputs).long()
+    R, T = rtt.shape
+    live = torch.clamp((seq_lens + ps - 1) // ps, 0, W)
+    col = torch.arange(W, device=device)[None, :]
+    mask = col < live[:, None]
+    # rows and columns outside the live pages are never read: point them at a valid cell
+    pool = torch.where(live > 0, _t(case, "req_pool_indices", device, inputs).long(), 0).clamp(0, max(R - 1, 0))
+    tok_col = torch.where(mask, col * ps, 0).clamp(0, max(T - 1, 0))
+    tokens = rtt[pool[:, None], tok_col] if R and T else torch.zeros((B, W), dtype=torch.int64, device=device)
+    out["page_table"] = torch.where(mask, torch.div(tokens, ps, rounding_mode="floor"), 0)
+    if "full_to_swa_index_mapping" in case.tensors:
+        mapping = _t(case, "full_to_swa_index_mapping", device, inputs).long()
+        safe = torch.where(mask, tokens, 0).clamp(0, max(mapping.shape[0] - 1, 0))
+        out["swa_page_table"] = torch.where(mask, torch.div(mapping[safe], ps, rounding_mode="floor"), 0)
+        out["swa_out_cache_loc"] = mapping[_t(case, "out_cache_loc", device, inputs).long()]
+    return out
+
+
+def q8kv8_topk_length(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    """The unfused derivation SGLang's docstring names: ((indices >= 0) * ramp).amax, min 1."""
+    idx = _t(case, "indices", device, inputs)
+    S, K = idx.shape
+    if K == 0:
+        return {"topk_length": torch.ones(S, dtype=torch.int64, device=device)}
+    ramp = torch.arange(1, K + 1, device=device)
+    return {"topk_length": ((idx >= 0) * ramp).amax(dim=1).clamp(min=1).to(torch.int64)}

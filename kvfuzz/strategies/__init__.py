@@ -15,7 +15,7 @@ from typing import Callable
 from hypothesis import strategies as st
 
 from ..case import Case
-from . import decode, spec, splits
+from . import decode, draft_extend, spec, splits, topk
 from .coverage import class_pool, generic_features
 from .draw import CompileClass, Draw, HypothesisDraw, RandomDraw
 from .layouts import layouts
@@ -83,6 +83,12 @@ GENERATORS: dict[str, OpGenerator] = {
                     spec.spec_features, spec.required_features),
         OpGenerator(splits.OP, splits.splits_class, splits.splits_in_class, splits.splits_violation,
                     splits.OUT_OF_CONTRACT, splits.splits_features, splits.required_features),
+        OpGenerator(draft_extend.OP, draft_extend.draft_extend_class, draft_extend.draft_extend_in_class,
+                    draft_extend.draft_extend_violation, draft_extend.OUT_OF_CONTRACT,
+                    draft_extend.draft_extend_features, draft_extend.required_features,
+                    draft_extend.class_combinations),
+        OpGenerator(topk.OP, topk.topk_class, topk.topk_in_class, topk.topk_violation, topk.OUT_OF_CONTRACT,
+                    topk.topk_features, topk.required_features, topk.class_combinations),
     )
 }
 
@@ -95,6 +101,10 @@ _GENERIC_REQUIRED = {
     "swa_spec_page_table": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in ("seq_len_a", "seq_len_b")
                                                           for dt in ("int32", "int64"))},
     "num_kv_splits": {"misaligned", "dtype:seq_lens:int32", "dtype:seq_lens:int64"},
+    "draft_extend_metadata": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
+        "seq_lens", "extend_seq_lens", "req_pool_indices", "req_to_token", "full_to_swa_index_mapping",
+        "out_cache_loc", "swa_out_cache_loc") for dt in ("int32", "int64"))},
+    "q8kv8_topk_length": {"misaligned", "odd_stride", "broadcast:indices"},
 }
 
 

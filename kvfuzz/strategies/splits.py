@@ -35,7 +35,11 @@ def splits_class(d: Draw) -> CompileClass:
         "dtype:seq_lens": d.choice(("int32", "int64")),
         "layout:seq_lens": layout_class(d, "in", 1, ("contiguous", "offset")),
         "layout:num_kv_splits": layout_class(d, "out", 1, ("contiguous", "offset")),
+        # SGLang 0.5.23's optional flag output: None or a tensor is a constexpr choice
+        "uneven_batch": d.boolean(),
     }
+    if p["uneven_batch"]:
+        p["layout:uneven_batch"] = layout_class(d, "out", 1, ("contiguous", "offset"))
     return CompileClass.of(OP, p)
 
 
@@ -82,7 +86,10 @@ def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     scalars["num_seq"] = num_seq
     seq_spec, _ = apply_layout(k["layout:seq_lens"], k["dtype:seq_lens"], (num_seq,))
     out_spec, _ = apply_layout(k["layout:num_kv_splits"], "int32", (num_seq * k["num_group"],))
-    return Case(OP, scalars, {"num_kv_splits": out_spec, "seq_lens": seq_spec}, {"seq_lens": lens}, variant=variant)
+    tensors = {"num_kv_splits": out_spec, "seq_lens": seq_spec}
+    if k["uneven_batch"]:
+        tensors["uneven_batch"], _ = apply_layout(k["layout:uneven_batch"], "int32", (1,))
+    return Case(OP, scalars, tensors, {"seq_lens": lens}, variant=variant)
 
 
 def splits_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
@@ -108,8 +115,12 @@ def splits_features(case: Case) -> set[str]:
     lens = case.values.get("seq_lens")
     if lens is not None and lens.size and int(lens.min()) == 0:
         out.add("zero_length")
+    if "uneven_batch" in case.tensors and lens is not None and lens.size:
+        live = [int(x) for x in lens if x >= 1] or [1]
+        out.add("uneven_batch:" + ("uneven" if max(live) * 8 >= min(live) * 10 else "even"))
     return out
 
 
 def required_features() -> set[str]:
-    return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257"}
+    return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257",
+            "uneven_batch:even", "uneven_batch:uneven"}

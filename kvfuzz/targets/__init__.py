@@ -49,6 +49,11 @@ class Target:
     variants: dict[str, str] = field(default_factory=dict)  # op -> the contract variant it is judged by
     variant_reasons: dict[str, str] = field(default_factory=dict)  # op -> why that variant
 
+    @property
+    def lacks(self) -> dict[str, tuple[str, ...]]:
+        """op -> the contract's optional tensors its entry point cannot take."""
+        return {op: b.lacks for op, b in self.bindings.items() if b.lacks}
+
     def supports(self, op: str) -> bool:
         return op in self.entries
 

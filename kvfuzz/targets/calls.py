@@ -12,7 +12,14 @@ its value comes from.
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
   checks describes (`NEUTRAL`: no v2p tables, page multiplier 1, skip flags off, no read
-  table, no zero tail, no `uneven_batch_ptr`). Those paths are not checked.
+  table, no zero tail). Those paths are not checked.
+* An optional output kvfuzz has a contract for (`OpCall.optional`: 0.5.23's `uneven_batch_ptr`)
+  gets the case's tensor, or None when the case has none. A signature without its parameter
+  `lacks` it: campaigns leave it out of that target's cases (`engines.common.fit_target`), and
+  a case that holds it anyway cannot be called (`HarnessError`; `kvfuzz replay` refuses it).
+* An entry point that returns its output instead of writing one (0.5.23's
+  `q8kv8_topk_length_from_indices`, `OpCall.returns`) has the result copied into the case's
+  tensor; a result of another shape or dtype raises `WrongResult`, the target's crash.
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -39,6 +46,23 @@ from ..ops.num_kv_splits import sglang_max_num_seq
 from .sglang_shim import make_swa_pool
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+
+
+class WrongResult(Exception):
+    """An entry point that returns its output returned something else than the output's shape
+    and dtype: the target's failure (a crash on an in-contract case)."""
+
+
+def store_result(out: Any, result: Any) -> None:
+    """Copy a returned output into the case's tensor, or WrongResult."""
+    import torch
+
+    if not isinstance(result, torch.Tensor):
+        raise WrongResult(f"returned {type(result).__name__}, not a tensor")
+    if tuple(result.shape) != tuple(out.shape) or result.dtype != out.dtype:
+        raise WrongResult(f"returned {str(result.dtype).replace('torch.', '')}{list(result.shape)}, expected "
+                          f"{str(out.dtype).replace('torch.', '')}{list(out.shape)}")
+    out.copy_(result)
 
 
 class HarnessError(Exception):
@@ -74,6 +98,10 @@ def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself
     return t["full_to_swa_index_mapping"] if _uses_swa(t) else None
 
 
+def _optional(name: str) -> Getter:  # an optional output: None when the case has none
+    return lambda t, s: t.get(name)
+
+
 def _max_num_seq(t, s):
     return sglang_max_num_seq(s["num_seq"])
 
@@ -89,6 +117,8 @@ class OpCall:
     legacy_kw: tuple[str, ...] = ()  # passed by keyword after the positional ones, in 0.5.14's call
     legacy_kw_bare: tuple[str, ...] = ()  # the same, for a bare kernel only
     aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
+    optional: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # optional tensor -> its parameters
+    returns: str | None = None  # the output the entry point returns as a new tensor (kvfuzz copies it in)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -148,18 +178,41 @@ NUM_KV_SPLITS = OpCall(
         **{name: _scalar(name) for name in ("num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits",
                                             "device_core_count")},
         "MAX_NUM_SEQ": _max_num_seq,  # SGLang's triton backend: 256 below 256 sequences, else next power of 2
+        "uneven_batch_ptr": _optional("uneven_batch"),  # 0.5.23: an extra output flag (min < max length)
     },
     required=(("num_kv_splits_ptr", "num_kv_splits"), ("seq_lens_ptr", "seq_lens"), ("num_seq",), ("num_group",),
               ("num_head",), ("num_kv_head",), ("max_kv_splits",), ("device_core_count",)),
-    neutral={"uneven_batch_ptr": None},  # 0.5.23: an extra output flag (min < max length), not checked
+    neutral={},
     legacy=("num_kv_splits_ptr", "seq_lens_ptr", "num_seq", "num_group", "num_head", "num_kv_head",
             "max_kv_splits", "device_core_count"),
     legacy_kw_bare=("MAX_NUM_SEQ",),
     aliases={"num_kv_splits": "num_kv_splits_ptr", "seq_lens": "seq_lens_ptr"},
+    optional={"uneven_batch": ("uneven_batch_ptr",)},
+)
+
+_DRAFT_EXTEND_PARAMS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "page_table", "req_to_token",
+                        "req_pool_indices", "seq_lens", "extend_seq_lens", "page_size", "full_to_swa_index_mapping",
+                        "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
+DRAFT_EXTEND = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (their defaults)
+    supplied={name: _optional(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
+                                                "swa_out_cache_loc") else _scalar(name) if name == "page_size"
+              else _tensor(name) for name in _DRAFT_EXTEND_PARAMS},
+    required=tuple((name,) for name in _DRAFT_EXTEND_PARAMS),
+    neutral={},
+    legacy=_DRAFT_EXTEND_PARAMS,  # the only signature so far: its own order
+)
+
+Q8KV8_TOPK_LENGTH = OpCall(  # 0.5.23: returns the lengths instead of writing an output
+    supplied={"indices": _tensor("indices")},
+    required=(("indices",),),
+    neutral={},
+    legacy=("indices",),
+    returns="topk_length",
 )
 
 OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
-                          "num_kv_splits": NUM_KV_SPLITS}
+                          "num_kv_splits": NUM_KV_SPLITS, "draft_extend_metadata": DRAFT_EXTEND,
+                          "q8kv8_topk_length": Q8KV8_TOPK_LENGTH}
 
 
 @dataclass(frozen=True)
@@ -196,7 +249,14 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
     "num_kv_splits": (
         Generation("0.5.14", "0.5.6-0.5.22", _SPLITS_0514, "the seed's kernel"),
         Generation("0.5.23", "0.5.23", _SPLITS_0514 + ("uneven_batch_ptr",),
-                   "uneven_batch_ptr (optional output flag): kvfuzz passes None"),
+                   "uneven_batch_ptr (optional output flag): the case's uneven_batch tensor, or None"),
+    ),
+    "draft_extend_metadata": (
+        Generation("0.5.16", "0.5.16-0.5.23", DRAFT_EXTEND.legacy, "new op; the same signature and kernel "
+                   "text in every release since"),
+    ),
+    "q8kv8_topk_length": (
+        Generation("0.5.23", "0.5.23", Q8KV8_TOPK_LENGTH.legacy, "new op; returns a new int32 tensor"),
     ),
 }
 
@@ -216,10 +276,16 @@ class Binding:
     neutral: Mapping[str, Any]  # known later-release parameters -> the value that turns their path off
     defaulted: tuple[str, ...]  # unknown parameters left at their defaults: not checked
     neutral_passed: tuple[str, ...] = ()  # the neutral parameters whose default differs: passed explicitly
+    lacks: tuple[str, ...] = ()  # the contract's optional tensors this signature cannot take
+    returns: str | None = None  # the output the entry point returns (OpCall.returns)
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
 
     def arguments(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list, dict]:
+        unsupported = [name for name in self.lacks if name in t]
+        if unsupported:  # campaigns leave such tensors out for this target (engines.common)
+            raise HarnessError(f"building the {self.op} call: this entry point takes no "
+                               f"{', '.join(unsupported)}")
         try:
             return [g(t, s) for g in self._positional], {k: g(t, s) for k, g in self._keywords}
         except Exception as exc:  # kvfuzz's case lacks what its own binding asks for
@@ -229,6 +295,8 @@ class Binding:
         args, kwargs = self.arguments(t, s)
         if self.bare:
             self.entry[(1,)](*args, **kwargs)
+        elif self.returns:
+            store_result(t[self.returns], self.entry(*args, **kwargs))
         else:
             self.entry(*args, **kwargs)
 
@@ -243,6 +311,10 @@ class Binding:
                 for k, v in self.neutral.items()))
         if self.defaulted:
             out.append("left at their defaults (unchecked): " + ", ".join(self.defaulted))
+        if self.lacks:
+            out.append("cannot take the optional " + ", ".join(self.lacks))
+        if self.returns:
+            out.append(f"returns {self.returns} (kvfuzz copies it into the case's tensor)")
         return "; ".join(out)
 
 
@@ -295,14 +367,19 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       positional, keywords)
+                       _lacks(call, supplied), call.returns, positional, keywords)
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
-        return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), positional, keywords)
+        return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
+                       call.returns, positional, keywords)
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
+
+
+def _lacks(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name, params in call.optional.items() if not set(params) & set(supplied))
 
 
 def _same(default: Any, value: Any) -> bool:

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from ..ops import CONTRACTS
-from ..ops import decode_metadata, num_kv_splits, swa_spec_page_table
+from ..ops import decode_metadata, draft_extend_metadata, num_kv_splits, q8kv8_topk_length, swa_spec_page_table
 from .calls import Binding
 
-RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (decode_metadata, swa_spec_page_table, num_kv_splits)}
+RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (
+    decode_metadata, swa_spec_page_table, num_kv_splits, draft_extend_metadata, q8kv8_topk_length)}
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -42,6 +43,7 @@ class Release:
 
 
 _G14 = {"decode_metadata": "0.5.14", "swa_spec_page_table": "0.5.14", "num_kv_splits": "0.5.14"}
+_G16 = {**_G14, "draft_extend_metadata": "0.5.16"}  # draft_extend_set_metadata from 0.5.16 on
 _NOT_LOADABLE = {
     "0.5.6": "decode is plain torch (no Triton kernel, no SWA parameters)",
     "0.5.7": "decode is plain torch (no Triton kernel, no SWA parameters)",
@@ -58,27 +60,25 @@ RELEASES: dict[str, Release] = {
     "0.5.13": Release("0.5.13", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
     "0.5.14": Release("0.5.14", OLD_PATH, _G14, note="the seed"),
     "0.5.15": Release("0.5.15", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
-    "0.5.16": Release("0.5.16", NEW_PATH, _G14, "new op draft_extend_set_metadata",
-                      "the three entry points are 0.5.14's, byte for byte"),
-    "0.5.17": Release("0.5.17", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
-                      "v2p_page_table, kernel_page_multiplier (unified memory); draft_extend_set_metadata",
+    "0.5.16": Release("0.5.16", NEW_PATH, _G16, note="the three 0.5.14 entry points byte for byte; new op "
+                      "draft_extend_set_metadata (its signature and kernel the same text up to 0.5.23)"),
+    "0.5.17": Release("0.5.17", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
+                      "v2p_page_table, kernel_page_multiplier (unified memory)",
                       "decode writes only each row's live prefix"),
-    "0.5.18": Release("0.5.18", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
+    "0.5.18": Release("0.5.18", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
                       "the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
-                      "full_to_swa_index_mapping is None); v2p_page_table, kernel_page_multiplier; "
-                      "draft_extend_set_metadata"),
-    "0.5.19": Release("0.5.19", NEW_PATH, {**_G14, "decode_metadata": "0.5.19"},
-                      "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+                      "full_to_swa_index_mapping is None); v2p_page_table, kernel_page_multiplier"),
+    "0.5.19": Release("0.5.19", NEW_PATH, {**_G16, "decode_metadata": "0.5.19"},
+                      "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path",
                       "strided_indices, v2p_page_table, kernel_page_multiplier dropped"),
-    **{v: Release(v, NEW_PATH, {**_G14, "decode_metadata": "0.5.20"},
-                  "skip_page_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+    **{v: Release(v, NEW_PATH, {**_G16, "decode_metadata": "0.5.20"},
+                  "skip_page_table; the UnifiedSWAKVPool path",
                   "src_is_read_table, swa_src_table dropped" + ("" if v == "0.5.20" else
                                                                 "; kernel file byte-identical to 0.5.20's"))
        for v in ("0.5.20", "0.5.21", "0.5.22")},
-    "0.5.23": Release("0.5.23", NEW_PATH, {"decode_metadata": "0.5.23", "swa_spec_page_table": "0.5.14",
-                                           "num_kv_splits": "0.5.23"},
-                      "full_v2p, swa_v2p, zero_tail, skip_page_table; uneven_batch_ptr; new op "
-                      "q8kv8_topk_length_from_indices; draft_extend_set_metadata",
+    "0.5.23": Release("0.5.23", NEW_PATH, {**_G16, "decode_metadata": "0.5.23", "num_kv_splits": "0.5.23",
+                                           "q8kv8_topk_length": "0.5.23"},
+                      "full_v2p, swa_v2p, zero_tail, skip_page_table",
                       "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
                       "mapping passed as a tensor"),
 }

@@ -1,0 +1,137 @@
+"""Cases for `q8kv8_topk_length` (q8kv8_topk_length_from_indices, SGLang 0.5.23).
+
+A compile class fixes what SGLang's kernel specialises on: its scan block (512, 256 or 128, by
+the width's divisibility), the integer class of the width `topk` and of the row stride (the
+layout: contiguous, padded, offset, or one row repeated by stride 0), and the pointer's
+alignment. A case draws the rows: all pads, full, and trailing pads ending on either side of a
+block's edge, with -1 or other negative pads and 0 as a valid index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..case import Case, TensorSpec
+from .draw import CompileClass, Draw
+from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .values import rng
+
+OP = "q8kv8_topk_length"
+# widths by (SGLang's block, Triton's integer class of the width)
+WIDTHS = {"512": (512, 1024, 2048), "256": (256, 768, 1280), "128": (128, 384, 640), "div16": (16, 32, 48, 112, 272),
+          "plain": (2, 3, 100, 127, 129, 200, 255, 257, 1000), "one": (1,), "zero": (0,)}
+OUT_OF_CONTRACT = ("int64", "column_stride", "one_d")
+PADS = (-1, -2, -(2**31))
+
+
+def block_of(k: int) -> int:
+    return 512 if k % 512 == 0 else 256 if k % 256 == 0 else 128
+
+
+def topk_class(d: Draw) -> CompileClass:
+    width = d.choice(tuple(WIDTHS))
+    lc = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
+    if lc.kind == "broadcast":  # rows repeated; a zero column stride is out of contract
+        lc = LayoutClass("broadcast", lc.offset, lc.slack, axis=0)
+    p = {
+        "width": width,
+        "block": block_of(WIDTHS[width][0]),  # derived: what the cover must reach
+        # no rows: an empty tensor's pointer has another alignment class than its layout's
+        "rows": d.choice(("some", "some", "some", "none")),
+        "layout:indices": lc,
+        "layout:topk_length": layout_class(d, "out", 1, ("contiguous", "offset")),
+    }
+    return CompileClass.of(OP, p)
+
+
+def _row(d: Draw, g: np.random.Generator, K: int, block: int) -> np.ndarray:
+    pad = d.choice(PADS)
+    kind = d.choice(("trailing", "all_pad", "full", "scattered"))
+    row = np.full(K, pad, dtype=np.int64)
+    if K == 0 or kind == "all_pad":
+        return row
+    valid = g.integers(0, 2**31, size=K)
+    valid[g.integers(0, K)] = 0  # 0 is a valid index
+    if kind == "full":
+        return valid
+    # the last valid position, on the edges of the backward scan's blocks
+    last = d.choice((0, K - 1, K - block, K - block - 1, K - block + 1, block - 1, block, K // 2,
+                     int(g.integers(0, K))))
+    last = min(max(last, 0), K - 1)
+    if kind == "trailing":
+        row[: last + 1] = valid[: last + 1]
+    else:
+        keep = g.random(last + 1) < 0.3
+        keep[last] = True
+        row[: last + 1] = np.where(keep, valid[: last + 1], pad)
+    return row
+
+
+def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
+    K = d.choice(WIDTHS[k["width"]])
+    S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
+    g = rng(d.seed())
+    block = block_of(K)
+    spec, bcast = apply_layout(k["layout:indices"], "int32", (S, K))
+    values = np.stack([_row(d, g, K, block) for _ in range(S)]) if S else np.zeros((0, K), np.int64)
+    out, _ = apply_layout(k["layout:topk_length"], "int32", (S,))
+    return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
+                variant=variant)
+
+
+def topk_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
+    t, v = dict(case.tensors), dict(case.values)
+    S, K = t["indices"].shape
+    kinds = [x for x in OUT_OF_CONTRACT if not (x == "column_stride" and K < 2)]
+    if kind is None:
+        kind = d.choice(kinds)
+    elif kind not in kinds:
+        return case
+    if kind == "int64":
+        t["indices"] = relayout(k.get("layout:indices", LayoutClass()), "int64", (S, K), v["indices"])
+    elif kind == "column_stride":  # transposed: SGLang asserts a unit column stride
+        t["indices"] = TensorSpec("int32", (S, K), (1, max(S, 1)), 0, max(S, 1) * K)
+    elif kind == "one_d":
+        flat = np.asarray(v["indices"]).reshape(-1)
+        t["indices"] = TensorSpec.contiguous("int32", flat.shape)
+        v["indices"] = flat
+    return Case(OP, case.scalars, t, v, variant=case.variant, meta={"violation": kind})
+
+
+def topk_features(case: Case) -> set[str]:
+    spec = case.tensors["indices"]
+    if len(spec.shape) != 2:
+        return set()
+    S, K = spec.shape
+    block = block_of(K)
+    out = {f"path:block{block}"}
+    if S == 0:
+        return out | {"empty"}
+    if K == 0:
+        return out | {"zero_width"}
+    if K % 128:
+        out.add("unaligned_width")
+    idx = np.asarray(case.values["indices"], dtype=np.int64)
+    for row in idx:
+        valid = np.flatnonzero(row >= 0)
+        if valid.size == 0:
+            out.add("all_pad_row")
+            continue
+        last = int(valid[-1])
+        if last == K - block and K > block:
+            out.add("edge:last_in_first_block_scanned")
+        if last == K - block - 1:
+            out.add("edge:last_in_second_block_scanned")
+        if row.min() < -1:
+            out.add("negative_pad")
+    return out
+
+
+def class_combinations(k: CompileClass) -> set[str]:
+    """Width 0 with rows (each row's length is then 1): a class the cover must pick on purpose."""
+    return {"zero_width_with_rows"} if k["width"] == "zero" and k["rows"] == "some" else set()
+
+
+def required_features() -> set[str]:
+    return {"path:block512", "path:block256", "path:block128", "empty", "zero_width", "unaligned_width",
+            "all_pad_row", "edge:last_in_first_block_scanned", "edge:last_in_second_block_scanned", "negative_pad"}
