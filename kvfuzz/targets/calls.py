@@ -9,10 +9,12 @@ its value comes from.
 
 * A parameter kvfuzz has a contract for gets the case's tensor or scalar of that name
   (`num_kv_splits_ptr` is the `num_kv_splits` tensor, `seq_lens_ptr` the `seq_lens` one).
+  0.5.20's `skip_page_table` and 0.5.23's `zero_tail`, `full_v2p`, `swa_v2p` come from the case
+  too (optional case fields: absent means False / None, the value that turns their path off).
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
-  checks describes (`NEUTRAL`: no v2p tables, page multiplier 1, skip flags off, no read
-  table, no zero tail, no `uneven_batch_ptr`). Those paths are not checked.
+  checks describes (`neutral`: 0.5.17's v2p table and page multiplier 1, 0.5.19's read
+  table, no `uneven_batch_ptr`). Those paths are not checked.
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -47,7 +49,7 @@ class HarnessError(Exception):
 
 
 def _uses_swa(t: Mapping[str, Any]) -> bool:
-    return "swa_page_table" in t and "full_to_swa_index_mapping" in t
+    return "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t)
 
 
 def _tensor(name: str) -> Getter:
@@ -67,11 +69,19 @@ def _swa_table(t, s):
 
 
 def _swa_pool(t, s):  # up to 0.5.22: an SWAKVPool holding the token mapping
-    return make_swa_pool(t["full_to_swa_index_mapping"]) if _uses_swa(t) else None
+    return make_swa_pool(t["full_to_swa_index_mapping"]) if _uses_swa(t) and "full_to_swa_index_mapping" in t else None
 
 
-def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself
-    return t["full_to_swa_index_mapping"] if _uses_swa(t) else None
+def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself (None with the unified pool's swa_v2p)
+    return t.get("full_to_swa_index_mapping") if _uses_swa(t) else None
+
+
+def _optional_tensor(name: str) -> Getter:
+    return lambda t, s: t.get(name)
+
+
+def _flag(name: str) -> Getter:
+    return lambda t, s: bool(s.get(name, False))
 
 
 def _max_num_seq(t, s):
@@ -109,6 +119,10 @@ DECODE = OpCall(
         "swa_page_table": _swa_table,
         "token_to_kv_pool": _swa_pool,  # up to 0.5.22
         "full_to_swa_index_mapping": _swa_mapping,  # 0.5.23
+        "skip_page_table": _flag("skip_page_table"),  # 0.5.20 on: lengths and prefix sum only
+        "zero_tail": _flag("zero_tail"),  # 0.5.23: also zero the columns between the live prefix and P
+        "full_v2p": _optional_tensor("full_v2p"),  # 0.5.23: unified memory's virtual -> physical pages
+        "swa_v2p": _optional_tensor("swa_v2p"),  # 0.5.23: the unified SWA pool's
     },
     required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
               ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
@@ -118,10 +132,6 @@ DECODE = OpCall(
         "kernel_page_multiplier": 1,  # 0.5.17-0.5.18
         "src_is_read_table": False,  # 0.5.19: req_to_token is a page-granular read table
         "swa_src_table": None,  # 0.5.19
-        "skip_page_table": False,  # 0.5.20 on: lengths and prefix sum only
-        "full_v2p": None,  # 0.5.23
-        "swa_v2p": None,  # 0.5.23
-        "zero_tail": False,  # 0.5.23: also zero the columns between the live prefix and max_seq_pages
     },
     legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
             "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
@@ -183,12 +193,12 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
         Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
                    "strided_indices dropped; src_is_read_table, swa_src_table: kvfuzz passes False, None"),
         Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
-                   "skip_page_table: kvfuzz passes False"),
+                   "skip_page_table: the case's (variant skip)"),
         Generation("0.5.23", "0.5.23",
                    tuple(p for p in _DECODE_0519 if p != "token_to_kv_pool")
                    + ("full_to_swa_index_mapping", "skip_page_table", "full_v2p", "swa_v2p", "zero_tail"),
-                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail: kvfuzz "
-                   "passes None, None, False and skip_page_table False"),
+                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail, skip_page_table: "
+                   "the case's (variant fused)"),
     ),
     "swa_spec_page_table": (
         Generation("0.5.14", "0.5.6-0.5.23", SWA_SPEC.legacy, "unchanged in every release"),

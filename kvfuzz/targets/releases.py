@@ -7,7 +7,9 @@ judged by when the user gives no `--variant`:
 * a target whose SGLang version is known (`sglang==X.Y.Z`, the installed `sglang`, or a module
   inside the installed `sglang` package): the op's `RELEASE_VARIANTS` (kvfuzz/ops/) for that
   version;
-* any other (a file, another module, `builtin`): the API generation of its entry point's
+* kvfuzz's `builtin` kernels: the op's `BUILTIN_VARIANT` where it has one (decode's `strict`:
+  every argument kvfuzz checks, judged by the strictest column rule), else as any other;
+* any other (a file, another module): the API generation of its entry point's
   signature (`calls.GENERATIONS`; every generation is named after its first release), or the
   generation closest to it.
 
@@ -25,6 +27,7 @@ from ..ops import decode_metadata, num_kv_splits, swa_spec_page_table
 from .calls import Binding
 
 RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (decode_metadata, swa_spec_page_table, num_kv_splits)}
+BUILTIN_VARIANTS = {m.CONTRACT.name: m.BUILTIN_VARIANT for m in (decode_metadata,)}
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -100,11 +103,13 @@ def variant_for_release(op: str, version: str) -> str:
     return chosen
 
 
-def select_variant(op: str, release: str | None, binding: Binding) -> tuple[str, str]:
-    """(variant, why) for `op` of a loaded target: by its SGLang version when known, else by
-    the API generation of its entry point's signature."""
+def select_variant(op: str, release: str | None, binding: Binding, builtin: bool = False) -> tuple[str, str]:
+    """(variant, why) for `op` of a loaded target: by its SGLang version when known, kvfuzz's
+    own for the builtin kernels, else by the API generation of its entry point's signature."""
     if release is not None and parse_version(release) is not None:
         return variant_for_release(op, release), f"sglang {release}"
+    if builtin and op in BUILTIN_VARIANTS:
+        return BUILTIN_VARIANTS[op], "kvfuzz's builtin kernel"
     gen = binding.generation or binding.closest
     how = (f"signature of SGLang {gen}" if binding.generation else
            f"signature closest to SGLang {gen}" if binding.by_name else f"SGLang {gen}'s positional call")
