@@ -53,3 +53,35 @@ def splits(lens, num_group: int = 1, num_head: int = 32, num_kv_head: int = 8, m
          "max_kv_splits": mks, "device_core_count": dcc}
     return Case("num_kv_splits", s, {"num_kv_splits": C("int32", (n * num_group,)), "seq_lens": C(dtype, (n,))},
                 {"seq_lens": lens}, variant=variant)
+
+
+def v2p(n: int, kind: str = "permuted", seed: int = 11) -> np.ndarray:
+    """A virtual -> physical page table of n entries: identity, a permutation, or with -1 tombstones."""
+    rng = np.random.default_rng(seed)
+    if kind == "identity":
+        return np.arange(n)
+    table = rng.permutation(3 * n)[:n]
+    if kind == "tombstones":
+        table[::3] = -1
+    elif kind == "unbound":
+        table[:] = -1
+    return table
+
+
+def unified(case: Case, full_v2p: np.ndarray | str | None = None, swa_v2p: np.ndarray | str | None = None,
+            zero_tail: bool | None = None, skip: bool | None = None, variant: str = "strict") -> Case:
+    """A `decode` case with SGLang 0.5.23's arguments: v2p tables (an array, or a kind for `v2p`
+    sized to the case's virtual pages), `swa_v2p` in place of the SWA mapping, the two flags."""
+    t, v, s = dict(case.tensors), dict(case.values), dict(case.scalars)
+    pages = -(-int(v["req_to_token"].max() + 1) // s["page_size"])  # the virtual pages its tokens lie on
+    for name, table in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
+        if table is None:
+            continue
+        table = v2p(pages, table, seed=len(name)) if isinstance(table, str) else np.asarray(table)
+        t[name], v[name] = C("int64", table.shape), table
+    if swa_v2p is not None:
+        del t["full_to_swa_index_mapping"], v["full_to_swa_index_mapping"]
+    for name, on in (("zero_tail", zero_tail), ("skip_page_table", skip)):
+        if on is not None:
+            s[name] = on
+    return Case(case.op, s, t, v, variant=variant)

@@ -22,9 +22,11 @@ from conftest import seed_kernel_path
 OPS = list(GENERATORS)
 
 
-def stream(op: str, seed: int, n: int, stint: int = STINT["cpu"], in_contract_only: bool = False):
-    """The batched engine's case stream: (class index, case)."""
-    return case_stream(op, seed, n, in_contract_only=in_contract_only, stint=stint)
+def stream(op: str, seed: int, n: int, stint: int = STINT["cpu"], in_contract_only: bool = False,
+           variant: str | None = None):
+    """The batched engine's case stream: (class index, case); with `variant`, as a campaign
+    judged by it draws (its later-release arguments too)."""
+    return case_stream(op, seed, n, in_contract_only=in_contract_only, stint=stint, variant=variant)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -42,9 +44,10 @@ def test_the_hypothesis_strategies_draw_valid_cases_of_every_status(op, data):
     assert CONTRACTS[op].classify(case)[0] in ("in_contract", "out_of_contract", "must_refuse")
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_generated_in_contract_cases_are_in_contract(op):
-    statuses = [CONTRACTS[op].classify(c)[0] for _, c in stream(op, 1, 300, in_contract_only=True)]
+@pytest.mark.parametrize("op, variant", [(op, None) for op in OPS] + [
+    ("decode_metadata", v) for v in ("skip", "fused", "strict")])
+def test_generated_in_contract_cases_are_in_contract(op, variant):
+    statuses = [CONTRACTS[op].classify(c)[0] for _, c in stream(op, 1, 300, in_contract_only=True, variant=variant)]
     assert statuses == ["in_contract"] * 300
 
 
@@ -75,20 +78,34 @@ def dry(device):
     rec.dry = False
 
 
-@pytest.mark.parametrize("name, spec", _targets())
-@pytest.mark.parametrize("op", OPS)
-def test_a_compile_class_compiles_each_kernel_once(op, name, spec, device, dry):
-    """Inside a class, in-contract cases give one specialisation key per kernel: what SGLang's
-    and kvfuzz's host code pass (strides, sizes, constexprs, alignments) keeps its class."""
+# decode's arguments of SGLang 0.5.23 (flags as constexprs, v2p tables' None-ness): the classes of
+# the variants that draw them, on the targets judged by those variants
+VARIANT_TARGETS = [("builtin", "builtin", "strict"), ("0.5.23", "sglang==0.5.23", "fused")]
+_CASES = [(op, name, spec, None) for name, spec in _targets() for op in OPS] + [
+    ("decode_metadata", name, spec, variant) for name, spec, variant in VARIANT_TARGETS]
+
+
+def _load(spec, device):
     from kvfuzz.targets import load_target
 
-    target = load_target(spec, device)
+    if spec.startswith("sglang=="):
+        from test_releases import kernel_file
+
+        kernel_file(spec.split("==")[1])
+    return load_target(spec, device)
+
+
+@pytest.mark.parametrize("op, name, spec, variant", _CASES)
+def test_a_compile_class_compiles_each_kernel_once(op, name, spec, variant, device, dry):
+    """Inside a class, in-contract cases give one specialisation key per kernel: what SGLang's
+    and kvfuzz's host code pass (strides, sizes, constexprs, alignments) keeps its class."""
+    target = _load(spec, device)
     from kvfuzz.execute import prepare
     from kvfuzz.materialize import to_device
     from kvfuzz.device import torch_device
 
     per_class: dict[int, dict[str, set]] = defaultdict(lambda: defaultdict(set))
-    for k, case in stream(op, 5, 12 * 16, stint=16, in_contract_only=True):
+    for k, case in stream(op, 5, 12 * 16, stint=16, in_contract_only=True, variant=variant):
         before = set(dry.keys)
         views = to_device(prepare(case).plan, torch_device(device))[1]
         target.invoke(op, views, case.scalars)
@@ -98,20 +115,17 @@ def test_a_compile_class_compiles_each_kernel_once(op, name, spec, device, dry):
             assert len(kernel_keys) == 1, (name, k, case.describe())
 
 
-@pytest.mark.parametrize("name, spec", _targets())
-@pytest.mark.parametrize("op", OPS)
-def test_a_campaign_compiles_at_most_20_variants_per_1000_cases(op, name, spec, device, dry):
+@pytest.mark.parametrize("op, name, spec, variant", _CASES)
+def test_a_campaign_compiles_at_most_20_variants_per_1000_cases(op, name, spec, variant, device, dry):
     """The batched engine's stream with out-of-contract cases mixed in, as a campaign runs it
     (the seed's host code refuses or runs every case; its kernels are recorded, not run)."""
     from kvfuzz.device import torch_device
     from kvfuzz.execute import prepare
     from kvfuzz.materialize import to_device
-    from kvfuzz.targets import load_target
-
-    target = load_target(spec, device)
+    target = _load(spec, device)
     start = set(dry.keys)
     n = 2000
-    for _, case in stream(op, 7, n):
+    for _, case in stream(op, 7, n, variant=variant):
         views = to_device(prepare(case).plan, torch_device(device))[1]
         try:
             target.invoke(op, views, case.scalars)

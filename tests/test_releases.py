@@ -1,6 +1,7 @@
 """Every SGLang release from 0.5.13 to 0.5.23 as a target: entry points bound by parameter name
 (0.5.19 dropped `strided_indices`, so 0.5.14's positional call no longer fits), the contract
-variant chosen from the release (the live prefix from 0.5.17), a signature kvfuzz cannot call
+variant chosen from the release (the live prefix from 0.5.17; 0.5.20's and 0.5.23's arguments
+from the case, tests/test_decode_unified.py), a signature kvfuzz cannot call
 refused in one line before any case runs.
 
 The release kernel files come from the wheels on PyPI, fetched once into $KVFUZZ_CACHE (default
@@ -72,8 +73,15 @@ DECODE_CASES = {
 def test_version_detection_picks_the_live_prefix_from_0_5_17():
     for v in ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16"):
         assert variant_for_release("decode_metadata", v) == "default", v
-    for v in ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.22", "0.5.23", "0.5.23.post2", "0.6.0", "1.0"):
+    for v in ("0.5.17", "0.5.18", "0.5.19"):
         assert variant_for_release("decode_metadata", v) == "live_prefix", v
+    for v in ("0.5.20", "0.5.21", "0.5.22"):  # the live prefix, and skip_page_table from the case
+        assert variant_for_release("decode_metadata", v) == "skip", v
+    for v in ("0.5.23", "0.5.23.post2", "0.6.0", "1.0"):  # and zero_tail, full_v2p, swa_v2p
+        assert variant_for_release("decode_metadata", v) == "fused", v
+    for variant in ("skip", "fused"):
+        assert variant in CONTRACTS["decode_metadata"].variants and "live_prefix" in CONTRACTS[
+            "decode_metadata"].variants[variant]
     for v in LOADABLE:  # nothing else changed its contract
         assert variant_for_release("num_kv_splits", v) == "default"
         assert variant_for_release("swa_spec_page_table", v) == "default"
@@ -85,6 +93,7 @@ def test_the_variant_docs_name_the_releases_they_cover():
     """`kvfuzz ops` prints these: what it says matches what kvfuzz picks."""
     variants = CONTRACTS["decode_metadata"].variants
     assert "0.5.13-0.5.16" in variants["default"] and "0.5.17 and later" in variants["live_prefix"]
+    assert "0.5.20-0.5.22" in variants["skip"] and "0.5.23" in variants["fused"] and "builtin" in variants["strict"]
     assert "0.5.13-0.5.23" in CONTRACTS["num_kv_splits"].variants["default"]
     assert "0.5.13-0.5.23" in CONTRACTS["swa_spec_page_table"].variants["default"]
 
@@ -114,8 +123,18 @@ def test_the_same_kernel_file_loaded_by_path_selects_by_its_signature(device):
 
 def test_new_arguments_are_set_to_turn_their_paths_off(device):
     b = release_target("0.5.23", device).bindings["decode_metadata"]
-    assert dict(b.neutral) == {"skip_page_table": False, "full_v2p": None, "swa_v2p": None, "zero_tail": False}
-    assert "strided_indices" not in b.supplied and "full_to_swa_index_mapping" in b.supplied
+    assert dict(b.neutral) == {}  # every 0.5.23 argument comes from the case (absent: its off value)
+    assert {"full_to_swa_index_mapping", "skip_page_table", "full_v2p", "swa_v2p", "zero_tail"} <= set(b.supplied)
+    assert "strided_indices" not in b.supplied
+    case = cases.decode(ps=16)
+    kwargs = b.arguments({name: name for name in case.tensors}, case.scalars)[1]
+    assert (kwargs["skip_page_table"], kwargs["full_v2p"], kwargs["swa_v2p"], kwargs["zero_tail"]) == (
+        False, None, None, False)
+    case = cases.unified(cases.decode(ps=16, swa=True), full_v2p="identity", swa_v2p="identity", zero_tail=True,
+                         variant="fused")
+    kwargs = b.arguments({name: name for name in case.tensors}, case.scalars)[1]
+    assert (kwargs["full_v2p"], kwargs["swa_v2p"], kwargs["zero_tail"], kwargs["full_to_swa_index_mapping"]) == (
+        "full_v2p", "swa_v2p", True, None)
     assert release_target("0.5.23", device).bindings["num_kv_splits"].neutral == {"uneven_batch_ptr": None}
     b19 = release_target("0.5.19", device).bindings["decode_metadata"]
     assert dict(b19.neutral) == {"src_is_read_table": False, "swa_src_table": None}
@@ -243,7 +262,7 @@ def test_hand_written_signatures_still_bind(tmp_path, device):
     assert not splits.by_name and not spec.by_name
     assert decode.by_name and decode.generation is None and decode.closest == "0.5.23"
     assert decode.defaulted == ("sink_page",) and "sink_page" in decode.describe()
-    assert t.variants == {"decode_metadata": "live_prefix", "swa_spec_page_table": "default",
+    assert t.variants == {"decode_metadata": "fused", "swa_spec_page_table": "default",
                           "num_kv_splits": "default"}
     case = cases.splits([3, 5])
     out = run_case(t, case, device)

@@ -388,17 +388,21 @@ def normal_decode_set_metadata(
     # (what kernel[grid](...) calls, without the extra call).
     if type(skip_page_table) is not bool or type(zero_tail) is not bool:
         _bool_arg("skip_page_table", skip_page_table), _bool_arg("zero_tail", zero_tail)
-    swa_map = full_to_swa_index_mapping
-    if swa_map is None and token_to_kv_pool is not None:
-        swa_map = getattr(token_to_kv_pool, "full_to_swa_index_mapping", None)
-    swa_mode, map_name = SWA_MAPPING, "full_to_swa_index_mapping"
-    if swa_page_table is not None and swa_v2p is not None:
-        if swa_map is not None:
-            raise ValueError("swa_page_table takes exactly one of full_to_swa_index_mapping and swa_v2p")
+    swa_map, swa_mode, map_name = None, SWA_NONE, "full_to_swa_index_mapping"
+    if swa_page_table is None:
+        pass
+    elif swa_v2p is not None:
+        if full_to_swa_index_mapping is not None or token_to_kv_pool is not None:
+            raise ValueError("swa_page_table takes exactly one SWA mapping: full_to_swa_index_mapping "
+                             "(or token_to_kv_pool) or swa_v2p")
         swa_map, swa_mode, map_name = swa_v2p, SWA_V2P, "swa_v2p"
-    if swa_page_table is None or swa_map is None:
-        swa_page_table = swa_map = None
-        swa_mode = SWA_NONE
+    elif full_to_swa_index_mapping is not None:
+        swa_map, swa_mode = full_to_swa_index_mapping, SWA_MAPPING
+    elif token_to_kv_pool is not None:  # the full check names a pool without the mapping
+        swa_map, swa_mode = getattr(token_to_kv_pool, "full_to_swa_index_mapping", None), SWA_MAPPING
+        map_name = "token_to_kv_pool.full_to_swa_index_mapping"
+    if swa_mode == SWA_NONE:
+        swa_page_table = None
     P = max_seq_pages
     checked = _decode_fast_check(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token, req_pool_indices,
                                  P, seq_lens, seq_len_delta, page_size, swa_page_table, swa_map)
