@@ -191,8 +191,8 @@ CONTRACT = Contract(
     args=ARGS,
     scalars=SCALARS,
     variants={
-        "default": "SGLang 0.5.13-0.5.16 (the seed, 0.5.14) and kvfuzz's builtin kernels: every column "
-        "c < max_seq_pages is written, the rest untouched",
+        "default": "SGLang 0.5.13-0.5.16 (the seed, 0.5.14): every column c < max_seq_pages is written, "
+        "the rest untouched",
         "live_prefix": "SGLang 0.5.17 and later: only each row's live pages c < min(cdiv(seq_lens[i] + "
         "seq_len_delta, page_size), max_seq_pages) are required; the other columns < max_seq_pages may be "
         "written (0.5.17+ leaves them stale); the rest untouched. (0.5.17-0.5.19 are judged by it)",
