@@ -240,3 +240,76 @@ def test_a_kernel_copying_tombstones_into_the_page_table_is_caught(tmp_path, dev
     bad = cases.unified(cases.decode(ps=4), full_v2p="tombstones", variant="fused")
     v = judge(bad, run_case(target, bad, device))
     assert v.signatures() == ["decode_metadata:general:mismatch:page_table:partial"], v.signatures()
+
+
+# ------------------------------------------------------------------- 0.5.17-0.5.18: v2p_page_table
+
+
+def v2p_cases(variant, kind="permuted"):
+    """0.5.17-0.5.18's unified memory: the full table (passed as v2p_page_table) and a multiplier;
+    with `v2p_swa`, the unified SWA pool too."""
+    out = {}
+    for ps in (1, 16):
+        for mult in (1, 3):
+            base = cases.decode(ps=ps, swa=True)
+            out[f"ps{ps} x{mult}"] = cases.unified(cases.decode(ps=ps), full_v2p=kind, variant=variant)
+            out[f"ps{ps} x{mult} static swa"] = cases.unified(base, full_v2p=kind, variant=variant)
+            if variant != "v2p":
+                out[f"ps{ps} x{mult} unified swa"] = cases.unified(base, full_v2p=kind, swa_v2p=kind, variant=variant)
+            for name in [n for n in out if n.startswith(f"ps{ps} x{mult}")]:
+                out[name] = out[name].with_scalars(kernel_page_multiplier=mult)
+    return out
+
+
+@pytest.mark.parametrize("spec, variant", [("sglang==0.5.17", "v2p"), ("sglang==0.5.18", "v2p_swa"),
+                                           ("builtin", "strict")])
+def test_the_kernels_taking_0_5_17s_arguments_translate_bound_pages(spec, variant, device):
+    if spec != "builtin":
+        kernel_file(spec.split("==")[1])
+    target = load_target(spec, device)
+    assert target.variants["decode_metadata"] == variant
+    for name, case in v2p_cases(variant).items():
+        assert DECODE.classify(case)[0] == "in_contract", name
+        assert_clean(target, case, device)
+
+
+def test_the_multiplier_scales_the_full_table_only():
+    case = cases.unified(cases.decode(ps=16, swa=True), full_v2p="tombstones", swa_v2p="permuted", variant="v2p_swa")
+    scaled = case.with_scalars(kernel_page_multiplier=3)
+    assert np.array_equal(page_table_of(scaled), 3 * page_table_of(case))
+    assert np.array_equal(page_table_of(scaled, "swa_page_table"), page_table_of(case, "swa_page_table"))
+    torch_agrees(scaled)
+    assert DECODE.classify(scaled.replace(variant="fused"))[0] == "out_of_contract"  # 0.5.23 has no multiplier
+
+
+@pytest.mark.parametrize("version, variant", [("0.5.17", "v2p"), ("0.5.18", "v2p_swa")])
+def test_0_5_17_and_0_5_18_copy_tombstones_into_the_page_table(version, variant, device):
+    """A real defect of 0.5.17-0.5.18 (0.5.23 clamps): an unbound page's -1 is written into
+    page_table (times the multiplier), not the sink page 0; 0.5.18's unified SWA table too."""
+    kernel_file(version)
+    target = load_target(f"sglang=={version}", device)
+    case = cases.unified(cases.decode(ps=16), full_v2p="tombstones", variant=variant)
+    v = judge(case, run_case(target, case, device))
+    assert v.signatures() == ["decode_metadata:general:mismatch:page_table:partial"], v.signatures()
+    got = next(f for f in v.findings).cells
+    assert all(c["got"] == -1 and c["numpy"] == 0 for c in got), got
+    if variant == "v2p_swa":
+        swa = cases.unified(cases.decode(ps=16, swa=True), swa_v2p="tombstones", variant=variant)
+        assert judge(swa, run_case(target, swa, device)).signatures() == [
+            "decode_metadata:swa:mismatch:swa_page_table:partial"]
+
+
+def test_0_5_17_reads_v2p_page_table_without_its_stride(device):
+    """A real defect of 0.5.17-0.5.18: `v2p_ptr + page` ignores the table's stride (0.5.23 passes it)."""
+    from kvfuzz.case import TensorSpec
+
+    kernel_file("0.5.17")
+    target = load_target("sglang==0.5.17", device)
+    case = cases.unified(cases.decode(ps=16), full_v2p="permuted", variant="v2p")
+    n = case.tensors["full_v2p"].shape[0]
+    strided = case.replace(tensors={**case.tensors, "full_v2p": TensorSpec("int64", (n,), (2,))})
+    assert_clean(target, case, device)
+    assert judge(strided, run_case(target, strided, device)).signatures() == [
+        "decode_metadata:general:mismatch:page_table:all"]
+    kernel_file("0.5.23")
+    assert_clean(load_target("sglang==0.5.23", device), strided.replace(variant="fused"), device)

@@ -73,13 +73,14 @@ DECODE_CASES = {
 def test_version_detection_picks_the_live_prefix_from_0_5_17():
     for v in ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15.post1", "0.5.16"):
         assert variant_for_release("decode_metadata", v) == "default", v
-    for v in ("0.5.17", "0.5.18", "0.5.19"):
-        assert variant_for_release("decode_metadata", v) == "live_prefix", v
+    assert variant_for_release("decode_metadata", "0.5.17") == "v2p"  # the live prefix, and unified memory
+    assert variant_for_release("decode_metadata", "0.5.18") == "v2p_swa"  # and the unified SWA pool
+    assert variant_for_release("decode_metadata", "0.5.19") == "live_prefix"
     for v in ("0.5.20", "0.5.21", "0.5.22"):  # the live prefix, and skip_page_table from the case
         assert variant_for_release("decode_metadata", v) == "skip", v
     for v in ("0.5.23", "0.5.23.post2", "0.6.0", "1.0"):  # and zero_tail, full_v2p, swa_v2p
         assert variant_for_release("decode_metadata", v) == "fused", v
-    for variant in ("skip", "fused"):
+    for variant in ("v2p", "skip", "fused"):
         assert variant in CONTRACTS["decode_metadata"].variants and "live_prefix" in CONTRACTS[
             "decode_metadata"].variants[variant]
     for v in LOADABLE:  # nothing else changed its contract
@@ -108,15 +109,17 @@ def test_each_release_binds_by_name_to_its_api_generation(version, device):
     for op, b in t.bindings.items():
         assert b.by_name and b.generation == RELEASES[version].api[op], (op, b.describe())
         assert not b.defaulted, b.defaulted  # every parameter of every release is known
-        # the version (sglang==X) and the signature (the same file loaded by path) pick the same variant
+        # the version (sglang==X) and the signature (the same file loaded by path) pick the same variant,
+        # but for 0.5.18's decode: its signature is 0.5.17's, so by path its unified SWA pool is not drawn
         by_version = t.variants[op]
         assert by_version == variant_for_release(op, version)
-        assert select_variant(op, None, b)[0] == by_version
+        by_path = "v2p" if (version, op) == ("0.5.18", "decode_metadata") else by_version
+        assert select_variant(op, None, b)[0] == by_path
 
 
 def test_the_same_kernel_file_loaded_by_path_selects_by_its_signature(device):
     t = load_target(str(kernel_file("0.5.17")), device)
-    assert t.release is None and t.variants["decode_metadata"] == "live_prefix"
+    assert t.release is None and t.variants["decode_metadata"] == "v2p"
     assert "signature of SGLang 0.5.17" in t.variant_reasons["decode_metadata"]
     assert load_target(str(kernel_file("0.5.14")), device).variants["decode_metadata"] == "default"
 
@@ -364,4 +367,4 @@ def test_replay_against_another_release_judges_by_that_releases_variant(tmp_path
     own = replay(saved, None, device, isolate=False)
     assert own.saved.case.variant == "default" and not own.fails
     other = replay(saved, "sglang==0.5.17", device, isolate=False)
-    assert other.saved.case.variant == "live_prefix" and not other.fails, other.verdict.signatures()
+    assert other.saved.case.variant == "v2p" and not other.fails, other.verdict.signatures()

@@ -17,7 +17,9 @@ SGLang 0.5.23's arguments (kvfuzz's ``decode_metadata`` contract, variant ``stri
   (an unbound page maps to the sink page); ``swa_v2p`` (the unified SWA pool, in place of the
   mapping): ``swa_page_table[i, c] = sink(swa_v2p[token // page_size])``;
 * ``zero_tail``: columns ``cdiv(seq_lens[i] + seq_len_delta, page_size) <= c < P`` are written 0;
-* ``skip_page_table``: only ``cache_seqlens_int32`` and ``cu_seqlens_k`` are written.
+* ``skip_page_table``: only ``cache_seqlens_int32`` and ``cu_seqlens_k`` are written;
+
+and 0.5.17's ``kernel_page_multiplier``, which scales ``page_table``'s values (after ``full_v2p``).
 
 Differences from the seed, all on purpose:
 
@@ -34,7 +36,7 @@ Differences from the seed, all on purpose:
 * the prefix sum is vectorised (``tl.cumsum`` over blocks, carrying the running total);
 * the host side costs less than the seed's: one fast check covers common arguments (the full,
   per-argument check runs only when it declines), and with unit strides along every row (what
-  SGLang passes) the launch binds 14 arguments (22 for the general kernel) to the seed's 18 (26).
+  SGLang passes) the launch binds 15 arguments (23 for the general kernel) to the seed's 18 (26).
   ``scripts/host_overhead.py`` measures it.
 """
 
@@ -64,7 +66,7 @@ GENERAL_BLOCK_COLS = GENERAL_SUM_BLOCK = 32 * GENERAL_NUM_WARPS
 _DECODE_DTYPES = frozenset((_I32, _I32, _I32, r, p, s) for r in _INDEX for p in _INDEX for s in _INDEX)
 
 # Scalars that change from call to call: compiled as runtime values, never as constants.
-_RUNTIME_SCALARS = ["B", "n_cols", "seq_len_delta", "n_pool_rows", "n_map", "n_full_v2p"]
+_RUNTIME_SCALARS = ["B", "n_cols", "seq_len_delta", "n_pool_rows", "n_map", "n_full_v2p", "page_mult"]
 
 # SWA_MODE: no SWA table, SWA through the static pool's token mapping, or the unified pool's v2p table.
 SWA_NONE, SWA_MAPPING, SWA_V2P = 0, 1, 2
@@ -110,7 +112,7 @@ def _decode_metadata_body(
     swa_page_table, swa_page_table_s0, swa_page_table_s1,
     swa_map, swa_map_s, n_map,
     full_v2p, full_v2p_s, n_full_v2p,
-    B, n_cols, seq_len_delta,
+    B, n_cols, seq_len_delta, page_mult,
     SHIFT: tl.constexpr, SWA_MODE: tl.constexpr, ZERO_TAIL: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """The whole op, for page size ``1 << SHIFT``, SWA by SWA_MODE, the full pool's v2p table
@@ -152,9 +154,10 @@ def _decode_metadata_body(
             v_ok = live & (page >= 0) & (page < n_full_v2p)
             phys = tl.load(full_v2p + tl.where(v_ok, page, 0).to(tl.int64) * full_v2p_s, mask=v_ok, other=0,
                            cache_modifier=".cg")
-            tl.store(pt_ptr, tl.maximum(phys, 0).to(tl.int32), mask=v_ok | (m & ~live), cache_modifier=".cg")
+            tl.store(pt_ptr, (tl.maximum(phys, 0) * page_mult).to(tl.int32), mask=v_ok | (m & ~live),
+                     cache_modifier=".cg")
         else:
-            tl.store(pt_ptr, page.to(tl.int32), mask=m, cache_modifier=".cg")
+            tl.store(pt_ptr, (page * page_mult).to(tl.int32), mask=m, cache_modifier=".cg")
         if SWA_MODE != 0:
             if SWA_MODE == 1:  # the static pool: token slot -> SWA slot -> its page
                 idx = tok
@@ -181,7 +184,7 @@ def _decode_metadata_ps1_kernel(
     req_to_token, req_to_token_s0, n_pool_rows,
     cache_seqlens, cu_seqlens,
     page_table, page_table_s0,
-    B, n_cols, seq_len_delta,
+    B, n_cols, seq_len_delta, page_mult,
     ZERO_TAIL: tl.constexpr,
     BLOCK: tl.constexpr = PS1_BLOCK_COLS,
 ):
@@ -190,7 +193,7 @@ def _decode_metadata_ps1_kernel(
                           cache_seqlens, 1, cu_seqlens, 1, page_table, page_table_s0, 1,
                           None, None, None, None, None, None,  # no SWA
                           None, None, None,  # no v2p
-                          B, n_cols, seq_len_delta, 0, SWA_NONE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, 0, SWA_NONE, ZERO_TAIL, BLOCK)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -201,7 +204,7 @@ def _decode_metadata_ps1_strided_kernel(
     cache_seqlens, cache_seqlens_s,
     cu_seqlens, cu_seqlens_s,
     page_table, page_table_s0, page_table_s1,
-    B, n_cols, seq_len_delta,
+    B, n_cols, seq_len_delta, page_mult,
     ZERO_TAIL: tl.constexpr,
     BLOCK: tl.constexpr = PS1_BLOCK_COLS,
 ):
@@ -212,7 +215,7 @@ def _decode_metadata_ps1_strided_kernel(
                           page_table, page_table_s0, page_table_s1,
                           None, None, None, None, None, None,  # no SWA
                           None, None, None,  # no v2p
-                          B, n_cols, seq_len_delta, 0, SWA_NONE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, 0, SWA_NONE, ZERO_TAIL, BLOCK)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -224,7 +227,7 @@ def _decode_metadata_general_kernel(
     swa_page_table, swa_page_table_s0,
     swa_map, n_map,
     full_v2p, n_full_v2p,
-    B, n_cols, seq_len_delta,
+    B, n_cols, seq_len_delta, page_mult,
     SHIFT: tl.constexpr,
     SWA_MODE: tl.constexpr,
     ZERO_TAIL: tl.constexpr,
@@ -235,7 +238,7 @@ def _decode_metadata_general_kernel(
                           cache_seqlens, 1, cu_seqlens, 1, page_table, page_table_s0, 1,
                           swa_page_table, swa_page_table_s0, 1, swa_map, 1, n_map,
                           full_v2p, 1, n_full_v2p,
-                          B, n_cols, seq_len_delta, SHIFT, SWA_MODE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, SHIFT, SWA_MODE, ZERO_TAIL, BLOCK)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -249,7 +252,7 @@ def _decode_metadata_general_strided_kernel(
     swa_page_table, swa_page_table_s0, swa_page_table_s1,
     swa_map, swa_map_s, n_map,
     full_v2p, full_v2p_s, n_full_v2p,
-    B, n_cols, seq_len_delta,
+    B, n_cols, seq_len_delta, page_mult,
     SHIFT: tl.constexpr,
     SWA_MODE: tl.constexpr,
     ZERO_TAIL: tl.constexpr,
@@ -262,7 +265,7 @@ def _decode_metadata_general_strided_kernel(
                           page_table, page_table_s0, page_table_s1,
                           swa_page_table, swa_page_table_s0, swa_page_table_s1, swa_map, swa_map_s, n_map,
                           full_v2p, full_v2p_s, n_full_v2p,
-                          B, n_cols, seq_len_delta, SHIFT, SWA_MODE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, SHIFT, SWA_MODE, ZERO_TAIL, BLOCK)
 
 
 # --------------------------------------------------------------------------- host code
@@ -372,10 +375,12 @@ def normal_decode_set_metadata(
     full_v2p=None,
     swa_v2p=None,
     zero_tail=False,
+    kernel_page_multiplier=1,
 ):
     """Fill the decode metadata in place (see the module docstring). One kernel launch.
 
-    0.5.14's positional call, plus SGLang 0.5.23's keyword arguments. ``strided_indices`` is
+    0.5.14's positional call, plus SGLang 0.5.23's keyword arguments and 0.5.17's
+    ``kernel_page_multiplier`` (an int >= 1). ``strided_indices`` is
     accepted for SGLang compatibility and ignored. The SWA mapping is ``full_to_swa_index_mapping``
     (0.5.23) or, without it, ``token_to_kv_pool.full_to_swa_index_mapping`` (any object with
     that tensor); ``swa_v2p`` replaces it for the unified SWA pool (giving both raises). SWA is
@@ -388,11 +393,17 @@ def normal_decode_set_metadata(
     # (what kernel[grid](...) calls, without the extra call).
     if type(skip_page_table) is not bool or type(zero_tail) is not bool:
         _bool_arg("skip_page_table", skip_page_table), _bool_arg("zero_tail", zero_tail)
+    page_mult = kernel_page_multiplier
+    if type(page_mult) is not int:
+        page_mult = _int_arg("kernel_page_multiplier", page_mult)
+    if page_mult < 1:
+        raise ValueError(f"kernel_page_multiplier must be >= 1, got {page_mult}")
     swa_map, swa_mode, map_name = None, SWA_NONE, "full_to_swa_index_mapping"
     if swa_page_table is None:
         pass
-    elif swa_v2p is not None:
-        if full_to_swa_index_mapping is not None or token_to_kv_pool is not None:
+    elif swa_v2p is not None:  # a pool may come along without a mapping (0.5.18's unified pool)
+        if full_to_swa_index_mapping is not None or getattr(token_to_kv_pool, "full_to_swa_index_mapping",
+                                                            None) is not None:
             raise ValueError("swa_page_table takes exactly one SWA mapping: full_to_swa_index_mapping "
                              "(or token_to_kv_pool) or swa_v2p")
         swa_map, swa_mode, map_name = swa_v2p, SWA_V2P, "swa_v2p"
@@ -434,13 +445,13 @@ def normal_decode_set_metadata(
             _decode_metadata_ps1_kernel.run(
                 seq_lens, req_pool_indices, req_to_token, rtt_s0, pool_rows,
                 cache_seqlens_int32, cu_seqlens_k, page_table, pt_s0,
-                B, n_cols, seq_len_delta, zero_tail,
+                B, n_cols, seq_len_delta, page_mult, zero_tail,
                 grid=grid, warmup=False, num_warps=PS1_NUM_WARPS)
         else:
             _decode_metadata_ps1_strided_kernel.run(
                 seq_lens, sl_s, req_pool_indices, rpi_s, req_to_token, rtt_s0, rtt_s1, pool_rows,
                 cache_seqlens_int32, cs_s, cu_seqlens_k, cu_s, page_table, pt_s0, pt_s1,
-                B, n_cols, seq_len_delta, zero_tail,
+                B, n_cols, seq_len_delta, page_mult, zero_tail,
                 grid=grid, warmup=False, num_warps=PS1_NUM_WARPS)
         return
 
@@ -460,12 +471,12 @@ def normal_decode_set_metadata(
             seq_lens, req_pool_indices, req_to_token, rtt_s0, pool_rows,
             cache_seqlens_int32, cu_seqlens_k, page_table, pt_s0,
             swa_page_table, swa_s0, swa_map, n_map, full_v2p, n_full_v2p,
-            B, n_cols, seq_len_delta, shift, swa_mode, zero_tail,
+            B, n_cols, seq_len_delta, page_mult, shift, swa_mode, zero_tail,
             grid=grid, warmup=False, num_warps=GENERAL_NUM_WARPS)
     else:
         _decode_metadata_general_strided_kernel.run(
             seq_lens, sl_s, req_pool_indices, rpi_s, req_to_token, rtt_s0, rtt_s1, pool_rows,
             cache_seqlens_int32, cs_s, cu_seqlens_k, cu_s, page_table, pt_s0, pt_s1,
             swa_page_table, swa_s0, swa_s1, swa_map, map_s, n_map, full_v2p, v2p_s, n_full_v2p,
-            B, n_cols, seq_len_delta, shift, swa_mode, zero_tail,
+            B, n_cols, seq_len_delta, page_mult, shift, swa_mode, zero_tail,
             grid=grid, warmup=False, num_warps=GENERAL_NUM_WARPS)

@@ -1,9 +1,11 @@
 """`normal_decode_set_metadata`: per-request lengths, their prefix sums, and page tables.
 
-SGLang 0.5.20 added `skip_page_table` and 0.5.23 `zero_tail`, `full_v2p` and `swa_v2p`
-(unified memory: virtual page -> physical page tables). They are optional case fields, in
-contract only for the variants whose targets take them (`VARIANT_ARGS`); without them a case
-means what it always meant. What kvfuzz assumes where SGLang does not say:
+SGLang 0.5.17 added unified memory (`v2p_page_table`, kvfuzz's `full_v2p`, and
+`kernel_page_multiplier`), 0.5.18 the unified SWA pool (its v2p table, kvfuzz's `swa_v2p`, in
+the pool's mapping slot), 0.5.20 `skip_page_table` and 0.5.23 `zero_tail`, `full_v2p` and
+`swa_v2p` as arguments. They are optional case fields, in contract only for the variants whose
+targets take them (`VARIANT_ARGS`); without them a case means what it always meant. What
+kvfuzz assumes where SGLang does not say:
 
 * A v2p table maps the page id `token // page_size` (floor) of a full-pool token slot; the
   page must lie in `[0, len(v2p))` (a table sized for one pool and indexed with another
@@ -11,8 +13,13 @@ means what it always meant. What kvfuzz assumes where SGLang does not say:
   the tombstone -1 of an unbound page, which maps to the sink page 0 (0.5.23's docstring:
   "an unbound (-1) page maps to the sink"); a tombstone copied into a page table is a
   defect. Entries below -1 are not produced by SGLang's allocator: out of contract.
-* `swa_v2p` is the unified SWA pool's table over the same virtual page ids (0.5.23 indexes
-  it with `token // page_size`, never with a token id); the static pool's
+* `kernel_page_multiplier` (0.5.17-0.5.18, a positive int, absent: 1) scales the full page
+  table's values after the v2p translation (a physical page's first block in a page-major
+  envelope): `page_table = sink(v2p[page]) * multiplier`, or `page * multiplier` without a table;
+  the SWA table is not scaled (0.5.17-0.5.18 scale only the full one). A product past int32 is
+  out of contract.
+* `swa_v2p` is the unified SWA pool's table over the same virtual page ids (0.5.18 and 0.5.23
+  index it with `token // page_size`, never with a token id); the static pool's
   `full_to_swa_index_mapping` maps token slots, then `// page_size`. `swa_page_table` comes
   with exactly one of the two (0.5.23 asserts it).
 * `zero_tail`: columns `cdiv(len, page_size) <= c < P` are written 0 ("clears columns up to
@@ -57,14 +64,20 @@ SCALARS = (
     Scalar("page_size", "a power of two; anything else must be refused"),
     Scalar("skip_page_table", "0.5.20: optional bool (absent: False); True writes the lengths and sums only"),
     Scalar("zero_tail", "0.5.23: optional bool (absent: False); True also writes 0 to columns cdiv(len, page_size) <= c < P"),
+    Scalar("kernel_page_multiplier", "0.5.17-0.5.18: optional int >= 1 (absent: 1); scales page_table's values"),
 )
 
 # The arguments each variant's targets take beyond 0.5.14's (the rest of SGLang's additions get
 # the value that turns them off, kvfuzz/targets/calls.py). A case using an argument its variant
 # lacks is out of contract, so it is never generated for (or judged against) such a target.
 EXT_0523 = ("skip_page_table", "zero_tail", "full_v2p", "swa_v2p")
-VARIANT_ARGS = {"default": (), "live_prefix": (), "skip": ("skip_page_table",), "fused": EXT_0523, "strict": EXT_0523}
-LIVE_PREFIX = ("live_prefix", "skip", "fused")  # the variants where only the live pages are required
+VARIANT_ARGS = {
+    "default": (), "live_prefix": (),
+    "v2p": ("full_v2p", "kernel_page_multiplier"),  # 0.5.17: v2p_page_table, kernel_page_multiplier
+    "v2p_swa": ("full_v2p", "kernel_page_multiplier", "swa_v2p"),  # 0.5.18: and the unified SWA pool
+    "skip": ("skip_page_table",), "fused": EXT_0523, "strict": EXT_0523 + ("kernel_page_multiplier",),
+}
+LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "skip", "fused")  # the variants where only the live pages are required
 FLAGS = ("skip_page_table", "zero_tail")  # optional bool scalars
 V2P = ("full_v2p", "swa_v2p")  # optional v2p tables
 
@@ -73,7 +86,8 @@ V2P = ("full_v2p", "swa_v2p")  # optional v2p tables
 # (kvfuzz/targets/releases.py; --variant overrides): (first release, variant), oldest first.
 # Read from the release wheels: 0.5.17's kernels return before the columns past
 # cdiv(seq_len + seq_len_delta, page_size) ("Contract: only the live prefix ... is (re)written").
-RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "live_prefix"), ("0.5.20", "skip"), ("0.5.23", "fused"))
+RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "live_prefix"),
+                    ("0.5.20", "skip"), ("0.5.23", "fused"))
 BUILTIN_VARIANT = "strict"  # kvfuzz's own kernel: every argument kvfuzz checks, every column c < P written
 
 
@@ -112,6 +126,11 @@ def _extension_reasons(case: Case) -> list[str]:
     for name in V2P:
         if name in t and name not in allowed:
             reasons.append(f"{name} is not an argument of variant {case.variant}")
+    mult = s.get("kernel_page_multiplier", 1)
+    if type(mult) is not int or mult < 1:
+        reasons.append(f"kernel_page_multiplier must be an int >= 1, got {mult!r}")
+    elif mult != 1 and "kernel_page_multiplier" not in allowed:
+        reasons.append(f"kernel_page_multiplier={mult} is not an argument of variant {case.variant}")
     if "swa_page_table" in t and ("full_to_swa_index_mapping" in t) == ("swa_v2p" in t):
         reasons.append("swa_page_table comes with exactly one of full_to_swa_index_mapping and swa_v2p")
     for name in ("full_to_swa_index_mapping", "swa_v2p"):
@@ -195,12 +214,17 @@ CONTRACT = Contract(
         "the rest untouched",
         "live_prefix": "SGLang 0.5.17 and later: only each row's live pages c < min(cdiv(seq_lens[i] + "
         "seq_len_delta, page_size), max_seq_pages) are required; the other columns < max_seq_pages may be "
-        "written (0.5.17+ leaves them stale); the rest untouched. (0.5.17-0.5.19 are judged by it)",
+        "written (0.5.17+ leaves them stale); the rest untouched. (0.5.19 is judged by it; the others add "
+        "their arguments)",
+        "v2p": "SGLang 0.5.17: live_prefix, plus v2p_page_table (kvfuzz's full_v2p; -1 maps to the sink page 0) "
+        "and kernel_page_multiplier",
+        "v2p_swa": "SGLang 0.5.18: v2p, plus the unified SWA pool (UnifiedSWAKVPool: its v2p table, kvfuzz's "
+        "swa_v2p, in place of the token mapping)",
         "skip": "SGLang 0.5.20-0.5.22: live_prefix, plus skip_page_table (lengths and sums only)",
         "fused": "SGLang 0.5.23: live_prefix, plus skip_page_table, zero_tail (every column < max_seq_pages "
         "required, 0 past the live pages), full_v2p and swa_v2p (unified memory; -1 maps to the sink page 0)",
         "strict": "kvfuzz's builtin kernels: default's rule (every column < max_seq_pages written), plus "
-        "0.5.23's skip_page_table, zero_tail, full_v2p and swa_v2p",
+        "0.5.23's skip_page_table, zero_tail, full_v2p and swa_v2p, and 0.5.17's kernel_page_multiplier",
     },
     paths={
         "ps1": "page_size == 1 without SWA: the fast kernel (256-column blocks)",

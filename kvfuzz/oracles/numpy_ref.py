@@ -69,6 +69,7 @@ def decode_metadata(case: Case) -> Expected:
         pages = np.floor_divide(tokens, ps)
         if "full_v2p" in case.tensors:
             pages = _v2p(v["full_v2p"], pages, "full_v2p")
+        pages = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18: a physical page's first block
         if not fits_int32(pages):
             raise OutOfContract("a page_table value does not fit int32")
         out["page_table"][:, :P] = pages

@@ -55,7 +55,7 @@ def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torc
         pages = torch.div(tokens, ps, rounding_mode="floor")
         if "full_v2p" in case.tensors:  # unified memory: virtual page -> physical, -1 -> the sink page 0
             pages = _t(case, "full_v2p", device, inputs).long()[pages].clamp(min=0)
-        page_table[:, :P] = pages
+        page_table[:, :P] = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18
         if swa and "swa_v2p" in case.tensors:  # the unified SWA pool's table, over the same virtual pages
             swa_table[:, :P] = _t(case, "swa_v2p", device, inputs).long()[tokens // ps].clamp(min=0)
         elif swa:

@@ -6,10 +6,10 @@ tensor's layout class, and the integer class of the batch size, of `max_seq_page
 every row length that becomes a stride. A case then draws sizes inside those classes (block
 edges, zero pages, CUDA-graph padding rows) and its values.
 
-The arguments later releases added (`skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`)
-are drawn only for a contract variant that has them (`VARIANT_ARGS`): `decode_class(d,
-variant)`. Flags are constexprs in SGLang 0.5.23 and a v2p table's presence is a None-ness
-there, so all of them belong to the class.
+The arguments later releases added (`kernel_page_multiplier`, `skip_page_table`, `zero_tail`,
+`full_v2p`, `swa_v2p`) are drawn only for a contract variant that has them (`VARIANT_ARGS`):
+`decode_class(d, variant)`. The multiplier and the flags are constexprs in SGLang and a v2p
+table's presence is a None-ness there, so all of them belong to the class.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
         ext["zero_tail"] = d.boolean()
     if "full_v2p" in allowed:
         ext["full_v2p"] = d.boolean()
+    if "kernel_page_multiplier" in allowed:  # a constexpr in 0.5.17-0.5.18
+        ext["mult"] = d.choice((1, 2, 3, 8))
     if swa and "swa_v2p" in allowed:
         ext["swa_map"] = d.choice(("mapping", "v2p"))  # the static pool's token mapping or the unified pool's v2p
     P = d.choice((PLAIN, DIV16, ONE, ZERO))  # ZERO: P = 0 (Triton's class div16, kept apart for the widths)
@@ -171,7 +173,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
         shapes["swa_page_table"] = ("int32", (B, width(pages + d.choice((0, 1, 5)), k["W2"])))
         if not swa_v2p:
             shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
-    ranged = swa or full_v2p  # every token id indexes a table: only in-range patterns
+    # every token id indexes a table, or its page is scaled: only in-range patterns
+    ranged = swa or full_v2p or k.get("mult", 1) != 1
     high = N if swa else R * T
     n_pages = -(-high // ps)  # the virtual pages of tokens in [0, high)
     for name, on in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
@@ -202,6 +205,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
         if k.get(field_) is not None:
             scalars[flag_] = bool(k[field_])
+    if k.get("mult") is not None:
+        scalars["kernel_page_multiplier"] = int(k["mult"])
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
@@ -275,6 +280,8 @@ def decode_features(case: Case) -> set[str]:
     path = "skip" if s.get("skip_page_table") else "swa" if swa else "ps1" if ps == 1 else "general"
     out = {f"path:{path}"}
     out |= {name for name in ("zero_tail",) if s.get(name)}
+    if s.get("kernel_page_multiplier", 1) != 1:
+        out.add("page_multiplier")
     for name in ("full_v2p", "swa_v2p"):
         table = case.values.get(name)
         if table is not None:

@@ -9,12 +9,14 @@ its value comes from.
 
 * A parameter kvfuzz has a contract for gets the case's tensor or scalar of that name
   (`num_kv_splits_ptr` is the `num_kv_splits` tensor, `seq_lens_ptr` the `seq_lens` one).
+  0.5.17's `v2p_page_table` (the case's `full_v2p`) and `kernel_page_multiplier`, 0.5.18's
+  unified SWA pool (`token_to_kv_pool` a `UnifiedSWAKVPool` holding the case's `swa_v2p`),
   0.5.20's `skip_page_table` and 0.5.23's `zero_tail`, `full_v2p`, `swa_v2p` come from the case
-  too (optional case fields: absent means False / None, the value that turns their path off).
+  too (optional case fields: absent means False / None / 1, the value that turns their path off).
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
-  checks describes (`neutral`: 0.5.17's v2p table and page multiplier 1, 0.5.19's read
-  table, no `uneven_batch_ptr`). Those paths are not checked.
+  checks describes (`neutral`: 0.5.19's read table, no `uneven_batch_ptr`). Those paths are
+  not checked.
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -38,7 +40,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import TargetLoadError
 from ..ops.num_kv_splits import sglang_max_num_seq
-from .sglang_shim import make_swa_pool
+from .sglang_shim import make_swa_pool, make_unified_swa_pool
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
@@ -68,8 +70,14 @@ def _swa_table(t, s):
     return t["swa_page_table"] if _uses_swa(t) else None
 
 
-def _swa_pool(t, s):  # up to 0.5.22: an SWAKVPool holding the token mapping
-    return make_swa_pool(t["full_to_swa_index_mapping"]) if _uses_swa(t) and "full_to_swa_index_mapping" in t else None
+def _swa_pool(t, s):
+    """Up to 0.5.22: an SWAKVPool holding the token mapping; 0.5.18's UnifiedSWAKVPool holding
+    the SWA v2p table (a case carries swa_v2p only for a variant whose targets take it)."""
+    if not _uses_swa(t):
+        return None
+    if "full_to_swa_index_mapping" in t:
+        return make_swa_pool(t["full_to_swa_index_mapping"])
+    return make_unified_swa_pool(t["swa_v2p"])
 
 
 def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself (None with the unified pool's swa_v2p)
@@ -123,13 +131,13 @@ DECODE = OpCall(
         "zero_tail": _flag("zero_tail"),  # 0.5.23: also zero the columns between the live prefix and P
         "full_v2p": _optional_tensor("full_v2p"),  # 0.5.23: unified memory's virtual -> physical pages
         "swa_v2p": _optional_tensor("swa_v2p"),  # 0.5.23: the unified SWA pool's
+        "v2p_page_table": _optional_tensor("full_v2p"),  # 0.5.17-0.5.18: the same table, named so
+        "kernel_page_multiplier": lambda t, s: s.get("kernel_page_multiplier", 1),  # 0.5.17-0.5.18
     },
     required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
               ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
               ("swa_page_table",), ("token_to_kv_pool", "full_to_swa_index_mapping")),
     neutral={
-        "v2p_page_table": None,  # 0.5.17-0.5.18: unified memory's virtual -> physical page table
-        "kernel_page_multiplier": 1,  # 0.5.17-0.5.18
         "src_is_read_table": False,  # 0.5.19: req_to_token is a page-granular read table
         "swa_src_table": None,  # 0.5.19
     },
@@ -189,7 +197,8 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
     "decode_metadata": (
         Generation("0.5.14", "0.5.13-0.5.16", _DECODE_0514, "the seed's signature"),
         Generation("0.5.17", "0.5.17-0.5.18", _DECODE_0514 + ("v2p_page_table", "kernel_page_multiplier"),
-                   "v2p_page_table, kernel_page_multiplier (unified memory): kvfuzz passes None, 1"),
+                   "v2p_page_table, kernel_page_multiplier (unified memory): the case's full_v2p and multiplier "
+                   "(variant v2p; 0.5.18 v2p_swa: and swa_v2p in a UnifiedSWAKVPool)"),
         Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
                    "strided_indices dropped; src_is_read_table, swa_src_table: kvfuzz passes False, None"),
         Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
