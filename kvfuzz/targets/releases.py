@@ -64,24 +64,23 @@ RELEASES: dict[str, Release] = {
     "0.5.16": Release("0.5.16", NEW_PATH, _G14, "new op draft_extend_set_metadata",
                       "the three entry points are 0.5.14's, byte for byte"),
     "0.5.17": Release("0.5.17", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
-                      "v2p_page_table, kernel_page_multiplier (unified memory); draft_extend_set_metadata",
+                      "draft_extend_set_metadata (v2p_page_table, kernel_page_multiplier: checked, variant v2p)",
                       "decode writes only each row's live prefix"),
     "0.5.18": Release("0.5.18", NEW_PATH, {**_G14, "decode_metadata": "0.5.17"},
-                      "the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
-                      "full_to_swa_index_mapping is None); v2p_page_table, kernel_page_multiplier; "
-                      "draft_extend_set_metadata"),
+                      "draft_extend_set_metadata (v2p_page_table, kernel_page_multiplier and the unified SWA "
+                      "pool's v2p table in the mapping slot: checked, variant v2p_swa)"),
     "0.5.19": Release("0.5.19", NEW_PATH, {**_G14, "decode_metadata": "0.5.19"},
                       "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
                       "strided_indices, v2p_page_table, kernel_page_multiplier dropped"),
     **{v: Release(v, NEW_PATH, {**_G14, "decode_metadata": "0.5.20"},
-                  "skip_page_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+                  "the UnifiedSWAKVPool path; draft_extend_set_metadata (skip_page_table: checked, variant skip)",
                   "src_is_read_table, swa_src_table dropped" + ("" if v == "0.5.20" else
                                                                 "; kernel file byte-identical to 0.5.20's"))
        for v in ("0.5.20", "0.5.21", "0.5.22")},
     "0.5.23": Release("0.5.23", NEW_PATH, {"decode_metadata": "0.5.23", "swa_spec_page_table": "0.5.14",
                                            "num_kv_splits": "0.5.23"},
-                      "full_v2p, swa_v2p, zero_tail, skip_page_table; uneven_batch_ptr; new op "
-                      "q8kv8_topk_length_from_indices; draft_extend_set_metadata",
+                      "uneven_batch_ptr; new op q8kv8_topk_length_from_indices; draft_extend_set_metadata "
+                      "(full_v2p, swa_v2p, zero_tail, skip_page_table: checked, variant fused)",
                       "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
                       "mapping passed as a tensor"),
 }
