@@ -477,18 +477,21 @@ def decode_rows_pass(case: Case) -> Iterator[Candidate]:
 
 
 def decode_swa_pass(case: Case) -> Iterator[Candidate]:
-    if {"swa_page_table", "full_to_swa_index_mapping", "swa_v2p"} & set(case.tensors):
-        yield "dropped SWA (swa_page_table, its mapping or swa_v2p)", \
-            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping", "swa_v2p"))
+    if {"swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"} & set(case.tensors):
+        yield "dropped SWA (swa_page_table, its mapping, swa_v2p or swa_src_table)", \
+            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
 
 
 def decode_unified_pass(case: Case) -> Iterator[Candidate]:
-    """SGLang 0.5.20/0.5.23's arguments off: full_v2p dropped, skip_page_table and zero_tail False."""
+    """SGLang 0.5.17-0.5.23's arguments off: full_v2p dropped, the flags False, the multiplier 1."""
     if "full_v2p" in case.tensors:
         yield "dropped full_v2p", lambda: _edit(case, drop=("full_v2p",))
-    for name in ("skip_page_table", "zero_tail"):
+    for name in ("skip_page_table", "zero_tail", "src_is_read_table"):
         if case.scalars.get(name) is True:
             yield f"{name} -> False", (lambda n=name: case.with_scalars(**{n: False}))
+    mult = case.scalars.get("kernel_page_multiplier")
+    if isinstance(mult, int) and mult > 1:
+        yield f"kernel_page_multiplier {mult} -> 1", lambda: case.with_scalars(kernel_page_multiplier=1)
 
 
 def decode_pages_pass(case: Case) -> Iterator[Candidate]:

@@ -85,3 +85,16 @@ def unified(case: Case, full_v2p: np.ndarray | str | None = None, swa_v2p: np.nd
         if on is not None:
             s[name] = on
     return Case(case.op, s, t, v, variant=variant)
+
+
+def read_table(case: Case, variant: str = "read_table") -> Case:
+    """A `decode` case as SGLang 0.5.19's unified pool passes it (`src_is_read_table=True`):
+    req_to_token holds page ids; with SWA, `swa_src_table` (req_to_token's shape and layout)
+    replaces the mapping."""
+    t, v = dict(case.tensors), dict(case.values)
+    if "full_to_swa_index_mapping" in t:
+        del t["full_to_swa_index_mapping"], v["full_to_swa_index_mapping"]
+        rtt = t["req_to_token"]
+        t["swa_src_table"] = TensorSpec("int64", rtt.shape, rtt.strides, rtt.offset, rtt.storage_size)
+        v["swa_src_table"] = np.random.default_rng(5).integers(-5, 1 << 20, size=rtt.shape)
+    return Case(case.op, {**case.scalars, "src_is_read_table": True}, t, v, variant=variant)

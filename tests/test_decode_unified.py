@@ -313,3 +313,54 @@ def test_0_5_17_reads_v2p_page_table_without_its_stride(device):
         "decode_metadata:general:mismatch:page_table:all"]
     kernel_file("0.5.23")
     assert_clean(load_target("sglang==0.5.23", device), strided.replace(variant="fused"), device)
+
+
+# ------------------------------------------------------------------------- 0.5.19: read tables
+
+
+def test_a_read_table_is_copied_verbatim_column_by_column():
+    case = cases.read_table(cases.decode(ps=16, swa=True))
+    v, P = case.values, case.scalars["max_seq_pages"]
+    rows = v["req_pool_indices"]
+    assert np.array_equal(page_table_of(case), v["req_to_token"][rows][:, :P])  # no division, column c not c * 16
+    assert np.array_equal(page_table_of(case, "swa_page_table"), v["swa_src_table"][rows][:, :P])
+    torch_agrees(case)
+    assert DECODE.classify(case)[0] == "in_contract"
+    for variant in ("live_prefix", "fused", "strict"):  # only 0.5.19 takes read tables
+        assert DECODE.classify(case.replace(variant=variant))[0] == "out_of_contract", variant
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda c: c.with_scalars(src_is_read_table=False), "swa_src_table comes with src_is_read_table"),
+    (lambda c: c.replace(tensors={**c.tensors, "swa_src_table": cases.TensorSpec(
+        "int64", c.tensors["req_to_token"].shape, (1, c.tensors["req_to_token"].shape[0]))}), "shape and strides"),
+])
+def test_read_table_inputs_outside_the_contract(edit, reason):
+    status, reasons = DECODE.classify(edit(cases.read_table(cases.decode(ps=4, swa=True))))
+    assert status == "out_of_contract" and any(reason in r for r in reasons), reasons
+
+
+def test_0_5_19_copies_read_tables(device):
+    kernel_file("0.5.19")
+    target = load_target("sglang==0.5.19", device)
+    assert target.variants["decode_metadata"] == "read_table"
+    for ps in (1, 16):
+        for swa in (False, True):
+            assert_clean(target, cases.read_table(cases.decode(ps=ps, swa=swa, delta=1)), device)
+
+
+def test_0_5_19_refuses_a_non_contiguous_pair_of_read_tables(device):
+    """A real defect of 0.5.19: it makes req_to_token contiguous before checking that swa_src_table
+    shares its strides, so two read tables with the same non-contiguous strides (views into wider
+    buffers, as the docstring allows: "same shape and strides") always fail that assertion."""
+    from kvfuzz.case import TensorSpec
+
+    kernel_file("0.5.19")
+    target = load_target("sglang==0.5.19", device)
+    case = cases.read_table(cases.decode(ps=16, swa=True))
+    R, T = case.tensors["req_to_token"].shape
+    padded = TensorSpec("int64", (R, T), (T + 3, 1))
+    case = case.replace(tensors={**case.tensors, "req_to_token": padded, "swa_src_table": padded})
+    assert DECODE.classify(case)[0] == "in_contract"
+    v = judge(case, run_case(target, case, device))
+    assert v.signatures() == ["decode_metadata:swa:crash:-:AssertionError"], v.signatures()

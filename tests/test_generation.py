@@ -45,7 +45,7 @@ def test_the_hypothesis_strategies_draw_valid_cases_of_every_status(op, data):
 
 
 @pytest.mark.parametrize("op, variant", [(op, None) for op in OPS] + [
-    ("decode_metadata", v) for v in ("v2p", "v2p_swa", "skip", "fused", "strict")])
+    ("decode_metadata", v) for v in ("v2p", "v2p_swa", "read_table", "skip", "fused", "strict")])
 def test_generated_in_contract_cases_are_in_contract(op, variant):
     statuses = [CONTRACTS[op].classify(c)[0] for _, c in stream(op, 1, 300, in_contract_only=True, variant=variant)]
     assert statuses == ["in_contract"] * 300
@@ -81,7 +81,8 @@ def dry(device):
 # decode's arguments of SGLang 0.5.17-0.5.23 (multiplier and flags as constexprs, v2p tables'
 # None-ness): the classes of the variants that draw them, on the targets judged by those variants
 VARIANT_TARGETS = [("builtin", "builtin", "strict"), ("0.5.23", "sglang==0.5.23", "fused"),
-                   ("0.5.17", "sglang==0.5.17", "v2p"), ("0.5.18", "sglang==0.5.18", "v2p_swa")]
+                   ("0.5.17", "sglang==0.5.17", "v2p"), ("0.5.18", "sglang==0.5.18", "v2p_swa"),
+                   ("0.5.19", "sglang==0.5.19", "read_table")]
 _CASES = [(op, name, spec, None) for name, spec in _targets() for op in OPS] + [
     ("decode_metadata", name, spec, variant) for name, spec, variant in VARIANT_TARGETS]
 

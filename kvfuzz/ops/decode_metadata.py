@@ -2,7 +2,8 @@
 
 SGLang 0.5.17 added unified memory (`v2p_page_table`, kvfuzz's `full_v2p`, and
 `kernel_page_multiplier`), 0.5.18 the unified SWA pool (its v2p table, kvfuzz's `swa_v2p`, in
-the pool's mapping slot), 0.5.20 `skip_page_table` and 0.5.23 `zero_tail`, `full_v2p` and
+the pool's mapping slot), 0.5.19 a page-granular read table (`src_is_read_table`,
+`swa_src_table`), 0.5.20 `skip_page_table` and 0.5.23 `zero_tail`, `full_v2p` and
 `swa_v2p` as arguments. They are optional case fields, in contract only for the variants whose
 targets take them (`VARIANT_ARGS`); without them a case means what it always meant. What
 kvfuzz assumes where SGLang does not say:
@@ -22,6 +23,11 @@ kvfuzz assumes where SGLang does not say:
   index it with `token // page_size`, never with a token id); the static pool's
   `full_to_swa_index_mapping` maps token slots, then `// page_size`. `swa_page_table` comes
   with exactly one of the two (0.5.23 asserts it).
+* `src_is_read_table` (0.5.19): `req_to_token` holds kernel-facing page ids, one per page:
+  `page_table[i, c] = req_to_token[pool[i], c]` verbatim (no division, no translation), and
+  with SWA `swa_page_table[i, c] = swa_src_table[pool[i], c]` (the SWA canonical, in place of the
+  mapping; 0.5.19's docstring: "same shape and strides" as `req_to_token`, so kvfuzz requires
+  both). `swa_src_table` comes only with the flag, and the flag with SWA needs it.
 * `zero_tail`: columns `cdiv(len, page_size) <= c < P` are written 0 ("clears columns up to
   max_seq_pages to zero, independently of address translation"), so every column `c < P` is
   required, in every variant.
@@ -54,6 +60,9 @@ ARGS = (
     Arg("full_v2p", "in", I32_64, "V", optional=True,
         doc="0.5.23: full pool's virtual page -> physical page; page_table gets sink(full_v2p[token // page_size]), "
         "sink(-1) = 0"),
+    Arg("swa_src_table", "in", I32_64, "R,T", optional=True,
+        doc="0.5.19, with src_is_read_table: the SWA read table, shaped and strided as req_to_token: "
+        "swa_page_table gets swa_src_table[pool[i], c]"),
     Arg("swa_v2p", "in", I32_64, "V2", optional=True,
         doc="0.5.23: unified SWA pool's virtual page -> SWA physical page, in place of the mapping: "
         "swa_page_table gets sink(swa_v2p[token // page_size])"),
@@ -65,6 +74,8 @@ SCALARS = (
     Scalar("skip_page_table", "0.5.20: optional bool (absent: False); True writes the lengths and sums only"),
     Scalar("zero_tail", "0.5.23: optional bool (absent: False); True also writes 0 to columns cdiv(len, page_size) <= c < P"),
     Scalar("kernel_page_multiplier", "0.5.17-0.5.18: optional int >= 1 (absent: 1); scales page_table's values"),
+    Scalar("src_is_read_table", "0.5.19: optional bool (absent: False); True: req_to_token holds page ids, copied "
+           "verbatim, c < P"),
 )
 
 # The arguments each variant's targets take beyond 0.5.14's (the rest of SGLang's additions get
@@ -75,25 +86,27 @@ VARIANT_ARGS = {
     "default": (), "live_prefix": (),
     "v2p": ("full_v2p", "kernel_page_multiplier"),  # 0.5.17: v2p_page_table, kernel_page_multiplier
     "v2p_swa": ("full_v2p", "kernel_page_multiplier", "swa_v2p"),  # 0.5.18: and the unified SWA pool
+    "read_table": ("src_is_read_table", "swa_src_table"),  # 0.5.19
     "skip": ("skip_page_table",), "fused": EXT_0523, "strict": EXT_0523 + ("kernel_page_multiplier",),
 }
-LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "skip", "fused")  # the variants where only the live pages are required
-FLAGS = ("skip_page_table", "zero_tail")  # optional bool scalars
-V2P = ("full_v2p", "swa_v2p")  # optional v2p tables
+LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "read_table", "skip", "fused")  # the variants where only the live pages are required
+FLAGS = ("skip_page_table", "zero_tail", "src_is_read_table")  # optional bool scalars
+V2P = ("full_v2p", "swa_v2p", "swa_src_table")  # optional translation tables
+SWA_SOURCES = ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table")  # swa_page_table takes exactly one
 
 
 # Which contract variant judges which SGLang release, chosen automatically from the target
 # (kvfuzz/targets/releases.py; --variant overrides): (first release, variant), oldest first.
 # Read from the release wheels: 0.5.17's kernels return before the columns past
 # cdiv(seq_len + seq_len_delta, page_size) ("Contract: only the live prefix ... is (re)written").
-RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "live_prefix"),
+RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "read_table"),
                     ("0.5.20", "skip"), ("0.5.23", "fused"))
 BUILTIN_VARIANT = "strict"  # kvfuzz's own kernel: every argument kvfuzz checks, every column c < P written
 
 
 def uses_swa(case: Case) -> bool:
     t = case.tensors
-    return "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t)
+    return "swa_page_table" in t and any(name in t for name in SWA_SOURCES)
 
 
 def flag(case: Case, name: str) -> bool:
@@ -131,11 +144,18 @@ def _extension_reasons(case: Case) -> list[str]:
         reasons.append(f"kernel_page_multiplier must be an int >= 1, got {mult!r}")
     elif mult != 1 and "kernel_page_multiplier" not in allowed:
         reasons.append(f"kernel_page_multiplier={mult} is not an argument of variant {case.variant}")
-    if "swa_page_table" in t and ("full_to_swa_index_mapping" in t) == ("swa_v2p" in t):
-        reasons.append("swa_page_table comes with exactly one of full_to_swa_index_mapping and swa_v2p")
-    for name in ("full_to_swa_index_mapping", "swa_v2p"):
+    if "swa_page_table" in t and sum(name in t for name in SWA_SOURCES) != 1:
+        reasons.append("swa_page_table comes with exactly one of full_to_swa_index_mapping, swa_v2p, swa_src_table")
+    for name in SWA_SOURCES:
         if name in t and "swa_page_table" not in t:
             reasons.append(f"{name} comes with swa_page_table")
+    if ("swa_src_table" in t) != (bool(s.get("src_is_read_table")) and "swa_page_table" in t):
+        reasons.append("swa_src_table comes with src_is_read_table and swa_page_table, and they with it")
+    if "swa_src_table" in t and (t["swa_src_table"].shape, t["swa_src_table"].strides) != (
+            t["req_to_token"].shape, t["req_to_token"].strides):
+        reasons.append("swa_src_table must have req_to_token's shape and strides")
+    if s.get("src_is_read_table") and "full_v2p" in t:
+        reasons.append("a read table's entries are final pages: no full_v2p with src_is_read_table")
     return reasons
 
 
@@ -154,10 +174,10 @@ def structural_reasons(case: Case) -> list[str]:
     for name, shape in want.items():
         if t[name].shape != shape:
             reasons.append(f"{name} has shape {t[name].shape}, expected {shape} (batch B = {B})")
-    for name in ("page_table", "swa_page_table", "req_to_token"):
+    for name in ("page_table", "swa_page_table", "req_to_token", "swa_src_table"):
         if name in t and len(t[name].shape) != 2:
             reasons.append(f"{name} must be 2-D, got shape {t[name].shape}")
-    for name in ("strided_indices", "full_to_swa_index_mapping", *V2P):
+    for name in ("strided_indices", "full_to_swa_index_mapping", "full_v2p", "swa_v2p"):
         if name in t and len(t[name].shape) != 1:
             reasons.append(f"{name} must be 1-D, got shape {t[name].shape}")
     reasons += _extension_reasons(case)
@@ -214,12 +234,14 @@ CONTRACT = Contract(
         "the rest untouched",
         "live_prefix": "SGLang 0.5.17 and later: only each row's live pages c < min(cdiv(seq_lens[i] + "
         "seq_len_delta, page_size), max_seq_pages) are required; the other columns < max_seq_pages may be "
-        "written (0.5.17+ leaves them stale); the rest untouched. (0.5.19 is judged by it; the others add "
-        "their arguments)",
+        "written (0.5.17+ leaves them stale); the rest untouched. (The base of the variants of 0.5.17 on, which "
+        "add their releases' arguments)",
         "v2p": "SGLang 0.5.17: live_prefix, plus v2p_page_table (kvfuzz's full_v2p; -1 maps to the sink page 0) "
         "and kernel_page_multiplier",
         "v2p_swa": "SGLang 0.5.18: v2p, plus the unified SWA pool (UnifiedSWAKVPool: its v2p table, kvfuzz's "
         "swa_v2p, in place of the token mapping)",
+        "read_table": "SGLang 0.5.19: live_prefix, plus src_is_read_table (req_to_token's page ids copied "
+        "verbatim) and swa_src_table (the SWA read table, req_to_token's shape and strides)",
         "skip": "SGLang 0.5.20-0.5.22: live_prefix, plus skip_page_table (lengths and sums only)",
         "fused": "SGLang 0.5.23: live_prefix, plus skip_page_table, zero_tail (every column < max_seq_pages "
         "required, 0 past the live pages), full_v2p and swa_v2p (unified memory; -1 maps to the sink page 0)",

@@ -65,6 +65,9 @@ def decode_metadata(case: Case) -> Expected:
         cols = np.arange(P, dtype=np.int64) * ps
         if cols[-1] >= rtt.shape[1]:
             raise OutOfContract(f"(max_seq_pages - 1) * page_size = {cols[-1]} >= req_to_token width {rtt.shape[1]}")
+        if s.get("src_is_read_table"):  # 0.5.19: page ids, one per column, copied verbatim
+            _read_tables(case, out, rtt, rows, P)
+            return Expected(out)
         tokens = rtt[rows[:, None], cols[None, :]]
         pages = np.floor_divide(tokens, ps)
         if "full_v2p" in case.tensors:
@@ -94,6 +97,18 @@ def decode_metadata(case: Case) -> Expected:
     elif "swa_page_table" in case.tensors:
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
     return Expected(out)
+
+
+def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: int) -> None:
+    """src_is_read_table: page_table[i, c] = req_to_token[rows[i], c], swa_page_table from swa_src_table."""
+    out["page_table"][:, :P] = rtt[rows[:, None], np.arange(P)[None, :]]
+    if "swa_page_table" in case.tensors:
+        src = case.values["swa_src_table"].astype(np.int64)
+        out["swa_page_table"] = _empty_out(case, "swa_page_table")
+        out["swa_page_table"][:, :P] = src[rows[:, None], np.arange(P)[None, :]]
+    for name in ("page_table", "swa_page_table"):
+        if name in out and not fits_int32(out[name]):
+            raise OutOfContract(f"a {name} value does not fit int32")
 
 
 def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:

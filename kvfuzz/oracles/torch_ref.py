@@ -51,6 +51,15 @@ def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torc
         req_to_token = _t(case, "req_to_token", device, inputs)
         pool = _t(case, "req_pool_indices", device, inputs).long()
         strided = _t(case, "strided_indices", device, inputs).long()
+        if s.get("src_is_read_table"):  # 0.5.19: the read table's page ids, verbatim
+            cols = torch.arange(P, device=device)
+            page_table[:, :P] = req_to_token[pool[:, None], cols[None, :]]
+            if swa:
+                swa_table[:, :P] = _t(case, "swa_src_table", device, inputs)[pool[:, None], cols[None, :]]
+            out["page_table"] = _out(page_table)
+            if swa:
+                out["swa_page_table"] = _out(swa_table)
+            return out
         tokens = req_to_token[pool[:, None], strided[:P][None, :]].long()
         pages = torch.div(tokens, ps, rounding_mode="floor")
         if "full_v2p" in case.tensors:  # unified memory: virtual page -> physical, -1 -> the sink page 0

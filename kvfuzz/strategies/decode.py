@@ -6,8 +6,8 @@ tensor's layout class, and the integer class of the batch size, of `max_seq_page
 every row length that becomes a stride. A case then draws sizes inside those classes (block
 edges, zero pages, CUDA-graph padding rows) and its values.
 
-The arguments later releases added (`kernel_page_multiplier`, `skip_page_table`, `zero_tail`,
-`full_v2p`, `swa_v2p`) are drawn only for a contract variant that has them (`VARIANT_ARGS`):
+The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`, `swa_src_table`,
+`skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`) are drawn only for a contract variant that has them (`VARIANT_ARGS`):
 `decode_class(d, variant)`. The multiplier and the flags are constexprs in SGLang and a v2p
 table's presence is a None-ness there, so all of them belong to the class.
 """
@@ -59,9 +59,11 @@ def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
         ext["zero_tail"] = d.boolean()
     if "full_v2p" in allowed:
         ext["full_v2p"] = d.boolean()
+    if "src_is_read_table" in allowed:  # a constexpr in 0.5.19
+        ext["read_table"] = d.boolean()
     if "kernel_page_multiplier" in allowed:  # a constexpr in 0.5.17-0.5.18
         ext["mult"] = d.choice((1, 2, 3, 8))
-    if swa and "swa_v2p" in allowed:
+    if swa and "swa_v2p" in allowed and not ext.get("read_table"):
         ext["swa_map"] = d.choice(("mapping", "v2p"))  # the static pool's token mapping or the unified pool's v2p
     P = d.choice((PLAIN, DIV16, ONE, ZERO))  # ZERO: P = 0 (Triton's class div16, kept apart for the widths)
     # rows of length 0 or 1 (stride 1, or an empty tensor) only where P leaves room for them
@@ -77,7 +79,7 @@ def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
     p.update(ext)
     present = set(_tensor_names(p))
     for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping",
-                 "full_v2p", "swa_v2p"):
+                 "full_v2p", "swa_v2p", "swa_src_table"):
         if name in present:
             p[f"dtype:{name}"] = d.choice(("int64", "int32"))
     for name in (*OUTPUTS, *INPUTS):
@@ -93,7 +95,9 @@ def _tensor_names(p) -> list[str]:
     get = p.get
     names = list(OUTPUTS[:3]) + ["req_to_token", "req_pool_indices", "strided_indices", "seq_lens"]
     if get("swa"):
-        names += ["swa_page_table", "swa_v2p" if get("swa_map") == "v2p" else "full_to_swa_index_mapping"]
+        source = ("swa_src_table" if get("read_table") else "swa_v2p" if get("swa_map") == "v2p"
+                  else "full_to_swa_index_mapping")
+        names += ["swa_page_table", source]
     if get("full_v2p"):
         names.append("full_v2p")
     return names
@@ -133,7 +137,7 @@ def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None
 def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     """An in-contract case of class `k`, leaning on zero pages, block edges and odd values."""
     ps, swa, delta = k["page_size"], k["swa"], k["seq_len_delta"]
-    swa_v2p, full_v2p = k.get("swa_map") == "v2p", bool(k.get("full_v2p"))
+    swa_v2p, full_v2p, read_table = k.get("swa_map") == "v2p", bool(k.get("full_v2p")), bool(k.get("read_table"))
     block = block_of(ps, swa, full_v2p)
     B = 1 if k["B"] == ONE else d.integer(2, 6)
     cap = MAX_TOKENS // ps if ps >= 64 else None  # req_to_token's width is P * page_size
@@ -171,7 +175,9 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     if swa:
         N = R * T + d.choice((0, 1, 1000))
         shapes["swa_page_table"] = ("int32", (B, width(pages + d.choice((0, 1, 5)), k["W2"])))
-        if not swa_v2p:
+        if read_table:  # 0.5.19: the SWA read table, req_to_token's shape (and layout, below)
+            shapes["swa_src_table"] = (k["dtype:swa_src_table"], (R, T))
+        elif not swa_v2p:
             shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
     # every token id indexes a table, or its page is scaled: only in-range patterns
     ranged = swa or full_v2p or k.get("mult", 1) != 1
@@ -182,7 +188,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
             shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        lay = k["layout:req_to_token" if name == "swa_src_table" else f"layout:{name}"]  # the same strides
+        tensors[name], bcast[name] = apply_layout(lay, dt, shape)
 
     # with SWA or a v2p table every token id indexes a table, so only in-range patterns
     pattern = d.choice(SWA_TOKEN_PATTERNS if ranged else TOKEN_PATTERNS)
@@ -192,7 +199,9 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
         "strided_indices": np.arange(0, T, ps),
         "seq_lens": seq_lens,
     }
-    if swa and not swa_v2p:
+    if read_table and swa:
+        values["swa_src_table"] = tokens(d.choice(TOKEN_PATTERNS), d.seed(), (R, T), 1 << 20)
+    elif swa and not swa_v2p:
         mp = d.choice(("arange", "random", "negative", "large"))
         values["full_to_swa_index_mapping"] = tokens(mp, d.seed(), (N,), 1 << 24)
     for name in ("full_v2p", "swa_v2p"):
@@ -207,6 +216,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
             scalars[flag_] = bool(k[field_])
     if k.get("mult") is not None:
         scalars["kernel_page_multiplier"] = int(k["mult"])
+    if k.get("read_table") is not None:
+        scalars["src_is_read_table"] = bool(k["read_table"])
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
@@ -282,6 +293,8 @@ def decode_features(case: Case) -> set[str]:
     out |= {name for name in ("zero_tail",) if s.get(name)}
     if s.get("kernel_page_multiplier", 1) != 1:
         out.add("page_multiplier")
+    if s.get("src_is_read_table"):
+        out.add("read_table")
     for name in ("full_v2p", "swa_v2p"):
         table = case.values.get(name)
         if table is not None:

@@ -11,12 +11,12 @@ its value comes from.
   (`num_kv_splits_ptr` is the `num_kv_splits` tensor, `seq_lens_ptr` the `seq_lens` one).
   0.5.17's `v2p_page_table` (the case's `full_v2p`) and `kernel_page_multiplier`, 0.5.18's
   unified SWA pool (`token_to_kv_pool` a `UnifiedSWAKVPool` holding the case's `swa_v2p`),
-  0.5.20's `skip_page_table` and 0.5.23's `zero_tail`, `full_v2p`, `swa_v2p` come from the case
-  too (optional case fields: absent means False / None / 1, the value that turns their path off).
+  0.5.19's `src_is_read_table` / `swa_src_table`, 0.5.20's `skip_page_table` and 0.5.23's
+  `zero_tail`, `full_v2p`, `swa_v2p` come from the case too (optional case fields: absent means
+  False / None / 1, the value that turns their path off).
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
-  checks describes (`neutral`: 0.5.19's read table, no `uneven_batch_ptr`). Those paths are
-  not checked.
+  checks describes (`neutral`: no `uneven_batch_ptr`). Those paths are not checked.
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -51,7 +51,7 @@ class HarnessError(Exception):
 
 
 def _uses_swa(t: Mapping[str, Any]) -> bool:
-    return "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t)
+    return "swa_page_table" in t and any(n in t for n in ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
 
 
 def _tensor(name: str) -> Getter:
@@ -77,7 +77,9 @@ def _swa_pool(t, s):
         return None
     if "full_to_swa_index_mapping" in t:
         return make_swa_pool(t["full_to_swa_index_mapping"])
-    return make_unified_swa_pool(t["swa_v2p"])
+    # the unified pool's: its v2p table, or (0.5.19's read tables) the pool as SGLang's unified
+    # backend passes it beside swa_src_table (0.5.19 reads the pool's mapping even then)
+    return make_unified_swa_pool(t.get("swa_v2p"))
 
 
 def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself (None with the unified pool's swa_v2p)
@@ -133,14 +135,13 @@ DECODE = OpCall(
         "swa_v2p": _optional_tensor("swa_v2p"),  # 0.5.23: the unified SWA pool's
         "v2p_page_table": _optional_tensor("full_v2p"),  # 0.5.17-0.5.18: the same table, named so
         "kernel_page_multiplier": lambda t, s: s.get("kernel_page_multiplier", 1),  # 0.5.17-0.5.18
+        "src_is_read_table": _flag("src_is_read_table"),  # 0.5.19: req_to_token holds page ids
+        "swa_src_table": _optional_tensor("swa_src_table"),  # 0.5.19: the SWA read table
     },
     required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
               ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
               ("swa_page_table",), ("token_to_kv_pool", "full_to_swa_index_mapping")),
-    neutral={
-        "src_is_read_table": False,  # 0.5.19: req_to_token is a page-granular read table
-        "swa_src_table": None,  # 0.5.19
-    },
+    neutral={},  # every later parameter of decode comes from the case
     legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
             "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
     legacy_kw=("swa_page_table", "token_to_kv_pool"),
@@ -200,7 +201,7 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
                    "v2p_page_table, kernel_page_multiplier (unified memory): the case's full_v2p and multiplier "
                    "(variant v2p; 0.5.18 v2p_swa: and swa_v2p in a UnifiedSWAKVPool)"),
         Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
-                   "strided_indices dropped; src_is_read_table, swa_src_table: kvfuzz passes False, None"),
+                   "strided_indices dropped; src_is_read_table, swa_src_table: the case's (variant read_table)"),
         Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
                    "skip_page_table: the case's (variant skip)"),
         Generation("0.5.23", "0.5.23",
