@@ -70,7 +70,8 @@ RELEASES: dict[str, Release] = {
                       "draft_extend_set_metadata (v2p_page_table, kernel_page_multiplier and the unified SWA "
                       "pool's v2p table in the mapping slot: checked, variant v2p_swa)"),
     "0.5.19": Release("0.5.19", NEW_PATH, {**_G14, "decode_metadata": "0.5.19"},
-                      "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path; draft_extend_set_metadata",
+                      "the UnifiedSWAKVPool v2p path; draft_extend_set_metadata (src_is_read_table, "
+                      "swa_src_table: checked, variant read_table)",
                       "strided_indices, v2p_page_table, kernel_page_multiplier dropped"),
     **{v: Release(v, NEW_PATH, {**_G14, "decode_metadata": "0.5.20"},
                   "the UnifiedSWAKVPool path; draft_extend_set_metadata (skip_page_table: checked, variant skip)",
