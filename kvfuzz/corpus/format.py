@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 # bump for ANY change an older reader would misread; readers refuse newer. 2: origin "batch"
-# (the batched engine); 3: decode_metadata's optional full_v2p / swa_v2p tensors, skip_page_table /
-# zero_tail scalars and variants skip / fused / strict. Schema-1 and -2 cases read unchanged.
+# (the batched engine); 3: decode_metadata's optional tensors and scalars of SGLang 0.5.17-0.5.23
+# (full_v2p, swa_v2p, swa_src_table; the flags, kernel_page_multiplier) and their variants.
+# Schema-1 and -2 cases read unchanged.
 SCHEMA_VERSION = 3
 CASE_FILE = "case.json"
 TENSORS_FILE = "tensors.npz"
