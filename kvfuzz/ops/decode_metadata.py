@@ -58,21 +58,22 @@ ARGS = (
     Arg("full_to_swa_index_mapping", "in", I32_64, "N", optional=True,
         doc="SWAKVPool.full_to_swa_index_mapping: full-pool token id -> SWA slot"),
     Arg("full_v2p", "in", I32_64, "V", optional=True,
-        doc="0.5.23: full pool's virtual page -> physical page; page_table gets sink(full_v2p[token // page_size]), "
-        "sink(-1) = 0"),
+        doc="0.5.23 (0.5.17-0.5.18: v2p_page_table): the full pool's virtual page -> physical page; page_table "
+        "gets sink(full_v2p[token // page_size]), sink(-1) = 0"),
     Arg("swa_src_table", "in", I32_64, "R,T", optional=True,
         doc="0.5.19, with src_is_read_table: the SWA read table, shaped and strided as req_to_token: "
         "swa_page_table gets swa_src_table[pool[i], c]"),
     Arg("swa_v2p", "in", I32_64, "V2", optional=True,
-        doc="0.5.23: unified SWA pool's virtual page -> SWA physical page, in place of the mapping: "
-        "swa_page_table gets sink(swa_v2p[token // page_size])"),
+        doc="0.5.23 (0.5.18: the UnifiedSWAKVPool's): the unified SWA pool's virtual page -> SWA physical "
+        "page, in place of the mapping: swa_page_table gets sink(swa_v2p[token // page_size])"),
 )
 SCALARS = (
     Scalar("max_seq_pages", "P, a Python int: callers pass cdiv(max(seq_lens) + seq_len_delta, page_size)"),
     Scalar("seq_len_delta", "0 for decode, step + 1 for draft decode"),
     Scalar("page_size", "a power of two; anything else must be refused"),
     Scalar("skip_page_table", "0.5.20: optional bool (absent: False); True writes the lengths and sums only"),
-    Scalar("zero_tail", "0.5.23: optional bool (absent: False); True also writes 0 to columns cdiv(len, page_size) <= c < P"),
+    Scalar("zero_tail", "0.5.23: optional bool (absent: False); True also writes 0 to columns "
+           "cdiv(len, page_size) <= c < P"),
     Scalar("kernel_page_multiplier", "0.5.17-0.5.18: optional int >= 1 (absent: 1); scales page_table's values"),
     Scalar("src_is_read_table", "0.5.19: optional bool (absent: False); True: req_to_token holds page ids, copied "
            "verbatim, c < P"),
@@ -89,9 +90,9 @@ VARIANT_ARGS = {
     "read_table": ("src_is_read_table", "swa_src_table"),  # 0.5.19
     "skip": ("skip_page_table",), "fused": EXT_0523, "strict": EXT_0523 + ("kernel_page_multiplier",),
 }
-LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "read_table", "skip", "fused")  # the variants where only the live pages are required
+LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "read_table", "skip", "fused")  # only the live pages required
 FLAGS = ("skip_page_table", "zero_tail", "src_is_read_table")  # optional bool scalars
-V2P = ("full_v2p", "swa_v2p", "swa_src_table")  # optional translation tables
+TABLES = ("full_v2p", "swa_v2p", "swa_src_table")  # optional translation tables
 SWA_SOURCES = ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table")  # swa_page_table takes exactly one
 
 
@@ -128,7 +129,7 @@ def live_pages(case: Case) -> np.ndarray:
 
 
 def _extension_reasons(case: Case) -> list[str]:
-    """The optional 0.5.20/0.5.23 arguments: allowed by the variant, well-formed, consistent."""
+    """The optional 0.5.17-0.5.23 arguments: allowed by the variant, well-formed, consistent."""
     t, s, reasons = case.tensors, case.scalars, []
     allowed = VARIANT_ARGS.get(case.variant, ())
     for name in FLAGS:
@@ -136,7 +137,7 @@ def _extension_reasons(case: Case) -> list[str]:
             reasons.append(f"{name} must be a bool, got {s[name]!r}")
         elif s.get(name) and name not in allowed:
             reasons.append(f"{name}=True is not an argument of variant {case.variant}")
-    for name in V2P:
+    for name in TABLES:
         if name in t and name not in allowed:
             reasons.append(f"{name} is not an argument of variant {case.variant}")
     mult = s.get("kernel_page_multiplier", 1)
@@ -145,7 +146,7 @@ def _extension_reasons(case: Case) -> list[str]:
     elif mult != 1 and "kernel_page_multiplier" not in allowed:
         reasons.append(f"kernel_page_multiplier={mult} is not an argument of variant {case.variant}")
     if "swa_page_table" in t and sum(name in t for name in SWA_SOURCES) != 1:
-        reasons.append("swa_page_table comes with exactly one of full_to_swa_index_mapping, swa_v2p, swa_src_table")
+        reasons.append("swa_page_table comes with exactly one of " + ", ".join(SWA_SOURCES))
     for name in SWA_SOURCES:
         if name in t and "swa_page_table" not in t:
             reasons.append(f"{name} comes with swa_page_table")
@@ -251,8 +252,8 @@ CONTRACT = Contract(
     paths={
         "ps1": "page_size == 1 without SWA: the fast kernel (256-column blocks)",
         "general": "any power-of-two page_size without SWA: the general kernel (128-column blocks)",
-        "swa": "swa_page_table and the SWA pool given (the mapping, or 0.5.23's swa_v2p): the general kernel "
-        "with the SWA mapping",
+        "swa": "swa_page_table and an SWA source given (the pool's mapping, swa_v2p, or 0.5.19's "
+        "swa_src_table): the general kernel with the SWA mapping",
         "skip": "skip_page_table=True (0.5.20 on): the lengths and their prefix sum only",
     },
     kernel_path=kernel_path,

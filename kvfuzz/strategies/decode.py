@@ -6,10 +6,11 @@ tensor's layout class, and the integer class of the batch size, of `max_seq_page
 every row length that becomes a stride. A case then draws sizes inside those classes (block
 edges, zero pages, CUDA-graph padding rows) and its values.
 
-The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`, `swa_src_table`,
-`skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`) are drawn only for a contract variant that has them (`VARIANT_ARGS`):
-`decode_class(d, variant)`. The multiplier and the flags are constexprs in SGLang and a v2p
-table's presence is a None-ness there, so all of them belong to the class.
+The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`,
+`swa_src_table`, `skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`) are drawn only for a
+contract variant that has them (`VARIANT_ARGS`): `decode_class(d, variant)`. The multiplier and
+the flags are constexprs in SGLang and a table's presence is a None-ness there, so all of them
+belong to the class.
 """
 
 from __future__ import annotations
