@@ -51,15 +51,17 @@ def test_generated_in_contract_cases_are_in_contract(op, variant):
     assert statuses == ["in_contract"] * 300
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op, variant", [(op, None) for op in OPS] + [
+    ("decode_metadata", "strict"), ("decode_metadata", "fused")])
 @pytest.mark.parametrize("seed", range(4))
-def test_every_campaign_reaches_every_required_feature_early(op, seed):
+def test_every_campaign_reaches_every_required_feature_early(op, variant, seed):
     """Misaligned pointers, odd strides, every dtype, zero sizes and the block edges +-1 of each
     kernel path, within the first 1,500 cases of any seed's stream (a CPU campaign of a minute
-    per op checks about that many)."""
+    per op checks about that many); for decode also with the classes of the variants that draw
+    the later releases' arguments (builtin's, 0.5.23's)."""
     g = GENERATORS[op]
     seen: set[str] = set()
-    for _, case in stream(op, seed, 1500):
+    for _, case in stream(op, seed, 1500, variant=variant):
         seen |= g.all_features(case)
     assert required_features(op) - seen == set()
 

@@ -323,9 +323,12 @@ def class_combinations(k: CompileClass) -> set[str]:
     """Each kernel path with each class of max_seq_pages: its block edges (block - 1 and
     block + 1 are plain, block itself divisible by 16) live in different classes, and only
     where the page size lets max_seq_pages reach past the block."""
-    if k["path"] == "skip":  # no gather: the lengths' block only
-        return {f"skip/P={k['P']}"}
-    block = block_of(k["page_size"], k["swa"], bool(k.get("full_v2p")))
+    if k["path"] == "skip" or k.get("full_v2p"):
+        # no gather, or a v2p table (0.5.23 and builtin then gather in the general kernel's
+        # 128-column blocks, whose edges the general path's classes reach): the cover draws
+        # these classes for their flags, and keeps the combinations for the paths' own blocks
+        return set()
+    block = block_of(k["page_size"], k["swa"])
     if k["page_size"] >= 64 and MAX_TOKENS // k["page_size"] <= block:
         return set()
     return {f"{k['path']}/P={k['P']}"}
