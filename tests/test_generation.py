@@ -112,7 +112,11 @@ def test_a_compile_class_compiles_each_kernel_once(op, name, spec, variant, devi
     for k, case in stream(op, 5, 12 * 16, stint=16, in_contract_only=True, variant=variant):
         before = set(dry.keys)
         views = to_device(prepare(case).plan, torch_device(device))[1]
-        target.invoke(op, views, case.scalars)
+        try:
+            target.invoke(op, views, case.scalars)
+        except AssertionError as exc:  # 0.5.19 refuses non-contiguous read tables (test_decode_unified.py)
+            if "swa canonical must share" not in str(exc):
+                raise
         for key in set(dry.keys) - before:
             per_class[k][key[0]].add(key)
         for kernel_keys in per_class[k].values():

@@ -28,7 +28,10 @@ PAGE_SIZES = (1, 16, 2, 4, 64, 128, 1024)
 BAD_PAGE_SIZES = (3, 0, -4, 6, 48, 100, 2**31 - 1)
 DELTAS = (0, 1, 2, 3, 4, 5, 8)  # normal decode, then draft decode's step + 1
 OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "pool_index", "swa_token",
-                   "negative_len", "len_overflow", "v2p_page", "v2p_value")
+                   "negative_len", "len_overflow")
+# A case with a v2p table draws these too; a stint's `swa_token` (an index outside its table)
+# becomes one of them there. Kept apart so that the streams without v2p tables stay as they were.
+V2P_VIOLATIONS = ("v2p_page", "v2p_value")
 INPUTS = ("req_to_token", "req_pool_indices", "strided_indices", "seq_lens", "full_to_swa_index_mapping",
           "full_v2p", "swa_v2p")
 # v2p tables: identity, a permutation, tombstones (-1: an unbound page), all tombstones
@@ -79,8 +82,10 @@ def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
     }
     p.update(ext)
     present = set(_tensor_names(p))
-    for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping",
-                 "full_v2p", "swa_v2p", "swa_src_table"):
+    # always these five, so that the classes without later arguments stay as they were
+    for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping"):
+        p[f"dtype:{name}"] = d.choice(("int64", "int32"))
+    for name in ("full_v2p", "swa_v2p", "swa_src_table"):
         if name in present:
             p[f"dtype:{name}"] = d.choice(("int64", "int32"))
     for name in (*OUTPUTS, *INPUTS):
@@ -228,12 +233,14 @@ def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
     t, v, s = dict(case.tensors), dict(case.values), dict(case.scalars)
     B, P = t["cache_seqlens_int32"].shape[0], s["max_seq_pages"]
     v2p = [name for name in ("full_v2p", "swa_v2p") if name in t]
-    kinds = [x for x in OUT_OF_CONTRACT
-             if not (x in ("width", "swa_token", "v2p_page", "v2p_value") and P == 0)
-             and not (x == "swa_token" and "full_to_swa_index_mapping" not in t)
-             and not (x in ("v2p_page", "v2p_value") and not v2p)]
+    kinds = [x for x in OUT_OF_CONTRACT if not (x in ("width", "swa_token") and P == 0)
+             and not (x == "swa_token" and "full_to_swa_index_mapping" not in t)]
+    if v2p and P > 0:
+        kinds += V2P_VIOLATIONS
     if kind is None:
         kind = d.choice(kinds)
+    elif kind == "swa_token" and v2p and P > 0 and ("full_to_swa_index_mapping" not in t or d.boolean()):
+        kind = d.choice(V2P_VIOLATIONS)
     elif kind not in kinds:
         return case
 
