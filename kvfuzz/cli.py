@@ -433,6 +433,8 @@ def cmd_ops(args) -> int:
             print(f"  variant {name}: {doc}")
         for a in c.args:
             print(f"  {a.role:3} {a.name} {'|'.join(a.dtypes)} [{a.shape}]{' optional' if a.optional else ''}")
+        for sc in c.scalars:
+            print(f"  scalar {sc.name}: {sc.doc}")
     return 0
 
 

@@ -397,6 +397,10 @@ def _bound(case: Case, name: str) -> int | None:
             return t["req_to_token"].shape[0]
         if name in ("req_to_token", "out_cache_loc") and "full_to_swa_index_mapping" in t:
             return t["full_to_swa_index_mapping"].shape[0]
+        if name == "req_to_token" and ("full_v2p" in t or "swa_v2p" in t):  # tokens on the tables' pages
+            ps = case.scalars.get("page_size")
+            if isinstance(ps, int) and ps > 0:
+                return min(t[n].shape[0] for n in ("full_v2p", "swa_v2p") if n in t) * ps
     return None
 
 
@@ -473,9 +477,21 @@ def decode_rows_pass(case: Case) -> Iterator[Candidate]:
 
 
 def decode_swa_pass(case: Case) -> Iterator[Candidate]:
-    if "swa_page_table" in case.tensors or "full_to_swa_index_mapping" in case.tensors:
-        yield "dropped SWA (swa_page_table, full_to_swa_index_mapping)", \
-            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping"))
+    if {"swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"} & set(case.tensors):
+        yield "dropped SWA (swa_page_table, its mapping, swa_v2p or swa_src_table)", \
+            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
+
+
+def decode_unified_pass(case: Case) -> Iterator[Candidate]:
+    """SGLang 0.5.17-0.5.23's arguments off: full_v2p dropped, the flags False, the multiplier 1."""
+    if "full_v2p" in case.tensors:
+        yield "dropped full_v2p", lambda: _edit(case, drop=("full_v2p",))
+    for name in ("skip_page_table", "zero_tail", "src_is_read_table"):
+        if case.scalars.get(name) is True:
+            yield f"{name} -> False", (lambda n=name: case.with_scalars(**{n: False}))
+    mult = case.scalars.get("kernel_page_multiplier")
+    if isinstance(mult, int) and mult > 1:
+        yield f"kernel_page_multiplier {mult} -> 1", lambda: case.with_scalars(kernel_page_multiplier=1)
 
 
 def decode_pages_pass(case: Case) -> Iterator[Candidate]:
@@ -547,7 +563,7 @@ def _read_tokens(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None
 
 def decode_tables_pass(case: Case) -> Iterator[Candidate]:
     """Unused req_to_token rows dropped (pool indices remapped); unread token cells zeroed;
-    the SWA mapping shrunk to the largest token id read + 1."""
+    the SWA mapping shrunk to the largest token id read + 1, a v2p table to the largest page read + 1."""
     t, v = case.tensors, case.values
     if not isinstance(case.scalars.get("max_seq_pages"), int) or not isinstance(case.scalars.get("page_size"), int):
         return
@@ -578,6 +594,11 @@ def decode_tables_pass(case: Case) -> Iterator[Candidate]:
             return _edit(case, values={"req_to_token": f})
 
         yield "req_to_token: cells never read -> 0", zero_unread
+    for name in ("full_v2p", "swa_v2p"):
+        if name in t and len(t[name].shape) == 1 and not (tokens.size and tokens.min() < 0):
+            V, lo = t[name].shape[0], max(int(tokens.max()) // case.scalars["page_size"] + 1 if tokens.size else 1, 1)
+            for n in _targets(V, lo):
+                yield f"{name} length {V} -> {n}", (lambda n=n, name=name: _narrow(case, name, n, axis=0))
     if "full_to_swa_index_mapping" in t and len(t["full_to_swa_index_mapping"].shape) == 1:
         if tokens.size and tokens.min() < 0:
             return
@@ -758,8 +779,8 @@ def topk_rows_pass(case: Case) -> Iterator[Candidate]:
 
 GENERIC: tuple[Pass, ...] = (layout_pass, dtype_pass, value_pass)
 PASSES: dict[str, tuple[Pass, ...]] = {
-    "decode_metadata": (decode_rows_pass, decode_swa_pass, decode_pages_pass, decode_widths_pass,
-                        decode_tables_pass, decode_page_size_pass, *GENERIC, decode_scalars_pass),
+    "decode_metadata": (decode_rows_pass, decode_swa_pass, decode_unified_pass, decode_pages_pass,
+                        decode_widths_pass, decode_tables_pass, decode_page_size_pass, *GENERIC, decode_scalars_pass),
     "swa_spec_page_table": (spec_rows_pass, spec_widths_pass, *GENERIC),
     "num_kv_splits": (splits_rows_pass, *GENERIC, splits_scalars_pass),
     "draft_extend_metadata": (draft_rows_pass, draft_swa_pass, draft_widths_pass, *GENERIC),

@@ -323,10 +323,14 @@ def one_line(exc):
 
 def call_decode_metadata(entry, t, s):
     """normal_decode_set_metadata as SGLang's flashattention backend calls it; with SWA the
-    pool is an SWAKVPool built without its constructor, holding only the token mapping."""
-    swa = "swa_page_table" in t and "full_to_swa_index_mapping" in t
+    pool is an SWAKVPool built without its constructor, holding only the token mapping. SGLang
+    0.5.20/0.5.23's arguments (and the builtin kernel's multiplier), where the case has them, go
+    by keyword."""
+    later = {name: t[name] for name in ("full_v2p", "swa_v2p") if name in t}
+    later.update({name: s[name] for name in ("skip_page_table", "zero_tail", "kernel_page_multiplier") if name in s})
+    swa = "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t)
     pool = None
-    if swa:
+    if swa and "full_to_swa_index_mapping" in t:
         cls = swa_pool_type()
         pool = cls.__new__(cls)
         pool.full_to_swa_index_mapping = t["full_to_swa_index_mapping"]
@@ -336,6 +340,7 @@ def call_decode_metadata(entry, t, s):
         s["seq_len_delta"], s["page_size"],
         swa_page_table=t["swa_page_table"] if swa else None,
         token_to_kv_pool=pool,
+        **later,
     )
 
 

@@ -88,3 +88,48 @@ def topk(rows, K: int | None = None, spec: TensorSpec | None = None) -> Case:
     idx = np.array([list(r) + [-1] * (K - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), K)
     return Case("q8kv8_topk_length", {}, {"indices": spec or C("int32", (len(rows), K)),
                                           "topk_length": C("int32", (len(rows),))}, {"indices": idx})
+
+
+def v2p(n: int, kind: str = "permuted", seed: int = 11) -> np.ndarray:
+    """A virtual -> physical page table of n entries: identity, a permutation, or with -1 tombstones."""
+    rng = np.random.default_rng(seed)
+    if kind == "identity":
+        return np.arange(n)
+    table = rng.permutation(3 * n)[:n]
+    if kind == "tombstones":
+        table[::3] = -1
+    elif kind == "unbound":
+        table[:] = -1
+    return table
+
+
+def unified(case: Case, full_v2p: np.ndarray | str | None = None, swa_v2p: np.ndarray | str | None = None,
+            zero_tail: bool | None = None, skip: bool | None = None, variant: str = "strict") -> Case:
+    """A `decode` case with SGLang 0.5.23's arguments: v2p tables (an array, or a kind for `v2p`
+    sized to the case's virtual pages), `swa_v2p` in place of the SWA mapping, the two flags."""
+    t, v, s = dict(case.tensors), dict(case.values), dict(case.scalars)
+    pages = -(-int(v["req_to_token"].max() + 1) // s["page_size"])  # the virtual pages its tokens lie on
+    for name, table in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
+        if table is None:
+            continue
+        table = v2p(pages, table, seed=len(name)) if isinstance(table, str) else np.asarray(table)
+        t[name], v[name] = C("int64", table.shape), table
+    if swa_v2p is not None:
+        del t["full_to_swa_index_mapping"], v["full_to_swa_index_mapping"]
+    for name, on in (("zero_tail", zero_tail), ("skip_page_table", skip)):
+        if on is not None:
+            s[name] = on
+    return Case(case.op, s, t, v, variant=variant)
+
+
+def read_table(case: Case, variant: str = "read_table") -> Case:
+    """A `decode` case as SGLang 0.5.19's unified pool passes it (`src_is_read_table=True`):
+    req_to_token holds page ids; with SWA, `swa_src_table` (req_to_token's shape and layout)
+    replaces the mapping."""
+    t, v = dict(case.tensors), dict(case.values)
+    if "full_to_swa_index_mapping" in t:
+        del t["full_to_swa_index_mapping"], v["full_to_swa_index_mapping"]
+        rtt = t["req_to_token"]
+        t["swa_src_table"] = TensorSpec("int64", rtt.shape, rtt.strides, rtt.offset, rtt.storage_size)
+        v["swa_src_table"] = np.random.default_rng(5).integers(-5, 1 << 20, size=rtt.shape)
+    return Case(case.op, {**case.scalars, "src_is_read_table": True}, t, v, variant=variant)

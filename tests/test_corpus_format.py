@@ -148,7 +148,7 @@ def test_case_json_is_readable_and_npz_holds_only_inputs_without_pickles(tmp_pat
     assert json.loads(text) == doc and list(doc) == sorted(doc)
     assert '"shape": [1, 4]' in text and '\n  "tensors": {\n    "page_table_a": {\n' in text  # indent 2
     assert text == dumps_case_json(case_to_json(make_saved()))
-    assert doc["schema"] == SCHEMA_VERSION == 2
+    assert doc["schema"] == SCHEMA_VERSION == 3
     assert {n: t["role"] for n, t in doc["tensors"].items()} == {
         "page_table_dst": "out", "page_table_a": "in", "page_table_b": "in", "seq_len_a": "in", "seq_len_b": "in"}
     assert doc["finding"]["signature"] == f"{OP}:spec:mismatch:page_table_dst:partial"
@@ -289,7 +289,7 @@ BAD_FILES = {
     "duplicate member": (duplicate_member, r"duplicate array names"),
     "pickle as npz": (write_bytes("tensors.npz", pickle.dumps({"a": 1})), r"refusing pickled data"),
     "bare npy": (bare_npy, r"not an npz archive"),
-    "newer schema": (edit_json(["schema"], 7), r"^schema 7 is newer than this kvfuzz \(2\)"),
+    "newer schema": (edit_json(["schema"], 7), r"^schema 7 is newer than this kvfuzz \(3\)"),
     "schema zero": (edit_json(["schema"], 0), r"schema 0 is not a known version"),
     "schema string": (edit_json(["schema"], "1"), r"'schema' must be an int"),
     "no schema": (edit_json(["schema"], delete=True), r"no 'schema' version"),

@@ -115,9 +115,13 @@ def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     # the builtin kernels implement the newest API they check
     newest = {"num_kv_splits": "0.5.23", "draft_extend_metadata": "0.5.16", "q8kv8_topk_length": "0.5.23"}
     for op, b in t.bindings.items():
-        assert b.by_name and b.generation == newest.get(op, "0.5.14") and not b.defaulted, (op, b.describe())
-    # kvfuzz's own kernels write every column below max_seq_pages: the 0.5.14 contract
-    assert t.variants == {"decode_metadata": "default", "swa_spec_page_table": "default", "num_kv_splits": "default",
+        assert b.by_name and not b.defaulted, (op, b.describe())
+        # decode takes 0.5.14's call and 0.5.23's arguments: no single release's signature
+        assert (b.generation, b.closest) == (None, "0.5.23") if op == "decode_metadata" else \
+            b.generation == newest.get(op, "0.5.14")
+    # kvfuzz's own kernels write every column below max_seq_pages (the 0.5.14 contract), and decode
+    # takes 0.5.23's arguments: its `strict` variant
+    assert t.variants == {"decode_metadata": "strict", "swa_spec_page_table": "default", "num_kv_splits": "default",
                           "draft_extend_metadata": "default", "q8kv8_topk_length": "default"}
 
 
@@ -127,7 +131,7 @@ def test_ops_with_a_target_says_how_it_is_called_and_judged(capsys, device):
     assert main(["ops", "--target", "builtin", "--device", device]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("target builtin: kvfuzz builtin kernels")
-    assert any(line.strip().startswith("decode_metadata: variant default (signature of SGLang 0.5.14); called by name")
+    assert any(line.strip().startswith("decode_metadata: variant strict (kvfuzz's builtin kernel); called by name")
                for line in out), out
 
 
@@ -135,6 +139,6 @@ def test_variant_for_prefers_the_users_then_the_targets(device):
     from kvfuzz.targets import variant_for
 
     t = load_target("builtin", device)
-    assert variant_for("decode_metadata", None, t) == "default"
+    assert variant_for("decode_metadata", None, t) == "strict"
     assert variant_for("decode_metadata", "live_prefix", t) == "live_prefix"
     assert variant_for("num_kv_splits", None, object()) == "default"  # an executor that names none

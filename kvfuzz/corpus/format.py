@@ -44,8 +44,10 @@ __all__ = [
 ]
 
 # bump for ANY change an older reader would misread; readers refuse newer. 2: origin "batch"
-# (the batched engine); a schema-1 case reads unchanged.
-SCHEMA_VERSION = 2
+# (the batched engine); 3: decode_metadata's optional tensors and scalars of SGLang 0.5.17-0.5.23
+# (full_v2p, swa_v2p, swa_src_table; the flags, kernel_page_multiplier) and their variants.
+# Schema-1 and -2 cases read unchanged.
+SCHEMA_VERSION = 3
 CASE_FILE = "case.json"
 TENSORS_FILE = "tensors.npz"
 EXPECTED = ("pass", "xfail")

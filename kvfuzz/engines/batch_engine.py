@@ -67,7 +67,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     deadline = t0 + budget_s
     tick = time.perf_counter
     t = tick()
-    classes = gen.pool(seed if pool_seed is None else pool_seed, pool)  # the same for every shard
+    # the same for every shard; the variant's later-release arguments only where it has them
+    classes = gen.pool(seed if pool_seed is None else pool_seed, pool, variant)
     stats.add_stage("generate", tick() - t)
     lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
     keys_before = set(executor.launch_keys)
@@ -209,12 +210,13 @@ def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[
 
 def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_only: bool = False,
                 shard: tuple[int, int] = (1, 1), pool_seed: int | None = None, stint: int | None = None,
-                pool: int = POOL) -> Iterator[tuple[int, Case]]:
+                pool: int = POOL, variant: str | None = None) -> Iterator[tuple[int, Case]]:
     """The first `n` (class index, case) pairs `fuzz_op` draws with the same arguments."""
     gen = GENERATORS[op]
-    classes = gen.pool(seed if pool_seed is None else pool_seed, pool)
+    classes = gen.pool(seed if pool_seed is None else pool_seed, pool, variant)
     for i in range(n):
-        yield stream_case(gen, classes, seed, i, stint or STINT.get(device, 64), shard, in_contract_only)
+        k, case = stream_case(gen, classes, seed, i, stint or STINT.get(device, 64), shard, in_contract_only)
+        yield k, case if variant is None else case.replace(variant=variant)
 
 
 def _add(found: dict[str, Found], finding, case: Case, on_new) -> float:

@@ -49,9 +49,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     found: dict[str, Found] = {} if known is None else known
     t0 = time.monotonic()
     deadline = t0 + budget_s
-    strategy = strategies.cases(op, in_contract_only)
-    if variant:
-        strategy = strategy.map(lambda c: c.replace(variant=variant))
+    strategy = strategies.cases(op, in_contract_only, variant or None)  # judged by the variant, with its arguments
     lacks = getattr(executor, "lacks", {})
     if lacks.get(op):
         strategy = strategy.map(lambda c: fit_target(c, lacks))

@@ -65,23 +65,61 @@ def decode_metadata(case: Case) -> Expected:
         cols = np.arange(P, dtype=np.int64) * ps
         if cols[-1] >= rtt.shape[1]:
             raise OutOfContract(f"(max_seq_pages - 1) * page_size = {cols[-1]} >= req_to_token width {rtt.shape[1]}")
+        if s.get("src_is_read_table"):  # 0.5.19: page ids, one per column, copied verbatim
+            _read_tables(case, out, rtt, rows, P)
+            return Expected(out)
         tokens = rtt[rows[:, None], cols[None, :]]
         pages = np.floor_divide(tokens, ps)
+        if "full_v2p" in case.tensors:
+            pages = _v2p(v["full_v2p"], pages, "full_v2p")
+        pages = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18: a physical page's first block
         if not fits_int32(pages):
             raise OutOfContract("a page_table value does not fit int32")
         out["page_table"][:, :P] = pages
         if "swa_page_table" in case.tensors:
-            mapping = v["full_to_swa_index_mapping"].astype(np.int64)
-            if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
-                raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
-            swa = np.floor_divide(mapping[tokens], ps)
+            if "swa_v2p" in case.tensors:  # unified SWA pool: the same virtual pages, its own table
+                swa = _v2p(v["swa_v2p"], np.floor_divide(tokens, ps), "swa_v2p")
+            else:  # static SWA pool: token slot -> SWA slot, then its page
+                mapping = v["full_to_swa_index_mapping"].astype(np.int64)
+                if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
+                    raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
+                swa = np.floor_divide(mapping[tokens], ps)
             if not fits_int32(swa):
                 raise OutOfContract("a swa_page_table value does not fit int32")
             out["swa_page_table"] = _empty_out(case, "swa_page_table")
             out["swa_page_table"][:, :P] = swa
+        if s.get("zero_tail"):  # columns past each row's live pages are written 0
+            live = np.array([cdiv(sl + delta, ps) for sl in seq_lens], dtype=np.int64).reshape(-1, 1)
+            dead = np.arange(P)[None, :] >= live
+            for name in ("page_table", "swa_page_table"):
+                if name in out:
+                    out[name][:, :P][dead] = 0
     elif "swa_page_table" in case.tensors:
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
     return Expected(out)
+
+
+def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: int) -> None:
+    """src_is_read_table: page_table[i, c] = req_to_token[rows[i], c], swa_page_table from swa_src_table."""
+    out["page_table"][:, :P] = rtt[rows[:, None], np.arange(P)[None, :]]
+    if "swa_page_table" in case.tensors:
+        src = case.values["swa_src_table"].astype(np.int64)
+        out["swa_page_table"] = _empty_out(case, "swa_page_table")
+        out["swa_page_table"][:, :P] = src[rows[:, None], np.arange(P)[None, :]]
+    for name in ("page_table", "swa_page_table"):
+        if name in out and not fits_int32(out[name]):
+            raise OutOfContract(f"a {name} value does not fit int32")
+
+
+def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:
+    """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0."""
+    table = table.astype(np.int64)
+    if pages.size and (pages.min() < 0 or pages.max() >= table.shape[0]):
+        raise OutOfContract(f"a virtual page lies outside {name} [0, {table.shape[0]})")
+    phys = table[pages]
+    if phys.size and phys.min() < -1:
+        raise OutOfContract(f"a {name} entry read is below -1 (neither a physical page nor the tombstone)")
+    return np.maximum(phys, 0)
 
 
 # 2. swa_spec_page_table -----------------------------------------------------------------

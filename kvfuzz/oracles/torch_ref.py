@@ -51,11 +51,31 @@ def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torc
         req_to_token = _t(case, "req_to_token", device, inputs)
         pool = _t(case, "req_pool_indices", device, inputs).long()
         strided = _t(case, "strided_indices", device, inputs).long()
-        tokens = req_to_token[pool[:, None], strided[:P][None, :]]
-        page_table[:, :P] = tokens // ps
-        if swa:
+        if s.get("src_is_read_table"):  # 0.5.19: the read table's page ids, verbatim
+            cols = torch.arange(P, device=device)
+            page_table[:, :P] = req_to_token[pool[:, None], cols[None, :]]
+            if swa:
+                swa_table[:, :P] = _t(case, "swa_src_table", device, inputs)[pool[:, None], cols[None, :]]
+            out["page_table"] = _out(page_table)
+            if swa:
+                out["swa_page_table"] = _out(swa_table)
+            return out
+        tokens = req_to_token[pool[:, None], strided[:P][None, :]].long()
+        pages = torch.div(tokens, ps, rounding_mode="floor")
+        if "full_v2p" in case.tensors:  # unified memory: virtual page -> physical, -1 -> the sink page 0
+            pages = _t(case, "full_v2p", device, inputs).long()[pages].clamp(min=0)
+        page_table[:, :P] = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18
+        if swa and "swa_v2p" in case.tensors:  # the unified SWA pool's table, over the same virtual pages
+            swa_table[:, :P] = _t(case, "swa_v2p", device, inputs).long()[tokens // ps].clamp(min=0)
+        elif swa:
             mapping = _t(case, "full_to_swa_index_mapping", device, inputs)
-            swa_table[:, :P] = mapping[tokens.long()] // ps
+            swa_table[:, :P] = mapping[tokens] // ps
+        if s.get("zero_tail"):  # SGLang 0.5.23: the columns past each row's live pages become 0
+            live = (cache_seqlens.long() + ps - 1) // ps
+            dead = torch.arange(P, device=device)[None, :] >= live[:, None]
+            page_table[:, :P].masked_fill_(dead, 0)
+            if swa:
+                swa_table[:, :P].masked_fill_(dead, 0)
     out["page_table"] = _out(page_table)
     if swa:
         out["swa_page_table"] = _out(swa_table)

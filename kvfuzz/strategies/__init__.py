@@ -43,6 +43,14 @@ class OpGenerator:
     features: Callable[[Case], set[str]]  # the op's own features of a case
     required: Callable[[], set[str]]  # the op's features every campaign must reach
     class_features: Callable[[CompileClass], set[str]] = _no_class_features  # combinations the pool must cover
+    # (draw, contract variant) -> a class using only the arguments that variant's targets take
+    variant_class: Callable[[Draw, str], CompileClass] | None = None
+
+    def class_for(self, variant: str | None) -> Callable[[Draw], CompileClass]:
+        """The class drawer for cases judged by `variant` (None: the op's base arguments)."""
+        if variant is None or self.variant_class is None:
+            return self.compile_class
+        return lambda d: self.variant_class(d, variant)
 
     def draw_case(self, d: Draw, k: CompileClass, in_contract_only: bool = False) -> Case:
         """One case of class `k`; one in five out of contract (a violation drawn per case)."""
@@ -70,15 +78,16 @@ class OpGenerator:
     def all_features(self, case: Case) -> set[str]:
         return generic_features(case) | self.features(case)
 
-    def pool(self, seed: int, size: int) -> list[CompileClass]:
-        return class_pool(self.compile_class, self.op, seed, size, self.class_features)
+    def pool(self, seed: int, size: int, variant: str | None = None) -> list[CompileClass]:
+        # the same seeds for every variant: one without later arguments gets the op's own pool
+        return class_pool(self.class_for(variant), self.op, seed, size, self.class_features)
 
 
 GENERATORS: dict[str, OpGenerator] = {
     g.op: g for g in (
         OpGenerator(decode.OP, decode.decode_class, decode.decode_in_class, decode.decode_violation,
                     decode.OUT_OF_CONTRACT, decode.decode_features, decode.required_features,
-                    decode.class_combinations),
+                    decode.class_combinations, decode.decode_class),
         OpGenerator(spec.OP, spec.spec_class, spec.spec_in_class, spec.spec_violation, spec.OUT_OF_CONTRACT,
                     spec.spec_features, spec.required_features),
         OpGenerator(splits.OP, splits.splits_class, splits.splits_in_class, splits.splits_violation,
@@ -113,32 +122,37 @@ def required_features(op: str) -> set[str]:
     return _GENERIC_REQUIRED[op] | GENERATORS[op].required()
 
 
-def _strategy(op: str, mode: str) -> st.SearchStrategy:
+def _strategy(op: str, mode: str, variant: str | None = None) -> st.SearchStrategy:
     g = GENERATORS[op]
+    draw_class = g.class_for(variant)
 
     @st.composite
     def strategy(draw) -> Case:
         d = HypothesisDraw(draw)
-        k = g.compile_class(d)
+        k = draw_class(d)
         if mode == "in":
-            return g.in_class(d, k)
-        if mode == "out":
-            return g.violation(d, g.in_class(d, k), k)
-        return g.draw_case(d, k)
+            case = g.in_class(d, k)
+        elif mode == "out":
+            case = g.violation(d, g.in_class(d, k), k)
+        else:
+            case = g.draw_case(d, k)
+        return case if variant is None else case.replace(variant=variant)
     return strategy()
 
 
-def in_contract(op: str) -> st.SearchStrategy:
-    return _strategy(op, "in")
+def in_contract(op: str, variant: str | None = None) -> st.SearchStrategy:
+    """In-contract cases; with `variant`, judged by it and using every argument it has."""
+    return _strategy(op, "in", variant)
 
 
-def out_of_contract(op: str) -> st.SearchStrategy:
-    return _strategy(op, "out")
+def out_of_contract(op: str, variant: str | None = None) -> st.SearchStrategy:
+    return _strategy(op, "out", variant)
 
 
-def cases(op: str, in_contract_only: bool = False) -> st.SearchStrategy:
-    """In-contract cases, and (unless `in_contract_only`) one case in five out of contract."""
-    return _strategy(op, "in" if in_contract_only else "mixed")
+def cases(op: str, in_contract_only: bool = False, variant: str | None = None) -> st.SearchStrategy:
+    """In-contract cases, and (unless `in_contract_only`) one case in five out of contract;
+    with `variant`, judged by it and using every argument it has."""
+    return _strategy(op, "in" if in_contract_only else "mixed", variant)
 
 
 def decode_cases() -> st.SearchStrategy:
@@ -165,11 +179,15 @@ def splits_out_of_contract() -> st.SearchStrategy:
     return out_of_contract(splits.OP)
 
 
-def random_cases(op: str, seed: int, n: int, in_contract_only: bool = False) -> list[Case]:
-    """`n` cases from fresh random classes (a quick sample for tests and benchmarks)."""
+def random_cases(op: str, seed: int, n: int, in_contract_only: bool = False,
+                 variant: str | None = None) -> list[Case]:
+    """`n` cases from fresh random classes (a quick sample for tests and benchmarks); with
+    `variant`, judged by it and using every argument it has."""
     g = GENERATORS[op]
+    draw_class = g.class_for(variant)
     out = []
     for i in range(n):
         d = RandomDraw(f"{seed}:{op}:sample:{i}")
-        out.append(g.draw_case(d, g.compile_class(d), in_contract_only))
+        case = g.draw_case(d, draw_class(d), in_contract_only)
+        out.append(case if variant is None else case.replace(variant=variant))
     return out

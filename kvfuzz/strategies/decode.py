@@ -5,6 +5,12 @@ A compile class fixes what SGLang's and kvfuzz's kernels specialise on: the page
 tensor's layout class, and the integer class of the batch size, of `max_seq_pages` and of
 every row length that becomes a stride. A case then draws sizes inside those classes (block
 edges, zero pages, CUDA-graph padding rows) and its values.
+
+The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`,
+`swa_src_table`, `skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`) are drawn only for a
+contract variant that has them (`VARIANT_ARGS`): `decode_class(d, variant)`. The multiplier and
+the flags are constexprs in SGLang and a table's presence is a None-ness there, so all of them
+belong to the class.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..case import Case, TensorSpec
+from ..ops.decode_metadata import VARIANT_ARGS
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
 from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
@@ -22,43 +29,98 @@ BAD_PAGE_SIZES = (3, 0, -4, 6, 48, 100, 2**31 - 1)
 DELTAS = (0, 1, 2, 3, 4, 5, 8)  # normal decode, then draft decode's step + 1
 OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "pool_index", "swa_token",
                    "negative_len", "len_overflow")
-INPUTS = ("req_to_token", "req_pool_indices", "strided_indices", "seq_lens", "full_to_swa_index_mapping")
+# A case with a v2p table draws these too; a stint's `swa_token` (an index outside its table)
+# becomes one of them there. Kept apart so that the streams without v2p tables stay as they were.
+V2P_VIOLATIONS = ("v2p_page", "v2p_value")
+INPUTS = ("req_to_token", "req_pool_indices", "strided_indices", "seq_lens", "full_to_swa_index_mapping",
+          "full_v2p", "swa_v2p")
+# v2p tables: identity, a permutation, tombstones (-1: an unbound page), all tombstones
+V2P_PATTERNS = ("identity", "permuted", "tombstones", "unbound")
+V2P_SLACK = (0, 1, 100)  # entries past the last virtual page a case reads (0: sized exactly)
 OUTPUTS = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table")
 TWO_D = ("page_table", "swa_page_table", "req_to_token")
 MAX_TOKENS = 1 << 14  # tokens per request slot: a case stays small (P * page_size <= 16K)
 
 
-def block_of(ps: int, swa: bool) -> int:
-    """The column block of the kernel path: 256 for page size 1 without SWA, else 128."""
-    return 256 if ps == 1 and not swa else 128
+def block_of(ps: int, swa: bool, v2p: bool = False) -> int:
+    """The column block of the kernel path: 256 for page size 1 without SWA or v2p, else 128."""
+    return 256 if ps == 1 and not swa and not v2p else 128
 
 
 def edges(block: int) -> list[int]:
     return [0, 1, 2, block - 1, block, block + 1, 2 * block - 1, 2 * block, 2 * block + 1]
 
 
-def decode_class(d: Draw) -> CompileClass:
+def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
+    """A compile class; the later releases' arguments only where `variant` has them."""
+    allowed = VARIANT_ARGS.get(variant, ()) if variant else ()
     ps = d.choice(PAGE_SIZES)
     swa = d.boolean()
+    ext = {}
+    if "skip_page_table" in allowed:
+        ext["skip"] = d.integer(0, 3) == 0  # one class in four: lengths only
+    if "zero_tail" in allowed:
+        ext["zero_tail"] = d.boolean()
+    if "full_v2p" in allowed:
+        ext["full_v2p"] = d.boolean()
+    if "src_is_read_table" in allowed:  # a constexpr in 0.5.19
+        ext["read_table"] = d.boolean()
+    if "kernel_page_multiplier" in allowed:  # a constexpr in 0.5.17-0.5.18
+        ext["mult"] = d.choice((1, 2, 3, 8))
+    if swa and "swa_v2p" in allowed and not ext.get("read_table"):
+        ext["swa_map"] = d.choice(("mapping", "v2p"))  # the static pool's token mapping or the unified pool's v2p
     P = d.choice((PLAIN, DIV16, ONE, ZERO))  # ZERO: P = 0 (Triton's class div16, kept apart for the widths)
     # rows of length 0 or 1 (stride 1, or an empty tensor) only where P leaves room for them
     widths = (PLAIN, DIV16, ONE, ZERO) if P == ZERO else (PLAIN, DIV16, ONE) if P == ONE else (PLAIN, DIV16)
     p = {
         "page_size": ps, "swa": swa, "seq_len_delta": 0 if P == ZERO else d.choice(DELTAS),
-        "path": "swa" if swa else "ps1" if ps == 1 else "general",  # derived: what the cover must reach
+        "path": "skip" if ext.get("skip") else "swa" if swa else "ps1" if ps == 1 else "general",  # derived
         # one row or several: torch calls a one-row tensor contiguous whatever its strides,
         # so a target's .contiguous() copies it or not by the row count
         "B": d.choice((PLAIN, ONE)), "R": d.choice((PLAIN, ONE)), "P": P,
         "W": d.choice(widths), "T": d.choice(widths), "W2": d.choice(widths),
     }
+    p.update(ext)
+    present = set(_tensor_names(p))
+    # always these five, so that the classes without later arguments stay as they were
     for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping"):
         p[f"dtype:{name}"] = d.choice(("int64", "int32"))
+    for name in ("full_v2p", "swa_v2p", "swa_src_table"):
+        if name in present:
+            p[f"dtype:{name}"] = d.choice(("int64", "int32"))
     for name in (*OUTPUTS, *INPUTS):
-        if not swa and name in ("swa_page_table", "full_to_swa_index_mapping"):
+        if name not in present:
             continue
         allow = ("contiguous", "offset", "padded", "step") if name == "strided_indices" else None
         p[f"layout:{name}"] = layout_class(d, "in" if name in INPUTS else "out", 2 if name in TWO_D else 1, allow)
     return CompileClass.of(OP, p)
+
+
+def _tensor_names(p) -> list[str]:
+    """The tensors a case of class `p` has (a CompileClass or its parameters)."""
+    get = p.get
+    names = list(OUTPUTS[:3]) + ["req_to_token", "req_pool_indices", "strided_indices", "seq_lens"]
+    if get("swa"):
+        source = ("swa_src_table" if get("read_table") else "swa_v2p" if get("swa_map") == "v2p"
+                  else "full_to_swa_index_mapping")
+        names += ["swa_page_table", source]
+    if get("full_v2p"):
+        names.append("full_v2p")
+    return names
+
+
+def v2p_table(pattern: str, seed: int, n: int) -> np.ndarray:
+    """A virtual -> physical page table of n entries (physical pages in [0, 2n))."""
+    g = rng(seed)
+    if pattern == "identity":
+        return np.arange(n, dtype=np.int64)
+    out = g.permutation(2 * n)[:n].astype(np.int64)
+    if pattern == "tombstones" and n:
+        out[g.random(n) < 0.3] = -1
+        out[g.integers(0, n)] = -1
+    elif pattern == "unbound":
+        out[:] = -1
+    return out
 
 
 def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None = None) -> int:
@@ -81,7 +143,8 @@ def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None
 def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     """An in-contract case of class `k`, leaning on zero pages, block edges and odd values."""
     ps, swa, delta = k["page_size"], k["swa"], k["seq_len_delta"]
-    block = block_of(ps, swa)
+    swa_v2p, full_v2p, read_table = k.get("swa_map") == "v2p", bool(k.get("full_v2p")), bool(k.get("read_table"))
+    block = block_of(ps, swa, full_v2p)
     B = 1 if k["B"] == ONE else d.integer(2, 6)
     cap = MAX_TOKENS // ps if ps >= 64 else None  # req_to_token's width is P * page_size
     pages = _size(d, k["P"], [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1],
@@ -118,26 +181,49 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     if swa:
         N = R * T + d.choice((0, 1, 1000))
         shapes["swa_page_table"] = ("int32", (B, width(pages + d.choice((0, 1, 5)), k["W2"])))
-        shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
+        if read_table:  # 0.5.19: the SWA read table, req_to_token's shape (and layout, below)
+            shapes["swa_src_table"] = (k["dtype:swa_src_table"], (R, T))
+        elif not swa_v2p:
+            shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
+    # every token id indexes a table, or its page is scaled: only in-range patterns
+    ranged = swa or full_v2p or k.get("mult", 1) != 1
+    high = N if swa else R * T
+    n_pages = -(-high // ps)  # the virtual pages of tokens in [0, high)
+    for name, on in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
+        if on:
+            shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        lay = k["layout:req_to_token" if name == "swa_src_table" else f"layout:{name}"]  # the same strides
+        tensors[name], bcast[name] = apply_layout(lay, dt, shape)
 
-    # with SWA every token id indexes the mapping, so only in-range patterns
-    pattern = d.choice(SWA_TOKEN_PATTERNS if swa else TOKEN_PATTERNS)
+    # with SWA or a v2p table every token id indexes a table, so only in-range patterns
+    pattern = d.choice(SWA_TOKEN_PATTERNS if ranged else TOKEN_PATTERNS)
     values = {
-        "req_to_token": tokens(pattern, d.seed(), (R, T), N if swa else 1 << 20),
+        "req_to_token": tokens(pattern, d.seed(), (R, T), high if ranged else 1 << 20),
         "req_pool_indices": pick(d.seed(), B, R, d.choice(INDEX_PATTERNS)),
         "strided_indices": np.arange(0, T, ps),
         "seq_lens": seq_lens,
     }
-    if swa:
+    if read_table and swa:
+        values["swa_src_table"] = tokens(d.choice(TOKEN_PATTERNS), d.seed(), (R, T), 1 << 20)
+    elif swa and not swa_v2p:
         mp = d.choice(("arange", "random", "negative", "large"))
         values["full_to_swa_index_mapping"] = tokens(mp, d.seed(), (N,), 1 << 24)
+    for name in ("full_v2p", "swa_v2p"):
+        if name in shapes:
+            values[name] = v2p_table(d.choice(V2P_PATTERNS), d.seed(), shapes[name][1][0])
     values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
     if bcast["seq_lens"] is not None and pages > 0:  # a constant row must still reach P pages
         values["seq_lens"] = np.full(B, int(lens.max()) - delta)
     scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps}
+    for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
+        if k.get(field_) is not None:
+            scalars[flag_] = bool(k[field_])
+    if k.get("mult") is not None:
+        scalars["kernel_page_multiplier"] = int(k["mult"])
+    if k.get("read_table") is not None:
+        scalars["src_is_read_table"] = bool(k["read_table"])
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
@@ -146,10 +232,15 @@ def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
     layouts where the violation allows. A kind that cannot apply to this case leaves it as is."""
     t, v, s = dict(case.tensors), dict(case.values), dict(case.scalars)
     B, P = t["cache_seqlens_int32"].shape[0], s["max_seq_pages"]
-    kinds = [x for x in OUT_OF_CONTRACT
-             if not (x in ("width", "swa_token") and P == 0) and not (x == "swa_token" and "swa_page_table" not in t)]
+    v2p = [name for name in ("full_v2p", "swa_v2p") if name in t]
+    kinds = [x for x in OUT_OF_CONTRACT if not (x in ("width", "swa_token") and P == 0)
+             and not (x == "swa_token" and "full_to_swa_index_mapping" not in t)]
+    if v2p and P > 0:
+        kinds += V2P_VIOLATIONS
     if kind is None:
         kind = d.choice(kinds)
+    elif kind == "swa_token" and v2p and P > 0 and ("full_to_swa_index_mapping" not in t or d.boolean()):
+        kind = d.choice(V2P_VIOLATIONS)
     elif kind not in kinds:
         return case
 
@@ -177,6 +268,19 @@ def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
         rtt[row, 0] = v["full_to_swa_index_mapping"].shape[0]
         v["req_to_token"] = rtt
         t["req_to_token"] = relaid("req_to_token", rtt.shape, values=rtt)
+    elif kind == "v2p_page":  # a token whose virtual page lies past the v2p table (sized for another pool)
+        name = d.choice(v2p)
+        rtt = np.array(v["req_to_token"])
+        rtt[int(v["req_pool_indices"][0]), 0] = v[name].shape[0] * s["page_size"]
+        v["req_to_token"] = rtt
+        t["req_to_token"] = relaid("req_to_token", rtt.shape, values=rtt)
+    elif kind == "v2p_value":  # an entry below the tombstone -1, where a row reads it
+        name = d.choice(v2p)
+        table = np.array(v[name], dtype=np.int64)
+        page = int(v["req_to_token"][int(v["req_pool_indices"][0]), 0]) // s["page_size"]
+        table[page] = -2 - d.integer(0, 5)
+        v[name] = table
+        t[name] = relaid(name, table.shape, values=table)
     elif kind == "negative_len":
         v["seq_lens"] = np.full(B, -1 - s["seq_len_delta"])
         t["seq_lens"] = relaid("seq_lens", (B,), values=v["seq_lens"])
@@ -189,15 +293,28 @@ def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
 
 def decode_features(case: Case) -> set[str]:
     """What this case exercises beyond the generic layout features (see strategies.coverage)."""
-    s = case.scalars
+    s, t = case.scalars, case.tensors
     ps = s.get("page_size")
-    swa = "swa_page_table" in case.tensors
-    path = "swa" if swa else "ps1" if ps == 1 else "general"
+    swa = "swa_page_table" in t
+    path = "skip" if s.get("skip_page_table") else "swa" if swa else "ps1" if ps == 1 else "general"
     out = {f"path:{path}"}
+    out |= {name for name in ("zero_tail",) if s.get(name)}
+    if s.get("kernel_page_multiplier", 1) != 1:
+        out.add("page_multiplier")
+    if s.get("src_is_read_table"):
+        out.add("read_table")
+    for name in ("full_v2p", "swa_v2p"):
+        table = case.values.get(name)
+        if table is not None:
+            out.add(name)
+            if table.size and int(table.min()) == -1:
+                out.add(f"tombstone:{name}")
+            if not np.array_equal(table, np.arange(table.size)):
+                out.add(f"non_identity:{name}")
     if not isinstance(ps, int) or ps <= 0 or ps & (ps - 1):
         return out | {"bad_page_size"}
     P = s.get("max_seq_pages", 0)
-    block = block_of(ps, swa)
+    block = block_of(ps, swa, "full_v2p" in t)
     if P == 0:
         out.add("zero_pages")
     for e in (-1, 0, 1):
@@ -213,6 +330,11 @@ def class_combinations(k: CompileClass) -> set[str]:
     """Each kernel path with each class of max_seq_pages: its block edges (block - 1 and
     block + 1 are plain, block itself divisible by 16) live in different classes, and only
     where the page size lets max_seq_pages reach past the block."""
+    if k["path"] == "skip" or k.get("full_v2p"):
+        # no gather, or a v2p table (0.5.23 and builtin then gather in the general kernel's
+        # 128-column blocks, whose edges the general path's classes reach): the cover draws
+        # these classes for their flags, and keeps the combinations for the paths' own blocks
+        return set()
     block = block_of(k["page_size"], k["swa"])
     if k["page_size"] >= 64 and MAX_TOKENS // k["page_size"] <= block:
         return set()

@@ -102,7 +102,7 @@ def load_target(spec: str, device: str) -> Target:
                 continue
             target.bindings[op] = binding = bind(op, entry, where=f"target {spec}")  # or TargetLoadError
             target.entries[op] = entry
-            target.variants[op], target.variant_reasons[op] = select_variant(op, release, binding)
+            target.variants[op], target.variant_reasons[op] = select_variant(op, release, binding, spec == "builtin")
         if not target.entries:
             raise TargetLoadError(f"{description} provides none of "
                                   f"{', '.join(c.entry for c in CONTRACTS.values())}")

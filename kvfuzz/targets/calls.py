@@ -9,10 +9,15 @@ its value comes from.
 
 * A parameter kvfuzz has a contract for gets the case's tensor or scalar of that name
   (`num_kv_splits_ptr` is the `num_kv_splits` tensor, `seq_lens_ptr` the `seq_lens` one).
+  0.5.17's `v2p_page_table` (the case's `full_v2p`) and `kernel_page_multiplier`, 0.5.18's
+  unified SWA pool (`token_to_kv_pool` a `UnifiedSWAKVPool` holding the case's `swa_v2p`),
+  0.5.19's `src_is_read_table` / `swa_src_table`, 0.5.20's `skip_page_table` and 0.5.23's
+  `zero_tail`, `full_v2p`, `swa_v2p` come from the case too (optional case fields: absent means
+  False / None / 1, the value that turns their path off).
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
-  checks describes (`NEUTRAL`: no v2p tables, page multiplier 1, skip flags off, no read
-  table, no zero tail). Those paths are not checked.
+  checks describes (`OpCall.neutral`; empty today: every later parameter of a checked op
+  comes from the case). Those paths would not be checked.
 * An optional output kvfuzz has a contract for (`OpCall.optional`: 0.5.23's `uneven_batch_ptr`)
   gets the case's tensor, or None when the case has none. A signature without its parameter
   `lacks` it: campaigns leave it out of that target's cases (`engines.common.fit_target`), and
@@ -43,7 +48,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import TargetLoadError
 from ..ops.num_kv_splits import sglang_max_num_seq
-from .sglang_shim import make_swa_pool
+from .sglang_shim import make_swa_pool, make_unified_swa_pool
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
@@ -71,7 +76,7 @@ class HarnessError(Exception):
 
 
 def _uses_swa(t: Mapping[str, Any]) -> bool:
-    return "swa_page_table" in t and "full_to_swa_index_mapping" in t
+    return "swa_page_table" in t and any(n in t for n in ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
 
 
 def _tensor(name: str) -> Getter:
@@ -90,16 +95,28 @@ def _swa_table(t, s):
     return t["swa_page_table"] if _uses_swa(t) else None
 
 
-def _swa_pool(t, s):  # up to 0.5.22: an SWAKVPool holding the token mapping
-    return make_swa_pool(t["full_to_swa_index_mapping"]) if _uses_swa(t) else None
+def _swa_pool(t, s):
+    """Up to 0.5.22: an SWAKVPool holding the token mapping; 0.5.18's UnifiedSWAKVPool holding
+    the SWA v2p table (a case carries swa_v2p only for a variant whose targets take it)."""
+    if not _uses_swa(t):
+        return None
+    if "full_to_swa_index_mapping" in t:
+        return make_swa_pool(t["full_to_swa_index_mapping"])
+    # the unified pool's: its v2p table, or (0.5.19's read tables) the pool as SGLang's unified
+    # backend passes it beside swa_src_table (0.5.19 reads the pool's mapping even then)
+    return make_unified_swa_pool(t.get("swa_v2p"))
 
 
-def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself
-    return t["full_to_swa_index_mapping"] if _uses_swa(t) else None
+def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself (None with the unified pool's swa_v2p)
+    return t.get("full_to_swa_index_mapping") if _uses_swa(t) else None
 
 
-def _optional(name: str) -> Getter:  # an optional output: None when the case has none
+def _optional_tensor(name: str) -> Getter:  # an optional tensor (input or output): None when the case has none
     return lambda t, s: t.get(name)
+
+
+def _flag(name: str) -> Getter:
+    return lambda t, s: bool(s.get(name, False))
 
 
 def _max_num_seq(t, s):
@@ -139,20 +156,19 @@ DECODE = OpCall(
         "swa_page_table": _swa_table,
         "token_to_kv_pool": _swa_pool,  # up to 0.5.22
         "full_to_swa_index_mapping": _swa_mapping,  # 0.5.23
+        "skip_page_table": _flag("skip_page_table"),  # 0.5.20 on: lengths and prefix sum only
+        "zero_tail": _flag("zero_tail"),  # 0.5.23: also zero the columns between the live prefix and P
+        "full_v2p": _optional_tensor("full_v2p"),  # 0.5.23: unified memory's virtual -> physical pages
+        "swa_v2p": _optional_tensor("swa_v2p"),  # 0.5.23: the unified SWA pool's
+        "v2p_page_table": _optional_tensor("full_v2p"),  # 0.5.17-0.5.18: the same table, named so
+        "kernel_page_multiplier": lambda t, s: s.get("kernel_page_multiplier", 1),  # 0.5.17-0.5.18
+        "src_is_read_table": _flag("src_is_read_table"),  # 0.5.19: req_to_token holds page ids
+        "swa_src_table": _optional_tensor("swa_src_table"),  # 0.5.19: the SWA read table
     },
     required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
               ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
               ("swa_page_table",), ("token_to_kv_pool", "full_to_swa_index_mapping")),
-    neutral={
-        "v2p_page_table": None,  # 0.5.17-0.5.18: unified memory's virtual -> physical page table
-        "kernel_page_multiplier": 1,  # 0.5.17-0.5.18
-        "src_is_read_table": False,  # 0.5.19: req_to_token is a page-granular read table
-        "swa_src_table": None,  # 0.5.19
-        "skip_page_table": False,  # 0.5.20 on: lengths and prefix sum only
-        "full_v2p": None,  # 0.5.23
-        "swa_v2p": None,  # 0.5.23
-        "zero_tail": False,  # 0.5.23: also zero the columns between the live prefix and max_seq_pages
-    },
+    neutral={},  # every later parameter of decode comes from the case
     legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
             "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
     legacy_kw=("swa_page_table", "token_to_kv_pool"),
@@ -178,7 +194,7 @@ NUM_KV_SPLITS = OpCall(
         **{name: _scalar(name) for name in ("num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits",
                                             "device_core_count")},
         "MAX_NUM_SEQ": _max_num_seq,  # SGLang's triton backend: 256 below 256 sequences, else next power of 2
-        "uneven_batch_ptr": _optional("uneven_batch"),  # 0.5.23: an extra output flag (min < max length)
+        "uneven_batch_ptr": _optional_tensor("uneven_batch"),  # 0.5.23: an extra output flag (min < max length)
     },
     required=(("num_kv_splits_ptr", "num_kv_splits"), ("seq_lens_ptr", "seq_lens"), ("num_seq",), ("num_group",),
               ("num_head",), ("num_kv_head",), ("max_kv_splits",), ("device_core_count",)),
@@ -194,7 +210,7 @@ _DRAFT_EXTEND_PARAMS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "
                         "req_pool_indices", "seq_lens", "extend_seq_lens", "page_size", "full_to_swa_index_mapping",
                         "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
 DRAFT_EXTEND = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (their defaults)
-    supplied={name: _optional(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
+    supplied={name: _optional_tensor(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
                                                 "swa_out_cache_loc") else _scalar(name) if name == "page_size"
               else _tensor(name) for name in _DRAFT_EXTEND_PARAMS},
     required=tuple((name,) for name in _DRAFT_EXTEND_PARAMS),
@@ -232,16 +248,17 @@ GENERATIONS: dict[str, tuple[Generation, ...]] = {
     "decode_metadata": (
         Generation("0.5.14", "0.5.13-0.5.16", _DECODE_0514, "the seed's signature"),
         Generation("0.5.17", "0.5.17-0.5.18", _DECODE_0514 + ("v2p_page_table", "kernel_page_multiplier"),
-                   "v2p_page_table, kernel_page_multiplier (unified memory): kvfuzz passes None, 1"),
+                   "v2p_page_table, kernel_page_multiplier (unified memory): the case's full_v2p and multiplier "
+                   "(variant v2p; 0.5.18 v2p_swa: and swa_v2p in a UnifiedSWAKVPool)"),
         Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
-                   "strided_indices dropped; src_is_read_table, swa_src_table: kvfuzz passes False, None"),
+                   "strided_indices dropped; src_is_read_table, swa_src_table: the case's (variant read_table)"),
         Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
-                   "skip_page_table: kvfuzz passes False"),
+                   "skip_page_table: the case's (variant skip)"),
         Generation("0.5.23", "0.5.23",
                    tuple(p for p in _DECODE_0519 if p != "token_to_kv_pool")
                    + ("full_to_swa_index_mapping", "skip_page_table", "full_v2p", "swa_v2p", "zero_tail"),
-                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail: kvfuzz "
-                   "passes None, None, False and skip_page_table False"),
+                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail, skip_page_table: "
+                   "the case's (variant fused)"),
     ),
     "swa_spec_page_table": (
         Generation("0.5.14", "0.5.6-0.5.23", SWA_SPEC.legacy, "unchanged in every release"),

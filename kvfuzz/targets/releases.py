@@ -7,7 +7,9 @@ judged by when the user gives no `--variant`:
 * a target whose SGLang version is known (`sglang==X.Y.Z`, the installed `sglang`, or a module
   inside the installed `sglang` package): the op's `RELEASE_VARIANTS` (kvfuzz/ops/) for that
   version;
-* any other (a file, another module, `builtin`): the API generation of its entry point's
+* kvfuzz's `builtin` kernels: the op's `BUILTIN_VARIANT` where it has one (decode's `strict`:
+  every argument kvfuzz checks, judged by the strictest column rule), else as any other;
+* any other (a file, another module): the API generation of its entry point's
   signature (`calls.GENERATIONS`; every generation is named after its first release), or the
   generation closest to it.
 
@@ -26,6 +28,7 @@ from .calls import Binding
 
 RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (
     decode_metadata, swa_spec_page_table, num_kv_splits, draft_extend_metadata, q8kv8_topk_length)}
+BUILTIN_VARIANTS = {m.CONTRACT.name: m.BUILTIN_VARIANT for m in (decode_metadata,)}
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -63,22 +66,23 @@ RELEASES: dict[str, Release] = {
     "0.5.16": Release("0.5.16", NEW_PATH, _G16, note="the three 0.5.14 entry points byte for byte; new op "
                       "draft_extend_set_metadata (its signature and kernel the same text up to 0.5.23)"),
     "0.5.17": Release("0.5.17", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
-                      "v2p_page_table, kernel_page_multiplier (unified memory)",
-                      "decode writes only each row's live prefix"),
+                      note="decode writes only each row's live prefix; v2p_page_table, kernel_page_multiplier "
+                      "(unified memory) checked, variant v2p"),
     "0.5.18": Release("0.5.18", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
-                      "the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
-                      "full_to_swa_index_mapping is None); v2p_page_table, kernel_page_multiplier"),
+                      note="the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
+                      "full_to_swa_index_mapping is None) checked, variant v2p_swa"),
     "0.5.19": Release("0.5.19", NEW_PATH, {**_G16, "decode_metadata": "0.5.19"},
-                      "src_is_read_table, swa_src_table; the UnifiedSWAKVPool path",
-                      "strided_indices, v2p_page_table, kernel_page_multiplier dropped"),
+                      "the UnifiedSWAKVPool v2p path",
+                      "strided_indices, v2p_page_table, kernel_page_multiplier dropped; src_is_read_table, "
+                      "swa_src_table checked, variant read_table"),
     **{v: Release(v, NEW_PATH, {**_G16, "decode_metadata": "0.5.20"},
-                  "skip_page_table; the UnifiedSWAKVPool path",
-                  "src_is_read_table, swa_src_table dropped" + ("" if v == "0.5.20" else
-                                                                "; kernel file byte-identical to 0.5.20's"))
+                  "the UnifiedSWAKVPool path",
+                  "src_is_read_table, swa_src_table dropped; skip_page_table checked, variant skip"
+                  + ("" if v == "0.5.20" else "; kernel file byte-identical to 0.5.20's"))
        for v in ("0.5.20", "0.5.21", "0.5.22")},
     "0.5.23": Release("0.5.23", NEW_PATH, {**_G16, "decode_metadata": "0.5.23", "num_kv_splits": "0.5.23",
                                            "q8kv8_topk_length": "0.5.23"},
-                      "full_v2p, swa_v2p, zero_tail, skip_page_table",
+                      "",
                       "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
                       "mapping passed as a tensor"),
 }
@@ -100,11 +104,13 @@ def variant_for_release(op: str, version: str) -> str:
     return chosen
 
 
-def select_variant(op: str, release: str | None, binding: Binding) -> tuple[str, str]:
-    """(variant, why) for `op` of a loaded target: by its SGLang version when known, else by
-    the API generation of its entry point's signature."""
+def select_variant(op: str, release: str | None, binding: Binding, builtin: bool = False) -> tuple[str, str]:
+    """(variant, why) for `op` of a loaded target: by its SGLang version when known, kvfuzz's
+    own for the builtin kernels, else by the API generation of its entry point's signature."""
     if release is not None and parse_version(release) is not None:
         return variant_for_release(op, release), f"sglang {release}"
+    if builtin and op in BUILTIN_VARIANTS:
+        return BUILTIN_VARIANTS[op], "kvfuzz's builtin kernel"
     gen = binding.generation or binding.closest
     how = (f"signature of SGLang {gen}" if binding.generation else
            f"signature closest to SGLang {gen}" if binding.by_name else f"SGLang {gen}'s positional call")
