@@ -11,7 +11,8 @@ set -u
 OUTDIR=${1:-shard-check}; mkdir -p "$OUTDIR"; STEPS=${STEPS:-shards resume}
 TARGET=${TARGET:-${KVFUZZ_SEED_PATH:-builtin}}; DEVICE=${DEVICE:-cpu}; BUDGET=${BUDGET:-120}
 SEED=${SEED:-5}; KILL_AFTER=${KILL_AFTER:-$(( BUDGET / 2 ))}
-fuzz() { python3 -m kvfuzz.cli fuzz --target "$TARGET" --device "$DEVICE" --seed "$SEED" --minimize-budget 5 "$@"; }
+FUZZ=(python3 -m kvfuzz.cli fuzz --target "$TARGET" --device "$DEVICE" --seed "$SEED" --minimize-budget 5)
+fuzz() { "${FUZZ[@]}" "$@"; }
 
 if [[ " $STEPS " == *" shards "* ]]; then
 rm -rf "$OUTDIR"/whole* "$OUTDIR"/shard* "$OUTDIR/sharded"
@@ -23,7 +24,8 @@ fi
 if [[ " $STEPS " == *" resume "* ]]; then
 rm -rf "$OUTDIR"/resume* "$OUTDIR/campaign"
 # resume: stopped midway, then the same command again
-fuzz --budget "$BUDGET" --campaign "$OUTDIR/campaign" --report "$OUTDIR/resume-1.json" > "$OUTDIR/resume-1.log" 2>&1 &
+# started directly (not through a function, which would run in a subshell): $! is kvfuzz itself
+"${FUZZ[@]}" --budget "$BUDGET" --campaign "$OUTDIR/campaign" --report "$OUTDIR/resume-1.json" > "$OUTDIR/resume-1.log" 2>&1 &
 pid=$!; sleep "$KILL_AFTER"; kill -TERM "$pid"; wait "$pid"; echo "first run stopped: exit $?" > "$OUTDIR/resume.txt"
 fuzz --budget "$BUDGET" --campaign "$OUTDIR/campaign" --report "$OUTDIR/resume-2.json" > "$OUTDIR/resume-2.log" 2>&1
 echo "second run: exit $?" >> "$OUTDIR/resume.txt"
