@@ -322,26 +322,60 @@ def one_line(exc):
 
 
 def call_decode_metadata(entry, t, s):
-    """normal_decode_set_metadata as SGLang's flashattention backend calls it; with SWA the
-    pool is an SWAKVPool built without its constructor, holding only the token mapping. SGLang
-    0.5.20/0.5.23's arguments (and the builtin kernel's multiplier), where the case has them, go
-    by keyword."""
-    later = {name: t[name] for name in ("full_v2p", "swa_v2p") if name in t}
-    later.update({name: s[name] for name in ("skip_page_table", "zero_tail", "kernel_page_multiplier") if name in s})
-    swa = "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t)
-    pool = None
-    if swa and "full_to_swa_index_mapping" in t:
-        cls = swa_pool_type()
-        pool = cls.__new__(cls)
-        pool.full_to_swa_index_mapping = t["full_to_swa_index_mapping"]
-    entry(
-        t["cache_seqlens_int32"], t["cu_seqlens_k"], t["page_table"], t["req_to_token"],
-        t["req_pool_indices"], t["strided_indices"], s["max_seq_pages"], t["seq_lens"],
-        s["seq_len_delta"], s["page_size"],
-        swa_page_table=t["swa_page_table"] if swa else None,
-        token_to_kv_pool=pool,
-        **later,
-    )
+    """normal_decode_set_metadata as SGLang's flashattention backend calls it, bound by
+    parameter name (the signature changed between releases): with SWA, 0.5.13-0.5.22 take an
+    SWAKVPool (built without its constructor, holding only the token mapping), 0.5.23 the
+    mapping tensor; 0.5.17-0.5.18 take the case's `full_v2p` as `v2p_page_table`; the later
+    releases' flags and tables (and the builtin kernel's multiplier) go where the case has them."""
+    params = entry_parameters(entry)
+    swa = "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t or "swa_src_table" in t)
+    kw = {"cache_seqlens_int32": t["cache_seqlens_int32"], "cu_seqlens_k": t["cu_seqlens_k"],
+          "page_table": t["page_table"], "req_to_token": t["req_to_token"],
+          "req_pool_indices": t["req_pool_indices"], "strided_indices": t.get("strided_indices"),
+          "max_seq_pages": s["max_seq_pages"], "seq_lens": t["seq_lens"], "seq_len_delta": s["seq_len_delta"],
+          "page_size": s["page_size"], "swa_page_table": t["swa_page_table"] if swa else None}
+    mapping = t.get("full_to_swa_index_mapping") if swa else None
+    if params is None or "token_to_kv_pool" in params:
+        pool = None
+        if mapping is not None:
+            cls = swa_pool_type()
+            pool = cls.__new__(cls)
+            pool.full_to_swa_index_mapping = mapping
+        kw["token_to_kv_pool"] = pool
+    else:
+        kw["full_to_swa_index_mapping"] = mapping
+    later = {name: t[name] for name in ("full_v2p", "swa_v2p", "swa_src_table") if name in t}
+    later.update({name: s[name] for name in ("skip_page_table", "zero_tail", "kernel_page_multiplier",
+                                             "src_is_read_table") if name in s})
+    if "full_v2p" in later and params is not None and "full_v2p" not in params and "v2p_page_table" in params:
+        later["v2p_page_table"] = later.pop("full_v2p")  # 0.5.17-0.5.18's name for the same table
+    kw.update(later)
+    if params is None:  # *args, or no signature: 0.5.14's positional order
+        names = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
+                 "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size")
+        positional = [kw.pop(n) for n in names]
+        entry(*positional, **kw)
+        return
+    if "strided_indices" not in params:  # 0.5.19 dropped it
+        kw.pop("strided_indices")
+    entry(**kw)
+
+
+def entry_parameters(entry):
+    """The entry point's parameter names, or None when it takes *args / **kwargs or has no
+    signature (then it is called as 0.5.14's was)."""
+    fn = entry
+    for _ in range(8):  # a @triton.jit kernel (or a wrapper around one): the function it was made from
+        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+            break
+        fn = fn.fn
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values()):
+        return None
+    return set(params)
 
 
 def call_swa_spec_page_table(entry, t, s):

@@ -80,9 +80,10 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(corpus)],
                        capture_output=True, text=True, timeout=600)
     assert "1 xfailed" in t.stdout, t.stdout[-2000:]
-    t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(corpus),
+    # against another target: skipped until triaged for it (meta.affects, scripts/release_matrix.py)
+    t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(corpus),
                         "--kvfuzz-target", "builtin"], capture_output=True, text=True, timeout=600)
-    assert "1 failed" in t.stdout and "no longer shows" in t.stdout, t.stdout[-2000:]
+    assert "1 skipped" in t.stdout and "not triaged for builtin" in t.stdout, t.stdout[-2000:]
 
 
 def _saved_case(tmp_path, expected="xfail", target="builtin"):
