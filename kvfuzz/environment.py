@@ -342,8 +342,10 @@ def classify_error(exc: BaseException) -> str:
     * anywhere else — the target's host code (a ValueError or AssertionError refusing its
       arguments), a kernel body (a NameError), torch, kvfuzz: **target**.
 
-    Two exceptions to the rule by type: `triton.runtime.errors.OutOfResources` (the target asked
-    for more shared memory or registers than the GPU has) is the target's, and so is a CUDA
+    Exceptions to the rule by type: `triton.runtime.errors.OutOfResources` (the target asked
+    for more shared memory or registers than the GPU has) is the target's, so is a
+    `CompilationError` anywhere in the chain (compiled Triton rejected the kernel's source: a
+    plain global read inside a kernel, which the interpreter allows), and so is a CUDA
     device fault (illegal address, device-side assert, ...) even when Triton's next launch is
     what reports it. An exception with no traceback (never raised) is the target's.
     Out-of-bounds accesses under the interpreter raise nothing (they read or write host memory,
@@ -352,6 +354,11 @@ def classify_error(exc: BaseException) -> str:
     root = _root(exc)
     if type(root).__name__ == "OutOfResources" and type(root).__module__.startswith("triton"):
         return "target"
+    link: BaseException | None = exc
+    while link is not None:  # compiling the target's kernel failed: Triton rejected its program
+        if type(link).__name__ == "CompilationError" and type(link).__module__.startswith("triton"):
+            return "target"
+        link = link.__cause__ or link.__context__
     message = str(root).lower()
     if any(fault in message for fault in _DEVICE_FAULTS):
         return "target"

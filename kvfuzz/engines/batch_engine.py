@@ -21,7 +21,8 @@
 * A new finding is re-run alone (a fresh arena, its own synchronisation) before it counts;
   one that shows only inside a batch sends every case of that batch through alone, and is
   listed as `batch_only` when none of them shows it. A lost batch (a CUDA fault, a hang, a
-  dead worker) is re-run case by case, so the case that lost it becomes a `crash` finding.
+  dead worker) is re-run case by case, so the case that lost it becomes a `crash` finding; a
+  known hang or device fault showing again skips the rest of its stint.
 
 Findings are shrunk and confirmed by the campaign (kvfuzz's reducer, then a fresh worker).
 """
@@ -78,7 +79,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     max_cases += start  # the count is this run's
     stats.position = start
     ignored: set[str] = set()  # signatures seen only inside a batch
-    skip_until = [0]  # after a known hang, the rest of its stint is skipped (each would hang too)
+    skip_until = [0]  # after a known hang or fault, the rest of its stint is skipped (each would repeat it)
     outside = [0.0]  # seconds spent confirming findings: they extend the budget
 
     def draw_batch(n: int) -> list[Prepared]:
@@ -142,7 +143,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                     stats.batch_only.append(f.signature)
 
     def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
-        """Judge a collected batch; a lost one case by case (a known hang sets `skip_until`)."""
+        """Judge a collected batch; a lost one case by case (a known hang or fault sets `skip_until`)."""
         for name, sec in result.stages.items():
             stats.add_stage(f"worker {name}", sec)
         stats.batches += 1
@@ -160,8 +161,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             collect()
             verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
             take(p, verdict, prepared)
-            if any(f.where == "timeout" and f.signature in known for f in verdict.findings):
-                skip_until[0] = (p.index // stint + 1) * stint  # its class hangs: move on
+            # a known hang or device fault again: its class keeps doing it, and each costs a new
+            # worker (a fault) or the case timeout (a hang): move on to the next stint
+            if any(f.where in ("timeout", "cuda_fault") and f.signature in known for f in verdict.findings):
+                skip_until[0] = (p.index // stint + 1) * stint
                 stats.skipped_cases += sum(q.index > p.index for q in prepared)
                 break
 

@@ -193,7 +193,8 @@ def _decode_metadata_ps1_kernel(
                           cache_seqlens, 1, cu_seqlens, 1, page_table, page_table_s0, 1,
                           None, None, None, None, None, None,  # no SWA
                           None, None, None,  # no v2p
-                          B, n_cols, seq_len_delta, page_mult, 0, SWA_NONE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, 0, 0, ZERO_TAIL, BLOCK)  # SHIFT 0, SWA_NONE (a
+                          # literal: compiled Triton reads no plain global inside a kernel)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
@@ -215,7 +216,8 @@ def _decode_metadata_ps1_strided_kernel(
                           page_table, page_table_s0, page_table_s1,
                           None, None, None, None, None, None,  # no SWA
                           None, None, None,  # no v2p
-                          B, n_cols, seq_len_delta, page_mult, 0, SWA_NONE, ZERO_TAIL, BLOCK)
+                          B, n_cols, seq_len_delta, page_mult, 0, 0, ZERO_TAIL, BLOCK)  # SHIFT 0, SWA_NONE (a
+                          # literal: compiled Triton reads no plain global inside a kernel)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_SCALARS)
