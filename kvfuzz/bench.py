@@ -73,21 +73,20 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
 
 
 def _shard_main(args: tuple, env: dict, barrier, results) -> None:
-    """One shard of a `--jobs` bench, in its own process: (cases, seconds) of both passes."""
+    """One shard of a `--jobs` bench, in its own process: its steady pass's cases, seconds and stages."""
     os.environ.update(env)
     devmod.select(args[2])
     try:
-        (cold, _), (warm, _) = _checked(*args[:-1], passes=2, shard=args[-1], barrier=barrier)
-        results.put((args[-1][0], cold.cases, cold.seconds, warm.cases, warm.seconds, dict(warm.stages)))
+        _, (warm, _) = _checked(*args[:-1], passes=2, shard=args[-1], barrier=barrier)
+        results.put((args[-1][0], warm.cases, warm.seconds, dict(warm.stages)))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((args[-1][0], repr(exc)))
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
-                  jobs: int) -> tuple[int, float, int, float, dict]:
-    """(first-pass cases, its longest seconds, steady cases, longest steady seconds, stages summed)
-    of `jobs` shards run at once."""
+                  jobs: int) -> tuple[int, float, dict]:
+    """(steady cases, the longest steady pass's seconds, stages summed) of `jobs` shards run at once."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -109,10 +108,9 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
         raise BadInput(f"bench shard {failed[0][0]}/{jobs} failed: {failed[0][1]}")
     stages: dict = {}
     for g in got:
-        for k, v in g[5].items():
+        for k, v in g[3].items():
             stages[k] = stages.get(k, 0.0) + v
-    return (sum(g[1] for g in got), max(g[2] for g in got), sum(g[3] for g in got), max(g[4] for g in got),
-            stages)
+    return sum(g[1] for g in got), max(g[2] for g in got), stages
 
 
 def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
@@ -188,7 +186,7 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             stages = warm.stages
             one_job = checked
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
-                _, _, cases_j, seconds_j, stages = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs)
+                cases_j, seconds_j, stages = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs)
                 checked = cases_j / max(seconds_j, 1e-9)
             out["ops"][op] = {
                 "cases": n,

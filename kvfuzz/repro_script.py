@@ -364,18 +364,24 @@ def call_decode_metadata(entry, t, s):
 def entry_parameters(entry):
     """The entry point's parameter names, or None when it takes *args / **kwargs or has no
     signature (then it is called as 0.5.14's was)."""
+    params = signature_parameters(entry)
+    if params is None or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values()):
+        return None
+    return set(params)
+
+
+def signature_parameters(entry):
+    """The parameters of the function an entry point was made from (through @triton.jit and
+    wrappers around it), or None when it has no signature."""
     fn = entry
     for _ in range(8):  # a @triton.jit kernel (or a wrapper around one): the function it was made from
         if inspect.isfunction(fn) or not hasattr(fn, "fn"):
             break
         fn = fn.fn
     try:
-        params = inspect.signature(fn).parameters
+        return inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return None
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values()):
-        return None
-    return set(params)
 
 
 def call_swa_spec_page_table(entry, t, s):
@@ -436,16 +442,8 @@ OPTIONAL_PARAMS = {"uneven_batch": "uneven_batch_ptr"}
 def check_entry_takes(case, entry):
     """UsageError when the case holds an optional tensor the entry point has no parameter for
     (0.5.22's get_num_kv_splits_triton and uneven_batch): that file cannot run this case."""
-    fn = entry
-    for _ in range(8):  # a @triton.jit kernel (or a wrapper around one): the function it was made from
-        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
-            break
-        fn = fn.fn
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    params = signature_parameters(entry)
+    if params is None or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
     for name, param in OPTIONAL_PARAMS.items():
         if name in case.tensors and param not in params:
