@@ -36,8 +36,24 @@ REPO = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------- fake Triton runtime
 
 
-def install_fake_triton_runtime():
-    """Point Triton at an sm_90 stand-in driver, with launches that do nothing."""
+class FakeCompiledKernel:
+    """What ``JITFunction.run`` needs of a compiled kernel; launching does nothing."""
+
+    function = None
+    packed_metadata = None
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, *args):
+        pass
+
+
+def install_fake_triton_runtime(compile_kernel=None):
+    """Point Triton at an sm_90 stand-in driver, with launches that do nothing.
+
+    `compile_kernel(jit_fn, signature, device, constexprs, options, attrs)`, if given, runs at
+    each compile (tests/gpu_compile_check.py compiles for real there); else nothing is compiled."""
     os.environ.pop("TRITON_INTERPRET", None)
     from triton.backends.compiler import GPUTarget
     from triton.runtime import jit
@@ -53,20 +69,11 @@ def install_fake_triton_runtime():
         def get_current_target(self):
             return GPUTarget("cuda", 90, 32)
 
-    class FakeCompiledKernel:
-        """What ``JITFunction.run`` needs of a compiled kernel; launching does nothing."""
-
-        function = None
-        packed_metadata = None
-
-        def launch_metadata(self, grid, stream, *args):
-            return None
-
-        def run(self, *args):
-            pass
-
     def fake_do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
-        _ = self.cache_key  # records the kernel's globals, as a real compile does
+        if compile_kernel is not None:
+            compile_kernel(self, signature, device, constexprs, options, attrs)
+        else:
+            _ = self.cache_key  # records the kernel's globals, as a real compile does
         kernel = FakeCompiledKernel()
         self.device_caches[device][0][key] = kernel
         return kernel

@@ -14,53 +14,31 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
 
 
 def main(per_class: int) -> int:
     import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import jit
-    from triton.runtime.driver import driver
 
-    class StandInDriver:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    class LaunchesNothing:
-        function = None
-        packed_metadata = None
-
-        def launch_metadata(self, grid, stream, *args):
-            return None
-
-        def run(self, *args):
-            pass
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from host_overhead import install_fake_triton_runtime  # the stand-in sm_90 driver
 
     failures: list[str] = []
     compiled = [0]
 
-    def do_compile(self, key, signature, device, constexprs, options, attrs, warmup):
-        kernel_cache, _, target, _, _ = self.device_caches[device]
+    def compile_kernel(fn, signature, device, constexprs, options, attrs):
+        target = fn.device_caches[device][2]
         try:
-            self.compile(self.ASTSource(self, signature, constexprs, attrs), target=target, options=options.__dict__)
+            fn.compile(fn.ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
             compiled[0] += 1
         except Exception as exc:
-            line = f"{self.fn.__name__} {dict(constexprs)}: {type(exc).__name__}: {str(exc).strip()}"
+            line = f"{fn.fn.__name__} {dict(constexprs)}: {type(exc).__name__}: {str(exc).strip()}"
             failures.append(line.replace("\n", " | ")[:600])
             raise
-        kernel_cache[key] = LaunchesNothing()
-        return kernel_cache[key]
 
-    driver.set_active(StandInDriver())
-    jit.JITFunction._do_compile = do_compile
+    install_fake_triton_runtime(compile_kernel)
 
     import kvfuzz.kernels as builtin
     from kvfuzz.engines.batch_engine import case_stream
