@@ -57,6 +57,9 @@ class CrossExecutor:
         self.description = primary.description
         self.identity = primary.identity
         self.missing = dict(primary.missing)
+        # the optional tensors the target cannot take: without them the campaign would pass them
+        # and every such case would fail in kvfuzz's own call building (not_target)
+        self.lacks = dict(getattr(primary, "lacks", {}))
         self.variants = dict(primary.variants)
         self._pending: tuple | None = None
 

@@ -60,6 +60,17 @@ def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, devic
     assert r.report()["ops"]["decode_metadata"]["cross_checked"] == r.stats[0].cross_checked
 
 
+def test_a_cross_checked_campaign_leaves_out_what_the_target_cannot_take(same_device_ok, seed_path, tmp_path, device):
+    """0.5.14's num_kv_splits has no uneven_batch_ptr: the campaign must draw its cases without
+    that tensor when the executor is the cross-check pair too (every case was kvfuzz's own
+    call-building error on the H200, 34,944 of 81,856 not judged)."""
+    cfg = CampaignConfig(ops=["num_kv_splits"], target=str(seed_path), device=device, budget_s=30, max_cases=64,
+                         corpus=tmp_path / "corpus", cross_check="cpu", minimize_budget_s=2)
+    r = run_campaign(cfg)
+    op = r.report()["ops"]["num_kv_splits"]
+    assert op["cases"] >= 64 and op["not_target"] == 0 and op["cross_checked"] > 0, op
+
+
 def test_same_device_is_refused_in_one_line(capsys, device):
     if device != "cpu":
         pytest.skip("this process runs CUDA kernels; a cpu primary needs a process of its own")
