@@ -97,11 +97,12 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
             out += [f"           {_oneline(boundary, 200)}"]
         backend = c.meta.get("cross_check")
         if backend:
-            out += [f"Cross      a divergence between {saved.device} and {backend} (kvfuzz --cross-check {backend}): the",
-                    f"           case runs on {saved.device} (--device) and on {backend}, each in a process of its own,",
+            dev = saved.device
+            out += [f"Cross      a divergence between {dev} and {backend} (kvfuzz --cross-check {backend}): the",
+                    f"           case runs on {dev} (--device) and on {backend}, each in a process of its own,",
                     "           and the two arenas must be equal byte for byte (required cells may differ only",
-                    f"           where both answers are accepted). It needs a device other than {backend}: without one",
-                    "           the script says so in one line (exit 2)."]
+                    f"           where both answers are accepted). It needs a device other than {backend}: without",
+                    "           one the script says so in one line (exit 2)."]
     elif status == "must_refuse":
         out += ["Contract   must refuse: the call has to raise before touching anything, because"]
         out += [f"           - {_oneline(r, 200)}" for r in reasons]
