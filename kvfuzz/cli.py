@@ -173,6 +173,7 @@ def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
     from .ops import CONTRACTS
     from .progress import make_display
+    from .reports import engine_line
 
     cfg = CampaignConfig(
         ops=args.ops or list(CONTRACTS), target=args.target, device=args.device, budget_s=args.budget,
@@ -203,9 +204,8 @@ def cmd_fuzz(args) -> int:
     for s in result.stats:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (
             f" [variant {s.contract_variant}]" if s.contract_variant else "")
-        if s.engine.get("execs"):
-            status += (f", {s.engine['execs_per_s']} execs/s, coverage {s.engine['cov']} edges"
-                       f" {s.engine['ft']} features, corpus {s.engine['corpus_units']} inputs")
+        if s.engine:  # the atheris engine's figures
+            status += f"; {engine_line(s.engine)}"
         print(f"{s.op}: {status}")
     for x in result.saved:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
@@ -232,6 +232,7 @@ def _fuzz_jobs(args, cfg) -> int:
     from . import device as devmod
     from .jobs import run_jobs
     from .progress import make_display
+    from .reports import engine_line
 
     if cfg.shard != (1, 1):
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
@@ -244,6 +245,9 @@ def _fuzz_jobs(args, cfg) -> int:
     finally:
         display.close()
     _write_reports(args, merged)
+    for op, s in merged["ops"].items():
+        if s.get("engine"):  # the atheris engine's figures, the shards' summed
+            print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))

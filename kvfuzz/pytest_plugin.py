@@ -157,13 +157,18 @@ class CaseItem(pytest.Item):
         if key not in cache:
             try:
                 cache[key] = WorkerExecutor(spec, device, env=_gpu_env(device))
-                if backend:
-                    from .cross import pair
-
-                    cache[key] = pair(cache[key], lambda: WorkerExecutor(spec, device, env=_gpu_env(device)),
-                                      spec, device, backend, 60.0)
             except BadInput as exc:
                 cache[key] = f"target {spec} is not available here: {exc}"
+            if backend and not isinstance(cache[key], str):
+                from .cross import pair
+
+                try:
+                    cache[key] = pair(cache[key], lambda: WorkerExecutor(spec, device, env=_gpu_env(device)),
+                                      spec, device, backend, 60.0)
+                except BadInput as exc:  # the divergence needs both sides: skipped, never passed
+                    cache[key].close()
+                    cache[key] = (f"a divergence between {self.saved.device} and {backend}: {backend} is not "
+                                  f"available here: {exc}")
         ex = cache[key]
         if isinstance(ex, str):
             pytest.skip(ex)

@@ -10,12 +10,39 @@ matplotlib is installed (`pip install kvfuzz[report]`).
 corpus did not already hold), lists known findings in its output, and is skipped when the
 target lacks the op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
 test run.
+
+Both carry the atheris engine's figures where a run has them (`engine` in an op's JSON: execs,
+execs/s, libFuzzer's coverage edges and features, ...): a table in the Markdown, `engine.*`
+properties of each op's JUnit test. Runs of the other engines have none, and get none.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+# the atheris engine's figures (an op's `engine` in the JSON report), as the reports name them;
+# a `--jobs` report merges the first five only (jobs.merge_reports)
+ENGINE_FIGURES = (("execs", "execs"), ("execs_per_s", "execs/s"), ("cov", "coverage edges"), ("ft", "features"),
+                  ("lives", "fuzzing processes"), ("corpus_units", "corpus inputs"), ("startup_s", "start-up s"))
+ENGINE_LISTS = (("artifacts", "artifacts replayed"), ("fuzzer_only", "fuzzer-only signatures"))  # reported as counts
+
+
+def engine_figures(engine: dict | None) -> dict[str, object]:
+    """The figures of an op's `engine` dict that it holds, by JSON key (lists as counts); {}
+    for an engine that reports none (batch, Hypothesis)."""
+    if not engine:
+        return {}
+    out: dict[str, object] = {k: engine[k] for k, _ in ENGINE_FIGURES if k in engine}
+    out.update({k: len(engine[k]) for k, _ in ENGINE_LISTS if isinstance(engine.get(k), list)})
+    return out
+
+
+def engine_line(engine: dict | None) -> str:
+    """The figures in words, for the plain summary: "1462 execs, 48.7 execs/s, ..."."""
+    figures = engine_figures(engine)
+    names = dict(ENGINE_FIGURES + ENGINE_LISTS)
+    return ", ".join(f"{figures[k]} {names[k]}" for k in names if k in figures)
 
 
 def junit_xml(report: dict) -> str:
@@ -31,6 +58,8 @@ def junit_xml(report: dict) -> str:
         props = ET.SubElement(case, "properties")
         for key in ("cases", "classes", "variants", "compiled", "not_target"):
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
+        for key, value in engine_figures(stats.get("engine")).items():
+            ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
         mine = [f for f in findings if f["op"] == op]
         new = [f for f in mine if f.get("new", True)]
         if stats.get("skipped"):
@@ -149,6 +178,7 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
         rate = s["cases"] / max(s.get("seconds", 0) or 1e-9, 1e-9)
         lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
+    lines += _engine_table(ops)
     if findings:
         lines += ["", "## Findings", "", "| signature | | case | what |", "| --- | --- | --- | --- |"]
         for f in findings:
@@ -167,6 +197,25 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
     if not plots:
         lines += ["", "(Plots need matplotlib: `pip install kvfuzz[report]`.)"]
     return "\n".join(lines) + "\n"
+
+
+def _engine_table(ops: dict) -> list[str]:
+    """The atheris engine's figures per op (no section when no op has any)."""
+    rows = {op: engine_figures(s.get("engine")) for op, s in ops.items()}
+    rows = {op: f for op, f in rows.items() if f}
+    if not rows:
+        return []
+    columns = ENGINE_FIGURES + ENGINE_LISTS
+    out = ["", "## atheris engine", "",
+           "libFuzzer's figures per op: inputs run (execs) and their rate over the fuzzing time, coverage "
+           "edges (`cov`) and features (`ft`) at the end, fuzzing processes started (one more after each "
+           "crash), libFuzzer corpus inputs, seconds spent starting processes, inputs that killed a process "
+           "(replayed in the worker), signatures the worker's re-run did not show.", "",
+           "| op | " + " | ".join(name for _, name in columns) + " |",
+           "| --- |" + " ---: |" * len(columns)]
+    for op, f in rows.items():
+        out.append(f"| {op} | " + " | ".join(str(f.get(k, "-")) for k, _ in columns) + " |")
+    return out
 
 
 def write_markdown(path: Path, report: dict) -> list[Path]:

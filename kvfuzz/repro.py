@@ -95,6 +95,14 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
                 "           oracle; cells the contract leaves untouched must keep their poison value."]
         if boundary:
             out += [f"           {_oneline(boundary, 200)}"]
+        backend = c.meta.get("cross_check")
+        if backend:
+            dev = saved.device
+            out += [f"Cross      a divergence between {dev} and {backend} (kvfuzz --cross-check {backend}): the",
+                    f"           case runs on {dev} (--device) and on {backend}, each in a process of its own,",
+                    "           and the two arenas must be equal byte for byte (required cells may differ only",
+                    f"           where both answers are accepted). It needs a device other than {backend}: without",
+                    "           one the script says so in one line (exit 2)."]
     elif status == "must_refuse":
         out += ["Contract   must refuse: the call has to raise before touching anything, because"]
         out += [f"           - {_oneline(r, 200)}" for r in reasons]
@@ -192,6 +200,9 @@ class _Emitted:
             arena_image=_b64(p.image.tobytes()),
             owner=_b64(owner.tobytes()),
             cells=cells,
+            # a backend_divergence case (only in-contract cases are cross-checked): both sides run
+            cross_check=case.meta.get("cross_check") if status == "in_contract" else None,
+            found_on=saved.device if status == "in_contract" and case.meta.get("cross_check") else None,
         )
 
     def source(self) -> str:
@@ -229,6 +240,9 @@ class _Emitted:
                 out += [f"                {_indent(_blob(b), 16)}," for b in c["expected"]]
                 out += ["            ],", "        ),"]
             out.append("    },")
+        if f["cross_check"]:
+            out.append(f"    cross_check={f['cross_check']!r},  # the backend that {f['found_on']} is compared with")
+            out.append(f"    found_on={f['found_on']!r},")
         out.append(")")
         return "\n".join(out)
 

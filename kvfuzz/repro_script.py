@@ -17,6 +17,14 @@ the oracle on their required cells and leave their untouched cells alone; no cas
 a byte outside every tensor's elements or an input element; runs must agree; on CUDA, a CUDA
 error (an illegal memory access, a device-side assert) is a crash (`cuda_fault`), in
 contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage error.
+
+A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
+interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
+script then runs it on both, each in a process of its own as kvfuzz's cross-check does: the
+primary device (cuda), judged as any case, and the backend (the interpreter, with
+KVFUZZ_CROSS_CHECK_WORKER=1 in its environment, as kvfuzz's cross-check worker has), called once;
+each hands its first run's arena back in a file, and this process compares the two as
+`kvfuzz.judge` does. Without a device other than the backend it refuses in one line (exit 2).
 """
 
 import argparse
@@ -29,6 +37,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 import types
 import zlib
@@ -38,6 +47,7 @@ DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
 DEFAULT_TIMEOUT = 600.0  # seconds the child process calling the kernel may take
 SWA_POOL_MODULE = "sglang.srt.mem_cache.swa_memory_pool"
 STATUS_FD_ENV = "KVFUZZ_REPRO_STATUS_FD"  # the supervising parent's pipe for the child's verdict
+CROSS_CHECK_MARK = "KVFUZZ_CROSS_CHECK_WORKER"  # set in the backend's process, as kvfuzz's cross.WORKER_MARK
 # messages of a CUDA error raised by torch (RuntimeError before torch.AcceleratorError) or Triton
 CUDA_ERROR_MARKS = ("CUDA error", "CUDA_ERROR", "Triton Error [CUDA]", "device-side assert")
 
@@ -56,11 +66,12 @@ class ReproCase:
     of the k-th tensor) are zlib-compressed, base64-encoded bytes. `cells`, for an in-contract
     case, per output: masks of the required and the must-stay-untouched cells (uint8, the
     output's logical shape, row-major) and the accepted values (int64 blobs, the oracle's
-    answer first)."""
+    answer first). `cross_check`, for a backend_divergence case: the backend ("cpu": Triton's
+    interpreter) that the device it was found on (`found_on`) is compared with."""
 
     def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
                  saved_signature, scalars, tensors, arena_bytes, canary_byte, align, arena_image,
-                 owner, cells):
+                 owner, cells, cross_check=None, found_on=None):
         self.op = op  # kvfuzz's op name
         self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
         self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
@@ -78,6 +89,8 @@ class ReproCase:
         self.arena_image = arena_image
         self.owner = owner
         self.cells = dict(cells)
+        self.cross_check = cross_check
+        self.found_on = found_on
 
     def signature(self, kind, tensor, where):
         """kvfuzz's finding signature: op:path:kind:tensor:where."""
@@ -109,6 +122,10 @@ def parse_args(argv, case):
     ap.add_argument("--in-process", action="store_true",
                     help="call the kernel in this process (for a debugger); by default a child process "
                          "calls it, so that a kernel that kills its process is reported too")
+    # a cross-checked case's sides (see cross_check): write the first run to FILE instead of
+    # concluding; --unjudged: call once and judge nothing (the backend's side)
+    ap.add_argument("--arena-out", metavar="FILE", help=argparse.SUPPRESS)
+    ap.add_argument("--unjudged", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.runs < 1:
         raise UsageError("--runs must be >= 1")
@@ -120,9 +137,25 @@ def supervise(argv, timeout, case):
     exit status over a pipe when it finishes; a child that dies without one (killed by a
     signal, as a wild memory access under Triton's interpreter is, or exiting from inside the
     kernel) or that hangs is a crash defect, as a dead kvfuzz worker is."""
+    status, why, where = run_child(argv, timeout)
+    if status is not None:
+        return status
+    report = Report(case)
+    report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
+    return conclude(report)
+
+
+def run_child(argv, timeout, env_changes=None):
+    """This script again with --in-process (`env_changes`: variables set, or removed where
+    None): (its exit status, None, None), or (None, why, where) when it died or hung."""
     sys.stdout.flush()
     read_end, write_end = os.pipe()
     env = dict(os.environ)
+    for key, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     env[STATUS_FD_ENV] = str(write_end)
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--in-process"]
     try:
@@ -142,7 +175,7 @@ def supervise(argv, timeout, case):
         else:
             status = _read_status(read_end)
             if status is not None:
-                return status
+                return status, None, None
             if rc < 0:
                 try:
                     where = signal.Signals(-rc).name
@@ -154,9 +187,7 @@ def supervise(argv, timeout, case):
                 why = f"exited with status {rc} before giving a verdict"
     finally:
         os.close(read_end)
-    report = Report(case)
-    report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
-    return conclude(report)
+    return None, why, where
 
 
 def _read_status(fd):
@@ -559,6 +590,7 @@ class Report:
     def __init__(self, case):
         self.case = case
         self.defects = []  # signatures, in the order found
+        self.runs = []  # the runs judged (run_case)
 
     def defect(self, kind, tensor, where, message, lines=()):
         signature = self.case.signature(kind, tensor, where)
@@ -589,40 +621,52 @@ def hex_bytes(arena, first, last, limit=16):
     return " ".join(f"{x:02x}" for x in data) + more
 
 
+def stray_places(case, stray):
+    """[(tensor, where, sorted byte positions)] of the bytes set in `stray` (bytes that are no
+    tensor's element): each is charged to the first tensor (in arena order) whose guard band
+    before it, storage (a stride gap) or guard band after it holds it, as kvfuzz's
+    Plan.region_of_byte does; ("-", "outside", ...) for any other."""
+    import torch
+
+    places = []
+    if not bool(stray.any()):
+        return places
+    claimed = torch.zeros_like(stray)
+    for name, t in case.tensors.items():
+        s, n, g = t["start"], t["nbytes"], t["guard"]
+        for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
+            lo, hi = max(lo, 0), min(hi, case.arena_bytes)
+            if lo >= hi:
+                continue
+            hit = stray[lo:hi] & ~claimed[lo:hi]
+            claimed[lo:hi] |= hit
+            if bool(hit.any()):
+                places.append((name, where, (torch.nonzero(hit).flatten() + lo).tolist()))
+    rest = stray & ~claimed
+    if bool(rest.any()):
+        places.append(("-", "outside", torch.nonzero(rest).flatten().tolist()))
+    return places
+
+
 def check_memory(report, case, image, owner, after):
-    """Bytes outside every tensor's elements, and input elements, must not change. A stray
-    byte is charged to the first tensor (in arena order) whose guard band before it, storage
-    (a stride gap) or guard band after it holds it, as kvfuzz's Plan.region_of_byte does."""
+    """Bytes outside every tensor's elements, and input elements, must not change."""
     import torch
 
     changed = after != image
-    stray = changed & (owner == 0)
-    if bool(stray.any()):
-        claimed = torch.zeros_like(stray)
-        for name, t in case.tensors.items():
-            s, n, g = t["start"], t["nbytes"], t["guard"]
-            for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
-                lo, hi = max(lo, 0), min(hi, case.arena_bytes)
-                if lo >= hi:
-                    continue
-                hit = stray[lo:hi] & ~claimed[lo:hi]
-                claimed[lo:hi] |= hit
-                if not bool(hit.any()):
-                    continue
-                at = (torch.nonzero(hit).flatten() + lo).tolist()
-                shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
-                         f"(its storage is {n} bytes): canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
-                         for a, b in byte_runs(at)[:MAX_SHOWN]]
-                report.defect("out_of_bounds_write", name, where,
-                              f"{len(at)} bytes {where} {name}'s elements changed "
-                              f"(outside every tensor's elements)", shown)
-        rest = stray & ~claimed
-        if bool(rest.any()):
-            at = torch.nonzero(rest).flatten()
+    for name, where, at in stray_places(case, changed & (owner == 0)):
+        if name == "-":
             report.defect("out_of_bounds_write", "-", "outside",
                           f"{len(at)} arena bytes outside every tensor changed",
                           [f"arena bytes {a}..{b}: canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
-                           for a, b in byte_runs(at.tolist())[:MAX_SHOWN]])
+                           for a, b in byte_runs(at)[:MAX_SHOWN]])
+            continue
+        s, n = case.tensors[name]["start"], case.tensors[name]["nbytes"]
+        shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
+                 f"(its storage is {n} bytes): canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
+                 for a, b in byte_runs(at)[:MAX_SHOWN]]
+        report.defect("out_of_bounds_write", name, where,
+                      f"{len(at)} bytes {where} {name}'s elements changed "
+                      f"(outside every tensor's elements)", shown)
     for i, (name, t) in enumerate(case.tensors.items()):
         if t["role"] != "in":
             continue
@@ -744,8 +788,128 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
             sys.stderr.write(run.detail or "")
             break
     report = Report(case)
+    report.runs = done
     judge_runs(report, case, done, image, owner)
     return report
+
+
+# ---------------------------------------------------------------------------- cross-check
+
+
+def cross_devices(requested, case):
+    """(primary device, backend) of a cross-checked case: the backend is the case's, the
+    primary --device, else cuda. UsageError where they would be one, or torch sees no CUDA."""
+    import torch
+
+    backend, found_on = case.cross_check, case.found_on or "cuda"
+    primary = requested or "cuda"
+    what = f"the case is a divergence between {found_on} and {backend}, so it runs on both"
+    if primary == backend:
+        raise UsageError(f"{what}: give a device other than {backend} (--device cuda, on a machine with CUDA)")
+    if primary == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"{what}, and torch sees no CUDA device here: run it on a machine with CUDA")
+    return primary, backend
+
+
+def save_run(path, run, defects):
+    """A side's first run, for the parent that compares the two (cross_check)."""
+    import torch
+
+    after = None if run.after is None else run.after.cpu()
+    torch.save({"error": run.error, "error_type": run.error_type, "fault": run.fault, "after": after,
+                "defects": list(defects)}, path)
+
+
+def load_run(path):
+    import torch
+
+    d = torch.load(path, weights_only=True)
+    run = Run(error=d["error"], error_type=d["error_type"], after=d["after"], fault=d["fault"])
+    return run, list(d["defects"])
+
+
+def cross_check(args, case):
+    """Run the case on the primary device (judged as any case, in its own process) and on the
+    backend (once, in another process), then compare the two first runs (judge_divergence)."""
+    primary, backend = cross_devices(args.device, case)
+    print(f"repro: {case.op} case {case.digest} is a divergence between {case.found_on or primary} and {backend}: "
+          f"it runs on {primary} and on {backend}, each in a process of its own, and the two arenas are compared")
+    report = Report(case)
+    with tempfile.TemporaryDirectory(prefix="kvfuzz-repro-") as tmp:
+        sides = {}
+        for side, device, env in (("primary", primary, {CROSS_CHECK_MARK: None}),
+                                  ("backend", backend, {CROSS_CHECK_MARK: "1", "TRITON_INTERPRET": "1"})):
+            out = os.path.join(tmp, f"{side}.pt")
+            argv = [args.kernels, "--device", device, "--arena-out", out, "--runs",
+                    str(args.runs if side == "primary" else 1)] + (["--unjudged"] if side == "backend" else [])
+            status, why, where = run_child(argv, args.timeout, env)
+            if status is not None and status != 0:
+                return status  # a usage error on that side, said in its own line
+            if status is None and side == "primary":  # a crash; nothing to compare (as kvfuzz's judge)
+                report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
+                return conclude(report)
+            sides[side] = load_run(out) if status == 0 else (None, why)
+    mine, report.defects = sides["primary"]  # the primary's defects, printed by its process
+    theirs, lost = sides["backend"]
+    import torch
+
+    judge_divergence(report, case, host_bytes(case.owner, torch.uint8), mine, theirs, backend,
+                     lost if theirs is None else None)
+    return conclude(report)
+
+
+def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
+    """kvfuzz.judge's cross-check rules: the primary's first run (`mine`) against the
+    backend's (`theirs`; None with `lost` saying why when its process died or hung)."""
+    import torch
+
+    kind = "backend_divergence"
+    if mine.fault is not None or mine.after is None:
+        return  # the primary faulted: a crash already, nothing to compare
+    if theirs is None:
+        report.defect(kind, "-", "lost", f"ran on the primary device, but the run on {backend} was lost: {lost}")
+        return
+    if (mine.error is None) != (theirs.error is None):
+        who, error = ("the primary device", mine.error) if mine.error else (backend, theirs.error)
+        report.defect(kind, "-", "raised", f"raised on {who} only: {error}")
+        return
+    if mine.error is not None or theirs.after is None:
+        return  # both raised: already a crash on an in-contract case
+    changed = mine.after != theirs.after
+    if not bool(changed.any()):
+        return
+    for name, where, at in stray_places(case, changed & (owner == 0)):
+        report.defect(kind, name, where, f"{len(at)} bytes {where} {name}'s elements differ between the primary "
+                      f"device and {backend}",
+                      [f"arena bytes {a}..{b}: primary {hex_bytes(mine.after, a, b)}, "
+                       f"{backend} {hex_bytes(theirs.after, a, b)}" for a, b in byte_runs(at)[:MAX_SHOWN]])
+    for i, (name, t) in enumerate(case.tensors.items()):
+        if not bool((changed & (owner == i + 1)).any()):
+            continue
+        got, other = elements(case, mine.after, name), elements(case, theirs.after, name)
+        hit = got != other
+
+        def shown(mask):
+            return [f"{name}{fmt_index(ix)}: primary {int(got[tuple(ix)])}, {backend} {int(other[tuple(ix)])}"
+                    for ix in torch.nonzero(mask)[:MAX_SHOWN].tolist()]
+
+        if t["role"] != "out":
+            report.defect(kind, name, "input", f"input {name}: {int(hit.sum())} elements differ between the "
+                          f"primary device and {backend}", shown(hit))
+            continue
+        c, shape = case.cells[name], tuple(t["shape"])  # an in-contract case: every output has its cells
+        required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
+        untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
+        accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
+        for where, mask in (("required", required), ("may_write", ~(required | untouched)), ("untouched", untouched)):
+            bad = hit & mask
+            if not bool(bad.any()):
+                continue
+            if where == "required" and all(any(torch.equal(x[required], a[required]) for a in accepted)
+                                           for x in (got, other)):
+                continue  # both answers accepted (a float32 rounding boundary)
+            report.defect(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
+                          f"between the primary device and {backend}", shown(bad))
 
 
 # ---------------------------------------------------------------------------- main
@@ -763,6 +927,11 @@ def main(argv, case=None):
     try:
         args = parse_args(argv, case)
         check_kernel_file(args.kernels)  # before importing torch: a typo answers at once
+        if case.cross_check and args.arena_out is None:  # two sides, two processes
+            if args.in_process or case is not CASE:
+                raise UsageError(f"the case is a divergence between {case.found_on} and {case.cross_check}: it "
+                                 "runs in two processes, one per side (drop --in-process)")
+            return cross_check(args, case)
         if not args.in_process and case is CASE:
             return supervise(argv, args.timeout, case)
     except UsageError as exc:
@@ -788,7 +957,19 @@ def _main_in_process(args, case):
 
     print(f"repro: {case.op} case {case.digest} [{case.variant}] ({case.status.replace('_', ' ')}) -> {case.entry} "
           f"from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
-    return conclude(run_case(case, entry, device, args.runs))
+    if args.unjudged:  # the cross-check backend's side: the parent judges it against the primary's
+        import torch
+
+        run = run_once(case, entry, host_bytes(case.arena_image, torch.uint8), device)
+        if run.error is not None:
+            print(f"raised: {run.error}")
+        save_run(args.arena_out, run, [])
+        return 0
+    report = run_case(case, entry, device, args.runs)
+    if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
+        save_run(args.arena_out, report.runs[0], report.defects)
+        return 0
+    return conclude(report)
 
 
 def conclude(report):

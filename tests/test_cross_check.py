@@ -7,6 +7,10 @@ cross-check is lifted for these tests only."""
 from __future__ import annotations
 
 import copy
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +24,7 @@ from kvfuzz.corpus import read_case_dir
 from kvfuzz.execute import RunResult, prepare
 from kvfuzz.judge import judge
 from kvfuzz.replay import replay
+from kvfuzz.repro import write_repro
 from kvfuzz.worker import InProcessExecutor
 
 SPLIT = str(Path(__file__).parent / "fixtures" / "backend_split_kernels.py")
@@ -79,16 +84,84 @@ def test_same_device_is_refused_in_one_line(capsys, device):
     assert len(err) == 1 and "--cross-check cpu: the primary device is already cpu" in err[0]
 
 
-def _gpu_divergence_case(corpus: Path) -> Path:
+def _gpu_divergence_case(corpus: Path, target: str = "builtin", rows: int = 2, where: str = "required") -> Path:
     """A backend_divergence case as a CUDA campaign would save it (found on cuda against cpu)."""
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
     from kvfuzz.findings import Finding
 
-    case = cases.decode(B=2).with_meta(cross_check="cpu")
-    f = Finding("backend_divergence", "decode_metadata", "ps1", "cache_seqlens_int32", "required", "differs")
-    return DirectoryCorpus(corpus).save(SavedCase(case=case, finding=f, target="builtin", device="cuda",
+    case = cases.decode(B=rows).with_meta(cross_check="cpu")
+    tensor = "-" if where == "lost" else "cache_seqlens_int32"
+    f = Finding("backend_divergence", "decode_metadata", "ps1", tensor, where, "differs")
+    return DirectoryCorpus(corpus).save(SavedCase(case=case, finding=f, target=target, device="cuda",
                                                   versions=environment_versions(None), origin="hand",
                                                   expected="xfail", reason="a divergence")).path
+
+
+def _emitted(script: Path):
+    """An emitted repro script imported as a module (its CASE set; nothing runs)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"emitted_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _defects(text: str) -> list[str]:
+    return re.findall(r"^DEFECT \w+: .*  \[([^\]\s]+)\]$", text, re.M)
+
+
+def test_a_divergence_replays_on_both_backends_and_so_does_its_repro_script(same_device_ok, tmp_path, capsys,
+                                                                            monkeypatch, device):
+    """`kvfuzz replay` runs a saved divergence on both backends (each in a worker process) and
+    fails with its signature; the script `--emit-repro` writes runs it on both too (each side in
+    a process of its own) and prints the same defects; where its second side is missing it
+    says so in one line (exit 2), never a pass."""
+    import torch
+
+    from kvfuzz import repro_script
+
+    assert repro_script.CROSS_CHECK_MARK == cross.WORKER_MARK
+    path = _gpu_divergence_case(tmp_path / "corpus", SPLIT)
+    script = tmp_path / "repro.py"
+    assert main(["replay", str(path), "--device", device, "--emit-repro", str(script)]) == 1
+    out = capsys.readouterr().out
+    assert "cross-checked on cpu" in out and f"backend_divergence: decode_metadata:ps1{SIG}" in out
+    replayed = {line.split()[-1] for line in out.splitlines() if line.startswith("  backend_divergence: ")}
+
+    # as a user runs it: the primary side needs CUDA (a cpu-only machine refuses in one line)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, str(script), SPLIT], capture_output=True, text=True, timeout=300, env=env)
+    if torch.cuda.is_available():
+        assert p.returncode == 1 and set(_defects(p.stdout)) == replayed, p.stdout + p.stderr
+    else:
+        assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+        (line,) = p.stderr.strip().splitlines()
+        assert "divergence between cuda and cpu" in line and "no CUDA device" in line
+    module = _emitted(script)
+    assert (module.CASE.cross_check, module.CASE.found_on) == ("cpu", "cuda")
+    assert module.main([SPLIT, "--device", "cpu"]) == 2  # the backend is no primary
+    assert "give a device other than cpu" in capsys.readouterr().err
+
+    # both sides on this machine's device and the interpreter (the refusal lifted, as above)
+    monkeypatch.setattr(module, "cross_devices", lambda requested, case: (device, "cpu"))
+    assert module.main([SPLIT]) == 1
+    out = capsys.readouterr().out
+    assert set(_defects(out)) == replayed and "cache_seqlens_int32[1]: primary 17, cpu 18" in out
+    assert "The saved finding reproduces." in out
+    assert module.main([str(Path(cross.__file__).parent / "kernels")]) == 0  # kvfuzz's kernels: no divergence
+    assert module.main([SPLIT, "--in-process"]) == 2  # one process cannot run both sides
+    capsys.readouterr()
+
+    # the backend's process dies: the divergence is `lost`, as kvfuzz's judge says
+    monkeypatch.setenv("KVFUZZ_TEST_CROSS_KILL", "1")
+    lost = read_case_dir(_gpu_divergence_case(tmp_path / "corpus", SPLIT, rows=3, where="lost"))
+    write_repro(lost, tmp_path / "lost.py", device="cuda")
+    module = _emitted(tmp_path / "lost.py")
+    monkeypatch.setattr(module, "cross_devices", lambda requested, case: (device, "cpu"))
+    assert module.main([SPLIT]) == 1
+    out = capsys.readouterr().out
+    assert _defects(out) == ["decode_metadata:ps1:backend_divergence:-:lost"] and "SIGKILL" in out
 
 
 def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pytest(tmp_path, capsys, device):

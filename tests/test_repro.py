@@ -26,7 +26,7 @@ from conftest import seed_kernel_path
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
 SCRIPT_IMPORTS = {"argparse", "base64", "faulthandler", "importlib", "importlib.util", "inspect", "os", "signal",
-                  "subprocess", "sys", "traceback", "types", "zlib", "torch", "triton", "triton.language",
+                  "subprocess", "sys", "tempfile", "traceback", "types", "zlib", "torch", "triton", "triton.language",
                   "triton.runtime.jit"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
