@@ -58,6 +58,7 @@ class CrossExecutor:
         self.identity = primary.identity
         self.missing = dict(primary.missing)
         self.variants = dict(primary.variants)
+        self.takes = dict(getattr(primary, "takes", {}))
         self._pending: tuple | None = None
 
     @property
