@@ -35,7 +35,7 @@ from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
 from .progress import OpProgress, lines_to
-from .targets import variant_for
+from .targets import check_variant, variant_for
 from .worker import Executor, WorkerExecutor, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
@@ -259,6 +259,25 @@ class CampaignState:
             self.saved_at = time.monotonic()
 
 
+def check_forced_variant(cfg: CampaignConfig, executor: Executor | None = None) -> None:
+    """BadInput (one line) when `--variant` has arguments the target would drop, so that every
+    case using one would be a false finding or a false pass. Without `executor`, a worker is
+    started for the check (`--jobs`: the parent refuses once, before any shard starts)."""
+    if cfg.variant is None:
+        return
+    own = executor is None
+    if own:
+        executor = make_executor(cfg.target, devmod.select(cfg.device), isolate=cfg.isolate)
+    try:
+        for op in cfg.ops:
+            if op not in executor.missing:
+                check_variant(op, cfg.variant, executor, cfg.target, f"--variant {cfg.variant}",
+                              "a variant that adds no argument, such as live_prefix, can be forced")
+    finally:
+        if own:
+            executor.close()
+
+
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None,
                  status: Callable[[OpProgress], None] | None = None) -> CampaignResult:
     """`progress` gets event lines (findings, an op done); `status` a snapshot of the current op
@@ -278,6 +297,11 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if lacking:  # before anything runs; a campaign over all ops skips them instead
         executor.close()
         raise TargetLoadError(f"target {cfg.target} has no {lacking[0]}: {executor.missing[lacking[0]]}")
+    try:
+        check_forced_variant(cfg, executor)
+    except BadInput:
+        executor.close()
+        raise
     fresh = _fresh_workers(executor, cfg, device)
     if cfg.cross_check:
         try:

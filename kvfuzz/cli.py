@@ -230,6 +230,7 @@ def cmd_fuzz(args) -> int:
 
 def _fuzz_jobs(args, cfg) -> int:
     from . import device as devmod
+    from .campaign import check_forced_variant
     from .jobs import run_jobs
     from .progress import make_display
     from .reports import engine_line
@@ -238,6 +239,7 @@ def _fuzz_jobs(args, cfg) -> int:
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
     cfg.validate()
     device = devmod.select(cfg.device)
+    check_forced_variant(cfg)  # once, before any shard starts
     argv = _without(args.argv[1:], {"--jobs", "--report", "--junit", "--markdown"})  # [0] is "fuzz"
     display = make_display()  # the shards' progress, summed per op
     try:

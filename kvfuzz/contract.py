@@ -90,6 +90,9 @@ class Contract:
     numpy_ref: Callable[[Case], Expected]  # raises OutOfContract
     torch_ref: Callable[..., dict[str, Any]]  # (case, torch device, inputs=None) -> int64 tensors there
     block_sizes: tuple[int, ...] = field(default=())  # the seed's column blocks: edges to fuzz
+    # contract variant -> the later releases' optional arguments its cases may carry; a target must
+    # take them all to be judged by it (targets.variant_lacks); a variant absent here has none
+    variant_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.args or not self.variants or not self.paths:

@@ -61,6 +61,7 @@ class CrossExecutor:
         # and every such case would fail in kvfuzz's own call building (not_target)
         self.lacks = dict(getattr(primary, "lacks", {}))
         self.variants = dict(primary.variants)
+        self.takes = dict(getattr(primary, "takes", {}))
         self._pending: tuple | None = None
 
     @property

@@ -192,6 +192,14 @@ class CaseItem(pytest.Item):
             from .targets import variant_for
 
             case = case.replace(variant=variant_for(case.op, None, ex))
+        else:  # the case keeps its variant: a target that would drop its arguments cannot judge it
+            from .errors import BadInput
+            from .targets import check_variant
+
+            try:
+                check_variant(case.op, case.variant, ex, spec, f"the case's variant {case.variant}")
+            except BadInput as exc:
+                raise CaseFailed(str(exc)) from None
         verdict = judge(case, ex.run(case, repeats=2))
         r = Replayed(self.saved, spec, device, verdict, ex.description)
         self.rendered = render(r)

@@ -63,7 +63,12 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
 
             raise TargetLoadError(f"target {spec}'s {saved.case.op} cannot take {', '.join(lacked)}, "
                                   f"which this case holds (a later SGLang release added it)")
-        if spec != saved.target:
+        if spec == saved.target:  # the case keeps its variant: refused if the target would drop its arguments
+            from .targets import check_variant
+
+            check_variant(saved.case.op, saved.case.variant, executor, spec, f"the case's variant {saved.case.variant}",
+                          "replay it with --target naming a release that takes them")
+        else:
             from .targets import variant_for
 
             variant = variant_for(saved.case.op, None, executor)

@@ -46,6 +46,7 @@ class Executor(Protocol):
     missing: dict[str, str]  # op -> why the target cannot run it; every other op it runs
     variants: dict[str, str]  # op -> the contract variant the target selects (targets.variant_for)
     lacks: dict[str, tuple[str, ...]]  # op -> optional tensors its entry point cannot take (Target.lacks)
+    takes: dict[str, tuple[str, ...]]  # op -> later releases' arguments it takes (Target.takes)
     launch_keys: set  # Triton specialisation keys of every launch so far (see specialize.py)
     compiled: int  # kernel variants Triton compiled in the worker (0 under the interpreter)
 
@@ -75,6 +76,7 @@ class InProcessExecutor:
         self.missing = dict(self.target.missing)
         self.variants = dict(self.target.variants)
         self.lacks = self.target.lacks
+        self.takes = self.target.takes
         self.recorder = recorder()
 
     @property
@@ -126,6 +128,7 @@ class WorkerExecutor:
         self.missing = info["missing"]
         self.variants = info.get("variants", {})
         self.lacks = info.get("lacks", {})
+        self.takes = info.get("takes", {})
 
     # process management --------------------------------------------------------------
     def _spawn(self) -> subprocess.Popen:
@@ -390,7 +393,7 @@ def _serve(spec: str, device: str) -> int:
     shared = _Attached()
     send(("ready", {"description": target.description, "identity": devmod.identity(dev),
                     "missing": dict(target.missing), "variants": dict(target.variants),
-                    "lacks": target.lacks}))
+                    "lacks": target.lacks, "takes": target.takes}))
     while True:
         head = proto_in.read(_HEADER.size)
         if len(head) < _HEADER.size:

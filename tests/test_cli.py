@@ -360,3 +360,73 @@ def test_markdown_report_with_plots(tmp_path):
     assert "## Coverage" in text and "`zero_length`" in text
     for name in ("nightly-cases.png", "nightly-ops.png", "nightly-coverage.png"):
         assert (md.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({name})" in text
+
+
+# ------------------------------------------------------------- --variant forced onto a release
+
+
+def _release(spec):
+    from test_releases import kernel_file
+
+    if spec.startswith("sglang=="):
+        kernel_file(spec.split("==")[1])  # skips when neither cached nor reachable
+
+
+@pytest.mark.parametrize("target, variant, lacked", [
+    ("sglang==0.5.14", "fused", "skip_page_table, zero_tail, full_v2p, swa_v2p"),
+    ("sglang==0.5.17", "v2p_swa", "swa_v2p"),  # 0.5.18's unified SWA pool: the same signature as 0.5.17's
+    ("sglang==0.5.23", "strict", "kernel_page_multiplier"),
+    ("builtin", "read_table", "src_is_read_table, swa_src_table"),
+])
+def test_a_forced_variant_whose_arguments_the_target_lacks_is_refused(target, variant, lacked, capsys):
+    """Its entry point would drop them: every case using one a false finding or a false pass."""
+    from conftest import DEVICE
+
+    _release(target)
+    code = main(["fuzz", "--target", target, "--op", "decode_metadata", "--variant", variant, "--in-process",
+                 "--device", DEVICE, "--budget", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"target {target} does not take decode_metadata's {lacked}, which variant {variant} passes" in err
+    assert "cases" not in out  # refused before any case ran
+
+
+def test_a_forced_variant_is_refused_once_for_jobs_and_by_replay_and_the_corpus_plugin(tmp_path):
+    from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
+
+    import cases
+    from conftest import DEVICE
+
+    _release("sglang==0.5.14")
+    _release("sglang==0.5.23")
+    p = run("fuzz", "--target", "sglang==0.5.14", "--op", "decode_metadata", "--variant", "fused", "--jobs", "2",
+            "--budget", "1")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "does not take decode_metadata's skip_page_table" in p.stderr and "Traceback" not in p.stderr
+    # a case judged by fused, recorded against 0.5.14: replayed there it keeps its variant
+    case = cases.unified(cases.decode(ps=4), full_v2p="permuted", variant="fused")
+    saved = SavedCase(case=case, finding=None, target="sglang==0.5.14", device=DEVICE,
+                      versions=environment_versions(), origin="hand")
+    path = DirectoryCorpus(tmp_path / "c").save(saved).path
+    r = run("replay", str(path))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "the case's variant fused: target sglang==0.5.14 does not take decode_metadata's skip_page_table" in r.stderr
+    ok = run("replay", str(path), "--target", "sglang==0.5.23")  # a release taking them judges it by its own
+    assert ok.returncode == 0 and "[fused]" in ok.stdout, ok.stdout + ok.stderr
+    t = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--kvfuzz-device", DEVICE,
+                        str(tmp_path / "c")], capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert "1 failed" in t.stdout and "does not take decode_metadata's skip_page_table" in t.stdout, t.stdout[-2000:]
+
+
+@pytest.mark.parametrize("target, op, variant", [
+    ("sglang==0.5.14", "decode_metadata", "live_prefix"),  # a judging rule only
+    ("sglang==0.5.14", "num_kv_splits", "sglang"),
+    ("builtin", "decode_metadata", "fused"),  # a subset of what builtin takes
+])
+def test_a_forced_variant_the_target_takes_still_runs(target, op, variant, tmp_path):
+    _release(target)
+    p = run("fuzz", "--target", target, "--op", op, "--variant", variant, "--in-contract-only", "--max-cases", "16",
+            "--minimize-budget", "0", "--budget", "20", "--report", str(tmp_path / "r.json"))
+    assert p.returncode in (0, 1), p.stdout + p.stderr  # 0.5.14 may show its known defects
+    s = json.loads((tmp_path / "r.json").read_text())["ops"][op]
+    assert s["contract_variant"] == variant and s["cases"] >= 1, s

@@ -27,7 +27,7 @@ from kvfuzz.errors import TargetLoadError
 from kvfuzz.execute import HARNESS, run_case
 from kvfuzz.judge import judge
 from kvfuzz.ops import CONTRACTS
-from kvfuzz.targets import load_target, variant_for
+from kvfuzz.targets import load_target, variant_for, variant_lacks
 from kvfuzz.targets.calls import GENERATIONS, bind
 from kvfuzz.targets.releases import RELEASES, parse_version, select_variant, variant_for_release
 
@@ -115,6 +115,17 @@ def test_each_release_binds_by_name_to_its_api_generation(version, device):
         assert by_version == variant_for_release(op, version)
         by_path = "v2p" if (version, op) == ("0.5.18", "decode_metadata") else by_version
         assert select_variant(op, None, b)[0] == by_path
+        # its parameters pass exactly that variant's later arguments (0.5.18's swa_v2p rides in
+        # token_to_kv_pool, which only the release tells), so its own variant is never refused
+        assert set(b.takes) == set(CONTRACTS[op].variant_args.get(by_path, ())), b.takes
+        assert variant_lacks(op, by_version, t) == ()
+
+
+def test_builtin_takes_every_argument_of_strict_but_read_tables(device):
+    t = load_target("builtin", device)
+    assert set(t.bindings["decode_metadata"].takes) == set(CONTRACTS["decode_metadata"].variant_args["strict"])
+    assert variant_lacks("decode_metadata", "read_table", t) == ("src_is_read_table", "swa_src_table")
+    assert variant_lacks("decode_metadata", "fused", t) == () == variant_lacks("num_kv_splits", "sglang", t)
 
 
 def test_the_same_kernel_file_loaded_by_path_selects_by_its_signature(device):

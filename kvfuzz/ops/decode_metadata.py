@@ -263,4 +263,5 @@ CONTRACT = Contract(
     numpy_ref=numpy_ref.decode_metadata,
     torch_ref=torch_ref.decode_metadata,
     block_sizes=(128, 256),
+    variant_args=VARIANT_ARGS,
 )

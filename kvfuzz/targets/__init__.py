@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any, Mapping
 
 from .. import device as devmod
-from ..errors import TargetLoadError
+from ..errors import BadInput, TargetLoadError
 from ..ops import CONTRACTS
 from .calls import Binding, bind
 from .releases import module_release, select_variant
@@ -53,6 +53,14 @@ class Target:
     def lacks(self) -> dict[str, tuple[str, ...]]:
         """op -> the contract's optional tensors its entry point cannot take."""
         return {op: b.lacks for op, b in self.bindings.items() if b.lacks}
+
+    @property
+    def takes(self) -> dict[str, tuple[str, ...]]:
+        """op -> the later releases' optional arguments its entry point takes: those its
+        parameters pass, and those of the variant its release selects (0.5.18's unified SWA pool
+        comes in `token_to_kv_pool`, a parameter every release has)."""
+        return {op: tuple(dict.fromkeys(b.takes + tuple(CONTRACTS[op].variant_args.get(self.variants[op], ()))))
+                for op, b in self.bindings.items()}
 
     def supports(self, op: str) -> bool:
         return op in self.entries
@@ -82,6 +90,25 @@ def variant_for(op: str, requested: str | None, executor: Any) -> str:
         return requested
     chosen = (getattr(executor, "variants", None) or {}).get(op)
     return chosen or next(iter(CONTRACTS[op].variants))
+
+
+def variant_lacks(op: str, variant: str, executor: Any) -> tuple[str, ...]:
+    """The arguments `variant`'s cases may carry that the target (a `Target`, or an executor
+    carrying its `takes`) cannot take: its entry point would drop them, and every case using
+    one would be a false finding or a false pass. A variant that only changes the judging rule
+    (`live_prefix`) lacks nothing."""
+    takes = (getattr(executor, "takes", None) or {}).get(op, ())
+    return tuple(a for a in CONTRACTS[op].variant_args.get(variant, ()) if a not in takes)
+
+
+def check_variant(op: str, variant: str, executor: Any, spec: str, forced_by: str, hint: str = "") -> None:
+    """BadInput (one line: `forced_by`, what the target lacks, `hint`) when `variant`, forced on
+    `spec`, has arguments the target cannot take."""
+    lacked = variant_lacks(op, variant, executor)
+    if lacked:
+        own = (getattr(executor, "variants", None) or {}).get(op)
+        raise BadInput(f"{forced_by}: target {spec} does not take {op}'s {', '.join(lacked)}, which variant "
+                       f"{variant} passes (its own variant is {own}{'; ' + hint if hint else ''})")
 
 
 _cache: dict[tuple[str, str], Target] = {}

@@ -13,7 +13,9 @@ its value comes from.
   unified SWA pool (`token_to_kv_pool` a `UnifiedSWAKVPool` holding the case's `swa_v2p`),
   0.5.19's `src_is_read_table` / `swa_src_table`, 0.5.20's `skip_page_table` and 0.5.23's
   `zero_tail`, `full_v2p`, `swa_v2p` come from the case too (optional case fields: absent means
-  False / None / 1, the value that turns their path off).
+  False / None / 1, the value that turns their path off). Which of them a signature can pass
+  is `Binding.takes` (`OpCall.carries`): a forced variant needing others is refused
+  (`targets.check_variant`), since a parameter the signature lacks is never passed.
 * A parameter of a later SGLang release that kvfuzz has no contract for yet, but knows, gets
   the value that turns its new path off, so that the call does what the contract kvfuzz
   checks describes (`OpCall.neutral`; empty today: every later parameter of a checked op
@@ -136,6 +138,8 @@ class OpCall:
     aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
     optional: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # optional tensor -> its parameters
     returns: str | None = None  # the output the entry point returns as a new tensor (kvfuzz copies it in)
+    # a later release's optional argument (Contract.variant_args) -> the parameters that pass it
+    carries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -172,6 +176,10 @@ DECODE = OpCall(
     legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
             "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
     legacy_kw=("swa_page_table", "token_to_kv_pool"),
+    # 0.5.18's swa_v2p rides in token_to_kv_pool, which every release has: only its release tells
+    carries={"full_v2p": ("full_v2p", "v2p_page_table"), "swa_v2p": ("swa_v2p",),
+             **{name: (name,) for name in ("kernel_page_multiplier", "src_is_read_table", "swa_src_table",
+                                           "skip_page_table", "zero_tail")}},
 )
 
 SWA_SPEC = OpCall(
@@ -297,6 +305,7 @@ class Binding:
     returns: str | None = None  # the output the entry point returns (OpCall.returns)
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
+    takes: tuple[str, ...] = ()  # the later releases' optional arguments its parameters pass (OpCall.carries)
 
     def arguments(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list, dict]:
         unsupported = [name for name in self.lacks if name in t]
@@ -384,19 +393,23 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       _lacks(call, supplied), call.returns, positional, keywords)
+                       _lacks(call, supplied), call.returns, positional, keywords, _takes(call, supplied))
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
-                       call.returns, positional, keywords)
+                       call.returns, positional, keywords, _takes(call, supplied))
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
 
 
 def _lacks(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(name for name, params in call.optional.items() if not set(params) & set(supplied))
+
+
+def _takes(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name, params in call.carries.items() if set(params) & set(supplied))
 
 
 def _same(default: Any, value: Any) -> bool:
