@@ -107,7 +107,7 @@ def test_extracted_entry_point_loads_and_runs_without_the_modules_imports(tmp_pa
 
 @pytest.mark.parametrize("entry, why", [
     ("uses_backend", f"uses_backend -> AttnBackend needs `from {MISSING}.layers import Backend`"),
-    ("uses_late", "uses_late needs LATE, which the module binds only conditionally"),
+    ("uses_late", "uses_late needs LATE, which the module binds conditionally"),
     ("nowhere", "defines no nowhere at module level"),
 ])
 def test_an_entry_point_needing_anything_else_is_refused_in_one_line(entry, why):

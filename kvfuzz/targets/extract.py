@@ -67,7 +67,8 @@ def _local_names(node: ast.AST) -> set[str]:
             bound.add(n.id)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in n.names)
-    return bound
+    # `global X` makes X the module's, even where the function assigns it
+    return bound - {name for n in ast.walk(node) if isinstance(n, ast.Global) for name in n.names}
 
 
 def _used_names(node: ast.AST, skip: set[int]) -> set[str]:
@@ -107,7 +108,7 @@ class _Module:
         self.skip = _annotation_nodes(self.tree) if self.future else set()
         self.defs: dict[str, ast.stmt] = {}  # name -> its defining statement (the last one wins, as at run time)
         self.imports: dict[str, tuple[ast.stmt, ast.alias]] = {}
-        self.conditional: set[str] = set()  # bound only inside if/try/with blocks
+        self.conditional: set[str] = set()  # bound (or rebound) inside if/try/with/for blocks
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defs[stmt.name] = stmt
@@ -148,6 +149,9 @@ class _Module:
             for used in sorted(_used_names(stmt, self.skip)):
                 if used in needed or used in imports:
                     continue
+                if used in self.conditional:  # its value depends on how the module's import went
+                    raise ExtractError(f"{self.src.origin}: {name} needs {used}, which the module binds "
+                                       f"conditionally (inside an if/try/with/for block)")
                 if used in self.defs:
                     needed[used] = chain[-1]
                     todo.append(used)
@@ -155,9 +159,6 @@ class _Module:
                     imp, alias = self.imports[used]
                     _check_import(imp, alias, self.src.origin, name)
                     imports[used] = (imp, alias)
-                elif used in self.conditional:
-                    raise ExtractError(f"{self.src.origin}: {name} needs {used}, which the module binds only "
-                                       f"conditionally (inside an if/try/with block)")
                 elif not hasattr(builtins, used):
                     raise ExtractError(f"{self.src.origin}: {name} needs {used}, which the module does not define")
         wanted = {id(self.defs[n]) for n in needed}
