@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -180,12 +183,40 @@ def test_0_5_10_has_0_5_14s_kernels_and_defect(device):
 
 
 def test_fuzzing_an_op_a_release_does_not_offer_is_refused_in_one_line(tmp_path):
-    import os
-    import subprocess
-
     kernel_file("0.5.6")
     p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", "sglang==0.5.6", "--device", "cpu",
                         "--op", "decode_metadata", "--budget", "1", "--corpus", str(tmp_path / "c")],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "normal_decode_set_metadata is plain torch" in p.stderr
+
+
+def test_an_installed_old_sglang_is_extracted_from_its_backends(tmp_path):
+    """`--target sglang` with 0.5.10 installed: its backend modules (here: 0.5.10's definitions and
+    an import of a package that is not installed) are extracted into the cache, keyed by content."""
+    body = kernel_file("0.5.10").read_text() + "\nfrom sgl_kernel import merge_state_v2\n"
+    site = tmp_path / "site"
+    attention = site / "sglang" / "srt" / "layers" / "attention"
+    attention.mkdir(parents=True)
+    for name in ("flashattention_backend.py", "triton_backend.py"):
+        (attention / name).write_text(body)
+    (site / "sglang" / "__init__.py").write_text("raise ImportError('kvfuzz must not import sglang')\n")
+    dist = site / "sglang-0.5.10.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.10\n")
+    code = textwrap.dedent("""
+        import json, sys
+        from kvfuzz.targets import load_target
+        t = load_target("sglang", "cpu")
+        print(json.dumps([t.release, sorted(t.bindings), t.variants["decode_metadata"],
+                          "sgl_kernel" in sys.modules, str(t.module.__file__)]))
+    """)
+    env = dict(os.environ, KVFUZZ_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    release, ops, variant, imported, path = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (release, ops, variant, imported) == (
+        "0.5.10", ["decode_metadata", "num_kv_splits", "swa_spec_page_table"], "default", False)
+    assert path.startswith(str(tmp_path / "cache" / "sglang-0.5.10-installed-"))
+    assert "from the installed sglang 0.5.10" in open(path).read(300)
