@@ -93,10 +93,10 @@ def test_version_detection_picks_the_live_prefix_from_0_5_17():
 def test_the_variant_docs_name_the_releases_they_cover():
     """`kvfuzz ops` prints these: what it says matches what kvfuzz picks."""
     variants = CONTRACTS["decode_metadata"].variants
-    assert "0.5.13-0.5.16" in variants["default"] and "0.5.17 and later" in variants["live_prefix"]
+    assert "0.5.10-0.5.16" in variants["default"] and "0.5.17 and later" in variants["live_prefix"]
     assert "0.5.20-0.5.22" in variants["skip"] and "0.5.23" in variants["fused"] and "builtin" in variants["strict"]
-    assert "0.5.13-0.5.23" in CONTRACTS["num_kv_splits"].variants["default"]
-    assert "0.5.13-0.5.23" in CONTRACTS["swa_spec_page_table"].variants["default"]
+    assert "0.5.6-0.5.23" in CONTRACTS["num_kv_splits"].variants["default"]
+    assert "0.5.6-0.5.23" in CONTRACTS["swa_spec_page_table"].variants["default"]
 
 
 # ------------------------------------------------------------------- every release's real kernel file
@@ -374,11 +374,12 @@ def test_an_installed_sglang_is_found_and_judged_by_its_version(tmp_path):
                    "module:sglang.kernels.ops.attention.metadata": ["0.5.19", "read_table", "0.5.19"]}
 
 
-def test_releases_before_0_5_13_are_refused_with_the_reason():
-    from kvfuzz.targets.releases import FIRST_LOADABLE
+def test_releases_before_0_5_13_have_no_kernel_file_but_backends_to_extract_from():
+    from kvfuzz.targets.releases import FIRST_KERNEL_FILE, FIRST_LOADABLE
 
-    assert all(parse_version(v) < FIRST_LOADABLE for v, r in RELEASES.items() if not r.kernel_file)
-    assert all(parse_version(v) >= FIRST_LOADABLE for v in LOADABLE)
+    assert all(FIRST_LOADABLE <= parse_version(v) < FIRST_KERNEL_FILE and r.backends
+               for v, r in RELEASES.items() if not r.kernel_file)  # tests/test_old_releases.py
+    assert all(parse_version(v) >= FIRST_KERNEL_FILE and not RELEASES[v].backends for v in LOADABLE)
     assert set(GENERATIONS) == set(CONTRACTS)
 
 

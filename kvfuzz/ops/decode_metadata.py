@@ -100,7 +100,7 @@ SWA_SOURCES = ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table")  # swa_p
 # (kvfuzz/targets/releases.py; --variant overrides): (first release, variant), oldest first.
 # Read from the release wheels: 0.5.17's kernels return before the columns past
 # cdiv(seq_len + seq_len_delta, page_size) ("Contract: only the live prefix ... is (re)written").
-RELEASE_VARIANTS = (("0.5.13", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "read_table"),
+RELEASE_VARIANTS = (("0.5.10", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "read_table"),
                     ("0.5.20", "skip"), ("0.5.23", "fused"))
 BUILTIN_VARIANT = "strict"  # kvfuzz's own kernel: every argument kvfuzz checks, every column c < P written
 
@@ -231,7 +231,7 @@ CONTRACT = Contract(
     args=ARGS,
     scalars=SCALARS,
     variants={
-        "default": "SGLang 0.5.13-0.5.16 (the seed, 0.5.14): every column c < max_seq_pages is written, "
+        "default": "SGLang 0.5.10-0.5.16 (the seed, 0.5.14): every column c < max_seq_pages is written, "
         "the rest untouched",
         "live_prefix": "SGLang 0.5.17 and later: only each row's live pages c < min(cdiv(seq_lens[i] + "
         "seq_len_delta, page_size), max_seq_pages) are required; the other columns < max_seq_pages may be "

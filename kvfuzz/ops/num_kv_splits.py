@@ -30,7 +30,7 @@ SCALARS = (
 # the zero-length behaviour (0.5.23 only added `uneven_batch_ptr`), so every release is judged by
 # kvfuzz's stricter `default`, which reports SGLang's division by zero; `--variant sglang` judges
 # by SGLang's own documented contract instead.
-RELEASE_VARIANTS = (("0.5.13", "default"),)
+RELEASE_VARIANTS = (("0.5.6", "default"),)
 
 
 def sglang_max_num_seq(num_seq: int) -> int:
@@ -82,9 +82,9 @@ CONTRACT = Contract(
     args=ARGS,
     scalars=SCALARS,
     variants={
-        "default": "kvfuzz's contract, for every target and SGLang release (0.5.13-0.5.23): zero lengths are "
+        "default": "kvfuzz's contract, for every target and SGLang release (0.5.6-0.5.23): zero lengths are "
         "defined (statistics over lengths >= 1; a zero row gets 0 splits); SGLang divides by zero on them",
-        "sglang": "SGLang's documented contract, the same in 0.5.13-0.5.23: every seq_len >= 1 "
+        "sglang": "SGLang's documented contract, the same in 0.5.6-0.5.23: every seq_len >= 1 "
         "(only with --variant sglang)",
     },
     # The flag is the `min_seq_len < max_seq_len` SGLang 0.5.23 stores after its ratio rule

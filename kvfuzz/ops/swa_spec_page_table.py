@@ -23,7 +23,7 @@ SCALARS = (Scalar("speculative_num_draft_tokens", "R >= 1; M = bs * R"),)
 
 # (first release, variant) chosen automatically (kvfuzz/targets/releases.py): the entry point and
 # its kernel are the same in every release from 0.5.6 to 0.5.23.
-RELEASE_VARIANTS = (("0.5.13", "default"),)
+RELEASE_VARIANTS = (("0.5.6", "default"),)
 
 
 def kernel_path(case: Case) -> str:
@@ -75,7 +75,7 @@ CONTRACT = Contract(
     doc=__doc__,
     args=ARGS,
     scalars=SCALARS,
-    variants={"default": "SGLang 0.5.13-0.5.23 (unchanged): cells c < la + lb written, the rest of each row "
+    variants={"default": "SGLang 0.5.6-0.5.23 (unchanged): cells c < la + lb written, the rest of each row "
               "untouched"},
     paths={"spec": "one kernel; per 256-column block an all-A, all-B or mixed path"},
     kernel_path=kernel_path,

@@ -32,7 +32,7 @@ from .. import device as devmod
 from ..errors import BadInput, TargetLoadError
 from ..ops import CONTRACTS
 from .calls import Binding, bind
-from .releases import module_release, select_variant
+from .releases import module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
 from .wheels import installed_kernel_file, sglang_kernel_file
 
@@ -125,7 +125,9 @@ def load_target(spec: str, device: str) -> Target:
         for op, contract in CONTRACTS.items():
             entry = getattr(module, contract.entry, None)
             if entry is None:
-                target.missing[op] = f"{description} has no {contract.entry}"
+                why = getattr(release_entry(release or ""), "not_offered", {}).get(op)  # an old release's reason
+                target.missing[op] = f"not offered by sglang {release}: {why}" if why else \
+                    f"{description} has no {contract.entry}"
                 continue
             target.bindings[op] = binding = bind(op, entry, where=f"target {spec}")  # or TargetLoadError
             target.entries[op] = entry
@@ -145,7 +147,9 @@ def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:
     if spec.startswith("sglang=="):
         version = spec.split("==", 1)[1]
         path = sglang_kernel_file(version)
-        return _load_file(path, spec), f"{spec} ({path.name} from the PyPI wheel)", version
+        old = release_entry(version) is not None and release_entry(version).backends
+        how = "extracted from the PyPI wheel's attention backends" if old else "from the PyPI wheel"
+        return _load_file(path, spec), f"{spec} ({path.name} {how})", version
     if spec == "sglang":
         path, version = installed_kernel_file()
         return _load_file(path, spec), f"installed sglang {version} ({path})", version

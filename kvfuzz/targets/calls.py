@@ -254,7 +254,7 @@ _DECODE_0519 = tuple(p for p in _DECODE_0514 if p != "strided_indices")
 _SPLITS_0514 = NUM_KV_SPLITS.legacy + ("MAX_NUM_SEQ",)
 GENERATIONS: dict[str, tuple[Generation, ...]] = {
     "decode_metadata": (
-        Generation("0.5.14", "0.5.13-0.5.16", _DECODE_0514, "the seed's signature"),
+        Generation("0.5.14", "0.5.10-0.5.16", _DECODE_0514, "the seed's signature"),
         Generation("0.5.17", "0.5.17-0.5.18", _DECODE_0514 + ("v2p_page_table", "kernel_page_multiplier"),
                    "v2p_page_table, kernel_page_multiplier (unified memory): the case's full_v2p and multiplier "
                    "(variant v2p; 0.5.18 v2p_swa: and swa_v2p in a UnifiedSWAKVPool)"),

@@ -13,13 +13,14 @@ judged by when the user gives no `--variant`:
   signature (`calls.GENERATIONS`; every generation is named after its first release), or the
   generation closest to it.
 
-Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py).
+Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py). Releases 0.5.6 - 0.5.12 have
+no kernel file: `backends` names the modules their entry points are extracted from (extract.py).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from ..ops import CONTRACTS
@@ -32,34 +33,55 @@ BUILTIN_VARIANTS = {m.CONTRACT.name: m.BUILTIN_VARIANT for m in (decode_metadata
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
-BACKENDS = "sglang/srt/layers/attention/flashattention_backend.py and triton_backend.py"
-FIRST_LOADABLE = (0, 5, 13)
+FA_BACKEND = "sglang/srt/layers/attention/flashattention_backend.py"
+TRITON_BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
+FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
 
 
 @dataclass(frozen=True)
 class Release:
     version: str
     kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
-    api: dict  # op -> the API generation of its entry point (calls.GENERATIONS), or why none
+    api: dict  # op -> the API generation of its entry point (calls.GENERATIONS)
     unchecked: str = ""  # what this release added that kvfuzz does not check yet
     note: str = ""
+    # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it), and the
+    # ops whose entry point it does not extract -> why (docs/releases.md)
+    backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    not_offered: dict = field(default_factory=dict)
 
 
 _G14 = {"decode_metadata": "0.5.14", "swa_spec_page_table": "0.5.14", "num_kv_splits": "0.5.14"}
 _G16 = {**_G14, "draft_extend_metadata": "0.5.16"}  # draft_extend_set_metadata from 0.5.16 on
-_NOT_LOADABLE = {
-    "0.5.6": "decode is plain torch (no Triton kernel, no SWA parameters)",
-    "0.5.7": "decode is plain torch (no Triton kernel, no SWA parameters)",
-    "0.5.8": "decode is plain torch; SWA through SWAKVPool.translate_loc_from_full_to_swa",
-    "0.5.9": "decode is plain torch; SWA through SWAKVPool.translate_loc_from_full_to_swa",
-    "0.5.10": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
-    "0.5.11": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
-    "0.5.12": "decode is the fused Triton kernels of 0.5.14 (SWAKVPool imported at module level)",
+_SPEC_SPLITS = {op: "0.5.14" for op in ("swa_spec_page_table", "num_kv_splits")}
+_TORCH_DECODE = ("normal_decode_set_metadata is plain torch (no Triton kernel): it leaves cu_seqlens_k[0] to the "
+                 "caller and does not refuse a page_size that is not a power of two, both of which 0.5.14's "
+                 "contract requires")
+_NOT_OFFERED = {
+    **{v: _TORCH_DECODE + "; no SWA parameters (the first ten of 0.5.14's)" for v in ("0.5.6", "0.5.7")},
+    **{v: _TORCH_DECODE + "; SWA through SWAKVPool.translate_loc_from_full_to_swa (a token id of -1 "
+       "indexes the mapping's last entry)" for v in ("0.5.8", "0.5.9")},
 }
+
+
+def _old(version: str) -> Release:
+    """0.5.6 - 0.5.12: decode and swa_spec inside the FlashAttention backend, num_kv_splits inside
+    the Triton backend; all but 0.5.6 - 0.5.9's torch decode is 0.5.14's text."""
+    torch_decode = version in _NOT_OFFERED
+    fa = ("prepare_swa_spec_page_table_triton",) + (() if torch_decode else ("normal_decode_set_metadata",))
+    return Release(
+        version, None, _SPEC_SPLITS if torch_decode else _G14,
+        note=("decode not offered (plain torch)" if torch_decode else "decode is 0.5.14's fused Triton kernels "
+              "(SWAKVPool imported at module level)") + "; prepare_swa_spec_page_table_triton and "
+        "get_num_kv_splits_triton are 0.5.14's text; extracted from the backends (the .post releases: the same "
+        "definitions)",
+        backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
+        not_offered={"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {})
+
+
 RELEASES: dict[str, Release] = {
-    **{v: Release(v, None, {}, note=f"{note}; get_num_kv_splits_triton and prepare_swa_spec_page_table_triton are "
-                  f"0.5.14's; all inside {BACKENDS}, which import sgl_kernel and most of sglang.srt")
-       for v, note in _NOT_LOADABLE.items()},
+    **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
     "0.5.13": Release("0.5.13", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
     "0.5.14": Release("0.5.14", OLD_PATH, _G14, note="the seed"),
     "0.5.15": Release("0.5.15", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
@@ -92,6 +114,12 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """(major, minor, micro) of a version string; post, pre and local parts are ignored."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else None
+
+
+def release_entry(version: str) -> Release | None:
+    """The RELEASES entry of a version; a .postN release is its release's (the same definitions)."""
+    v = parse_version(version)
+    return RELEASES.get(".".join(map(str, v))) if v else None
 
 
 def variant_for_release(op: str, version: str) -> str:
