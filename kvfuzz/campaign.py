@@ -49,7 +49,7 @@ class CampaignConfig:
     ops: list[str]
     target: str = "builtin"
     device: str = "auto"
-    budget_s: float = 60.0  # generation time, split evenly over the ops
+    budget_s: float = 60.0  # generation time, split evenly over the ops the target has
     max_cases: int = 1_000_000  # per op
     seed: int = 0
     corpus: Path | None = None
@@ -68,6 +68,7 @@ class CampaignConfig:
     cross_check: str | None = None  # a second backend ("cpu": the interpreter) that runs the same cases
     cross_check_every: int = 1  # every N-th case (in contract) is cross-checked (batched engine)
     ops_named: bool = False  # the user named the ops (--op): one the target lacks is refused, not skipped
+    time_limit_s: float | None = None  # wall clock for the whole run, confirming and minimizing included
 
     def validate(self) -> None:
         for op in self.ops:
@@ -78,6 +79,8 @@ class CampaignConfig:
             raise BadInput(f"--max-cases must be >= 1, got {self.max_cases}")
         if self.minimize_budget_s < 0:
             raise BadInput("--minimize-budget must be >= 0")
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise BadInput(f"--time-limit must be > 0 seconds, got {self.time_limit_s}")
         if self.case_timeout_s <= 0:
             raise BadInput(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s}")
         if self.rerun_every is not None and self.rerun_every < 0:
@@ -322,7 +325,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
     interrupted = False
-    per_op = cfg.budget_s / len(cfg.ops)
+    runnable = [op for op in cfg.ops if op not in executor.missing]
+    per_op = cfg.budget_s / max(len(runnable), 1)  # an op the target lacks leaves its share to the others
+    slots = time_slots(runnable, t0, cfg.time_limit_s)
     shown = {op: OpProgress(op, cfg.target, devmod.describe(device), f"{cfg.shard[0]}/{cfg.shard[1]}",
                             budget=per_op) for op in cfg.ops}
 
@@ -391,7 +396,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     shown[op].known += 1
                 show(op, "fuzzing", current, t_op)
 
-            common = dict(seed=cfg.stream_seed(), budget_s=per_op, max_cases=cfg.max_cases,
+            fuzz_end, op_end = slots.get(op, (None, None))
+            common = dict(seed=cfg.stream_seed(), budget_s=_within(per_op, fuzz_end), max_cases=cfg.max_cases,
                           in_contract_only=cfg.in_contract_only, variant=variant,
                           rerun_every=cfg.rerun_for(device), known=found, on_case=on_case,
                           on_new=on_new, stats=current, start=state.start(op) if state else 0)
@@ -399,7 +405,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 s, found = batch_engine.fuzz_op(op, executor, device=device, batch=cfg.batch,
                                                 shard=cfg.shard, pool_seed=cfg.seed,
                                                 cross_every=cfg.cross_check_every if cfg.cross_check else 0,
-                                                **common)
+                                                until=fuzz_end, **common)
             elif cfg.engine == "atheris":
                 s, found = atheris_engine.fuzz_op(
                     op, executor, target=cfg.target, device=device, case_timeout_s=cfg.case_timeout_s,
@@ -418,7 +424,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             for sig in list(found):
                 if sig in confirmed:
                     saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
-                                         first_saved.get(sig), confirmed[sig]))
+                                         first_saved.get(sig), confirmed[sig], until=op_end))
                 del found[sig]
             show(op, "done")
     except KeyboardInterrupt:
@@ -445,6 +451,26 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result
+
+
+# --time-limit: each op the target has gets an equal slot of the wall clock; the last
+# MINIMIZE_SHARE of a slot is for minimizing its findings (what is left unminimized is saved as
+# first confirmed), and HEADROOM of the limit is kept back for closing workers and the report
+MINIMIZE_SHARE = 0.25
+HEADROOM = 0.05
+
+
+def time_slots(ops: list[str], t0: float, limit_s: float | None) -> dict[str, tuple[float, float]]:
+    """op -> (when it stops drawing cases, when its minimizing stops), as monotonic times."""
+    if not limit_s or not ops:
+        return {}
+    slot = limit_s * (1 - HEADROOM) / len(ops)
+    return {op: (t0 + slot * (k + 1 - MINIMIZE_SHARE), t0 + slot * (k + 1)) for k, op in enumerate(ops)}
+
+
+def _within(seconds: float, until: float | None) -> float:
+    """`seconds`, cut to what is left before `until` (a monotonic time; None: no cut)."""
+    return seconds if until is None else max(0.0, min(seconds, until - time.monotonic()))
 
 
 def _fresh_workers(executor: Executor, cfg: CampaignConfig, device: str) -> Callable[[], WorkerExecutor]:
@@ -480,7 +506,8 @@ def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions
 
 def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, versions: dict,
             store: DirectoryCorpus | None, progress, first_saved: str | None = None,
-            confirmation: Confirmation | None = None, interrupted: bool = False) -> Saved:
+            confirmation: Confirmation | None = None, interrupted: bool = False,
+            until: float | None = None) -> Saved:
     """kvfuzz's reducer after the engine's own shrinking; the result is confirmed in a fresh
     process and saved over the case saved when the finding was first seen. If minimizing lost
     the signature, the confirmed case stays. Interrupted: save the case as it stands (it was
@@ -489,7 +516,9 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     case, log, seconds = f.case, [], 0.0
     fresh = _fresh_workers(executor, cfg, device)
     minimized_confirmed = None
-    budget = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
+    budget = _within(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until)
+    if budget <= 0:  # the op's time slot is spent (--time-limit): saved as first confirmed
+        interrupted = True
     if budget > 0 and not interrupted:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds

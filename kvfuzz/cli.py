@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
+    f.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="wall clock for the whole run, confirming and minimizing included: each op gets "
+                   "an equal slot (findings left unminimized are saved as confirmed); past it, the run "
+                   "stops as on SIGTERM (for a nightly's fixed slot)")
     f.add_argument("--engine", choices=("batch", "hypothesis", "atheris"), default="batch",
                    help="batch: seeded generation, many cases per synchronisation (default); "
                    "hypothesis: one case at a time through Hypothesis, which shrinks as it goes; "
@@ -182,7 +186,8 @@ def cmd_fuzz(args) -> int:
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
-        cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops))
+        cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
+        time_limit_s=args.time_limit)
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend
@@ -197,9 +202,17 @@ def cmd_fuzz(args) -> int:
         return _fuzz_jobs(args, cfg)
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
     display = make_display(prefix=prefix)  # a live table on a terminal, plain lines in a log
+    # --time-limit: the campaign plans to end inside it; should a case or a worker start outlast
+    # the plan, SIGALRM at the limit stops the run as SIGTERM does (findings and report kept)
+    alarm = (args.time_limit or 0) > 0 and threading.current_thread() is threading.main_thread()
+    if alarm:
+        signal.signal(signal.SIGALRM, signal.default_int_handler)
+        signal.setitimer(signal.ITIMER_REAL, args.time_limit)
     try:
         result = run_campaign(cfg, progress=display.event, status=display.update)
     finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         display.close()
     for s in result.stats:
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (

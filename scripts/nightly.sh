@@ -4,6 +4,8 @@
 #   usage: scripts/nightly.sh [OUTDIR]            (default nightly/<date>)
 #   TARGETS  targets, space-separated (default "builtin sglang==0.5.14"; a seed file path works too)
 #   BUDGET   seconds of fuzzing per target (default 600); JOBS shards per target (default 1)
+#   TIME_LIMIT wall clock per target, confirming and minimizing included (default 1.5 x BUDGET):
+#            every op gets its slot however many defects it finds (`kvfuzz fuzz --time-limit`)
 #   DEVICE   auto|cpu|cuda (default auto); STATE where campaigns keep their state (default nightly-state)
 #   FUZZ_ARGS more `kvfuzz fuzz` options for every target (e.g. "--cross-check cpu --cross-check-every 20")
 # Each target's campaign lives in $STATE/<target> (--campaign): the next night continues its case
@@ -17,7 +19,9 @@ status=0
 for target in ${TARGETS:-builtin sglang==0.5.14}; do
     name=$(printf '%s' "$target" | tr -c 'A-Za-z0-9._-' '_')
     echo "== $target ($(date +%T))"
-    kvfuzz fuzz --target "$target" --device "${DEVICE:-auto}" --budget "${BUDGET:-600}" --jobs "${JOBS:-1}" \
+    budget=${BUDGET:-600}
+    kvfuzz fuzz --target "$target" --device "${DEVICE:-auto}" --budget "$budget" --jobs "${JOBS:-1}" \
+        --time-limit "${TIME_LIMIT:-$(( ${budget%.*} * 3 / 2 ))}" \
         --campaign "$state/$name" --report "$out/$name.json" --junit "$out/$name.xml" --markdown "$out/$name.md" \
         ${FUZZ_ARGS:-}
     rc=$?

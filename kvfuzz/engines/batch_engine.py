@@ -29,6 +29,7 @@ Findings are shrunk and confirmed by the campaign (kvfuzz's reducer, then a fres
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Iterator
 
@@ -52,12 +53,14 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
-            stats: OpStats | None = None, start: int = 0) -> tuple[OpStats, dict[str, Found]]:
+            stats: OpStats | None = None, start: int = 0,
+            until: float | None = None) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op until the budget or the case count runs out, from case `start` of the
     stream (a resumed campaign; `stats.position` says where it stands). Returns stats and findings
     keyed by signature (`known` and `stats` are updated in place, so a caller interrupted
     midway keeps what was found and counted). `on_new` sees each new finding once, after it
-    reproduced alone. Shard (I, N) visits every N-th class of the pool, from the I-th; `seed`
+    reproduced alone (the time that takes extends the budget, never past `until`, a monotonic
+    time). Shard (I, N) visits every N-th class of the pool, from the I-th; `seed`
     then names the shard's own case stream and `pool_seed` the campaign's pool."""
     stats = OpStats(op) if stats is None else stats
     found: dict[str, Found] = {} if known is None else known
@@ -66,6 +69,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     stint = stint or STINT.get(device, 64)
     t0 = time.monotonic()
     deadline = t0 + budget_s
+    until = math.inf if until is None else until  # a hard stop (--time-limit): confirmations do not extend it
     tick = time.perf_counter
     t = tick()
     # the same for every shard; the variant's later-release arguments only where it has them
@@ -175,7 +179,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         stats.compiled = executor.compiled - compiled_before
 
     def more() -> bool:
-        return time.monotonic() < deadline + outside[0] and max(drawn, skip_until[0]) < max_cases
+        return time.monotonic() < min(deadline + outside[0], until) and max(drawn, skip_until[0]) < max_cases
 
     # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
     nxt = draw_batch(batch) if more() else []
