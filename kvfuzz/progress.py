@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import threading
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Callable
@@ -149,8 +150,9 @@ class ShardDisplay(Display):
         self.sent: dict[str, float] = {}
 
     def update(self, p: OpProgress) -> None:
-        now = time.monotonic()
-        if p.stage != "fuzzing" or now - self.sent.get(p.op, 0.0) >= self.every_s:  # a stage change at once
+        now = time.monotonic()  # counts from an arbitrary point (a fresh machine's boot): never from 0.0
+        last = self.sent.get(p.op)
+        if p.stage != "fuzzing" or last is None or now - last >= self.every_s:  # a stage change at once
             self.sent[p.op] = now
             self._write(MARK + json.dumps(asdict(p)))
 
@@ -232,7 +234,7 @@ def make_display(stream: IO[str] | None = None, prefix: str = "") -> Display:
 def lines_to(say: Callable[[str], None], every_s: float) -> Callable[[OpProgress], None]:
     """Snapshots as a plain line through `say` at most every `every_s` (library callers that
     pass only an event callback, e.g. scripts/build_corpus.py)."""
-    last = [0.0]
+    last = [-math.inf]  # time.monotonic() may start near 0 (a machine booted a minute ago)
 
     def show(p: OpProgress) -> None:
         now = time.monotonic()

@@ -780,11 +780,12 @@ def test_splits_uneven_batch_flag(seq_lens, flag, bare):
 
 def test_splits_uneven_batch_with_no_sequences_is_even():
     uneven = torch.full((1,), -5, dtype=torch.int32, device=DEVICE)
-    get_num_kv_splits(torch.zeros(0, **I32), torch.zeros(0, **I64), 0, 1, 8, 8, uneven_batch=uneven)
+    on = dict(device=DEVICE)  # all on one device: on CUDA, CPU tensors beside it are refused first
+    get_num_kv_splits(torch.zeros(0, **I32, **on), torch.zeros(0, **I64, **on), 0, 1, 8, 8, uneven_batch=uneven)
     assert uneven.cpu().tolist() == [0]
     with pytest.raises(ValueError, match="uneven_batch must have one element"):
-        get_num_kv_splits(torch.zeros(2, **I32), torch.ones(2, **I64), 2, 1, 8, 8,
-                          uneven_batch=torch.zeros(2, **I32))
+        get_num_kv_splits(torch.zeros(2, **I32, **on), torch.ones(2, **I64, **on), 2, 1, 8, 8,
+                          uneven_batch=torch.zeros(2, **I32, **on))
 
 
 @pytest.mark.parametrize("heads", [(32, 8), (64, 2), (8, 8), (128, 1), (40, 8)])

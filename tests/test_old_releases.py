@@ -102,8 +102,8 @@ def test_extracted_entry_point_loads_and_runs_without_the_modules_imports(tmp_pa
     ensure_swa_pool_type()  # the one non-torch/triton import allowed: kvfuzz's stand-in
     module = load_generated(path)
     assert MISSING not in sys.modules
-    src = torch.arange(100, dtype=torch.int32)
-    dst = torch.full((100,), -1, dtype=torch.int32)
+    src = torch.arange(100, dtype=torch.int32, device=device)  # compiled on CUDA, interpreted on the CPU
+    dst = torch.full((100,), -1, dtype=torch.int32, device=device)
     module.double(src, dst)  # @triton.jit read its source from the generated file
     assert dst.tolist() == [2 * i for i in range(100)]
 

@@ -85,3 +85,17 @@ def test_make_display_picks_by_stream(monkeypatch):
     assert isinstance(make_display(io.StringIO()), PlainDisplay)
     monkeypatch.setenv(progress.JSON_ENV, "1")
     assert isinstance(make_display(io.StringIO()), ShardDisplay)
+
+
+def test_the_first_snapshot_goes_out_on_a_freshly_booted_machine(monkeypatch):
+    """time.monotonic() counts from the machine's boot: on a GPU host started a few minutes ago
+    a throttle that starts from 0.0 held back every snapshot of its first `every_s` seconds."""
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 5.0)  # 5 s after boot
+    buf = io.StringIO()
+    ShardDisplay(buf, every_s=3600).update(snap(shard="1/2", cases=1, stage="fuzzing"))
+    assert [parse(x).cases for x in buf.getvalue().split("\n") if x] == [1]
+    said = []
+    show = progress.lines_to(said.append, 3600)
+    show(snap(cases=1, stage="fuzzing"))
+    show(snap(cases=2, stage="fuzzing"))  # throttled
+    assert len(said) == 1
