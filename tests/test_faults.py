@@ -114,10 +114,18 @@ def test_a_write_just_past_an_output_is_caught_by_its_guard_band(tmp_path, devic
         ex.close()
 
 
-def _seed_whose_first_stint_has(device: str, rows: set[int]) -> int:
-    for seed in range(500):
-        first = {c.scalars["num_seq"] for _, c in case_stream("num_kv_splits", seed, 32, device, True)}
-        if rows <= first:
+def _seed_whose_first_stint_has(device: str, rows: set[int], repeats_skip=(3, 255)) -> int:
+    """A seed whose first 32 cases hold every one of `rows` before any fault or hang repeats: a
+    known device fault or hang seen again skips the rest of its stint (batch_engine), so rows
+    drawn after the repeat would never run (on the H200 the 2- and 255-row cases did not)."""
+    for seed in range(2000):
+        seen: set[int] = set()
+        for _, c in case_stream("num_kv_splits", seed, 32, device, True):
+            n = c.scalars["num_seq"]
+            if n in repeats_skip and n in seen:
+                break
+            seen.add(n)
+        if rows <= seen:
             return seed
     raise AssertionError("no seed")
 
@@ -132,7 +140,8 @@ def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_
     where = "cuda_fault" if device == "cuda" else "SIGSEGV"
     assert f"num_kv_splits:splits:crash:-:{where}" in sigs
     assert "num_kv_splits:splits:crash:-:timeout" in sigs
-    assert "num_kv_splits:splits:out_of_bounds_write:num_kv_splits:after" in sigs
+    # one element past the rows: after the tensor, or in a strided layout's gap
+    assert sigs & {f"num_kv_splits:splits:out_of_bounds_write:num_kv_splits:{w}" for w in ("after", "gap")}, sigs
     saved = [s for _, s in iter_cases(tmp_path / "corpus")]
     assert sorted(s.finding.signature for s in saved) == sorted(sigs)  # one case per finding, no duplicate
     for s in saved:

@@ -160,7 +160,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 take(p, quick_verdict(p, outcome) or judge(p.case, outcome, prepared=p), prepared)
             return
         stats.lost_batches += 1
-        for p in prepared:  # one by one: the case that loses its run is the finding
+        for k, p in enumerate(prepared):  # one by one: the case that loses its run is the finding
+            if time.monotonic() >= until:  # each fault costs a new worker: past the hard stop, leave the rest
+                stats.skipped_cases += len(prepared) - k
+                break
             known = set(found)
             collect()
             verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
