@@ -46,6 +46,7 @@ MAX_SHOWN = 8  # differing cells / bytes printed per defect
 DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
 DEFAULT_TIMEOUT = 600.0  # seconds the child process calling the kernel may take
 SWA_POOL_MODULE = "sglang.srt.mem_cache.swa_memory_pool"
+UNIFIED_POOL_MODULE = "sglang.srt.mem_cache.unified_memory_pool"
 STATUS_FD_ENV = "KVFUZZ_REPRO_STATUS_FD"  # the supervising parent's pipe for the child's verdict
 CROSS_CHECK_MARK = "KVFUZZ_CROSS_CHECK_WORKER"  # set in the backend's process, as kvfuzz's cross.WORKER_MARK
 # messages of a CUDA error raised by torch (RuntimeError before torch.AcceleratorError) or Triton
@@ -274,25 +275,49 @@ class SWAKVPool:
     full_to_swa_index_mapping = None
 
 
-def swa_pool_type():
-    """The real SWAKVPool when sglang imports; else install a stand-in module tree so that
-    `from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool` finds ours."""
+class UnifiedSWAKVPool:
+    """Stand-in for sglang.srt.mem_cache.unified_memory_pool.UnifiedSWAKVPool (0.5.18 reads
+    ._swa_allocator.virtual_to_physical when .full_to_swa_index_mapping is None; 0.5.19 takes
+    that path beside its read tables too)."""
+
+    full_to_swa_index_mapping = None
+    _swa_allocator = None
+
+
+def stand_in_type(module_name, name, stand_in):
+    """The real class when sglang imports; else install a stand-in module tree so that
+    `from <module_name> import <name>` finds ours."""
     try:
-        return importlib.import_module(SWA_POOL_MODULE).SWAKVPool
+        return getattr(importlib.import_module(module_name), name)
     except Exception:  # not installed, or installed without its heavy dependencies
         pass
-    parts = SWA_POOL_MODULE.split(".")
+    parts = module_name.split(".")
     for i in range(1, len(parts) + 1):
-        name = ".".join(parts[:i])
-        mod = sys.modules.get(name)
+        mod_name = ".".join(parts[:i])
+        mod = sys.modules.get(mod_name)
         if mod is None or i == len(parts):
-            mod = types.ModuleType(name, "kvfuzz repro stand-in")
+            mod = types.ModuleType(mod_name, "kvfuzz repro stand-in")
             mod.__path__ = []  # a package, so submodules resolve
-            sys.modules[name] = mod
+            sys.modules[mod_name] = mod
         if i > 1:
             setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod)
-    sys.modules[SWA_POOL_MODULE].SWAKVPool = SWAKVPool
-    return SWAKVPool
+    setattr(sys.modules[module_name], name, stand_in)
+    return stand_in
+
+
+def swa_pool_type():
+    return stand_in_type(SWA_POOL_MODULE, "SWAKVPool", SWAKVPool)
+
+
+def unified_pool(swa_v2p):
+    """A UnifiedSWAKVPool whose SWA allocator's v2p table is `swa_v2p` (None beside 0.5.19's
+    read tables), as kvfuzz passes it (kvfuzz/targets/sglang_shim.py)."""
+    swa_pool_type()  # the files import both
+    cls = stand_in_type(UNIFIED_POOL_MODULE, "UnifiedSWAKVPool", UnifiedSWAKVPool)
+    pool = cls.__new__(cls)
+    pool.full_to_swa_index_mapping = None
+    pool._swa_allocator = types.SimpleNamespace(virtual_to_physical=swa_v2p)
+    return pool
 
 
 def check_kernel_file(path):
@@ -372,10 +397,14 @@ def call_decode_metadata(entry, t, s):
             cls = swa_pool_type()
             pool = cls.__new__(cls)
             pool.full_to_swa_index_mapping = mapping
+        elif swa:  # the unified pool: 0.5.18's swa_v2p lives in it; 0.5.19 reads it beside read tables
+            pool = unified_pool(t.get("swa_v2p"))
         kw["token_to_kv_pool"] = pool
     else:
         kw["full_to_swa_index_mapping"] = mapping
     later = {name: t[name] for name in ("full_v2p", "swa_v2p", "swa_src_table") if name in t}
+    if params is not None and "swa_v2p" not in params:
+        later.pop("swa_v2p", None)  # 0.5.18: passed inside token_to_kv_pool
     later.update({name: s[name] for name in ("skip_page_table", "zero_tail", "kernel_page_multiplier",
                                              "src_is_read_table") if name in s})
     if "full_v2p" in later and params is not None and "full_v2p" not in params and "v2p_page_table" in params:

@@ -204,3 +204,33 @@ def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_p
                 "raises": ["num_kv_splits:splits:crash:-:RuntimeError"]}[name]
     assert judged == expected  # what the judge says, so the comparison below means something
     assert script_verdict(r) == judged, show(r)
+
+
+# The releases' own ways of passing SWA, which the corpus reaches for 0.5.19 only: 0.5.18's
+# unified pool holds swa_v2p inside token_to_kv_pool; 0.5.19 reads that pool beside its read
+# tables (the script passed None there and raised AttributeError where kvfuzz saw the release's
+# AssertionError).
+RELEASE_PATHS = {
+    "0.5.18-swa_v2p": ("0.5.18", lambda c: c.unified(c.decode(ps=4, swa=True), swa_v2p="permuted",
+                                                     variant="v2p_swa")),
+    "0.5.19-read_table": ("0.5.19", lambda c: c.read_table(c.decode(ps=4, swa=True))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_PATHS))
+def test_script_verdict_equals_replay_on_release_swa_paths(name, judge_on, tmp_path):
+    import cases as c
+    from kvfuzz.corpus import environment_versions
+    from kvfuzz.repro import write_repro
+
+    version, make = RELEASE_PATHS[name]
+    case = make(c)
+    kernels, spec = target_files(f"sglang=={version}")
+    saved = SavedCase(case=case, finding=None, target=f"sglang=={version}", device=DEVICE,
+                      versions=environment_versions(), origin="hand")
+    script = tmp_path / "repro.py"
+    write_repro(saved, script, device=DEVICE)
+    r = finish(start_script(script, kernels))
+    judged = judge_verdict(judge_on(spec, case))
+    assert not any(s.endswith(("AttributeError", "TypeError")) for s in judged), judged  # kvfuzz's call is right
+    assert script_verdict(r) == judged, f"kvfuzz's judge: {judged}\n{show(r)}"
