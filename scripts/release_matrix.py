@@ -23,8 +23,11 @@ import sys
 from pathlib import Path
 
 # one release per distinct kernel file (docs/releases.md), and the releases with the same file
-DISTINCT = ("0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
-SAME_FILE = {"0.5.14": ("0.5.13", "0.5.13.post1", "0.5.15", "0.5.15.post1"), "0.5.20": ("0.5.21", "0.5.22")}
+# (0.5.6 - 0.5.12: the file kvfuzz extracts from the attention backends, docs/releases.md)
+DISTINCT = ("0.5.6", "0.5.10", "0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
+SAME_FILE = {"0.5.6": ("0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9"),
+             "0.5.10": ("0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"),
+             "0.5.14": ("0.5.13", "0.5.13.post1", "0.5.15", "0.5.15.post1"), "0.5.20": ("0.5.21", "0.5.22")}
 
 
 def main(argv: list[str] | None = None) -> int:
