@@ -516,9 +516,9 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     case, log, seconds = f.case, [], 0.0
     fresh = _fresh_workers(executor, cfg, device)
     minimized_confirmed = None
-    budget = _within(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until)
-    if budget <= 0:  # the op's time slot is spent (--time-limit): saved as first confirmed
+    if until is not None and time.monotonic() >= until:  # the op's --time-limit slot is spent
         interrupted = True
+    budget = _within(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until)
     if budget > 0 and not interrupted:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds

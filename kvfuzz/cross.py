@@ -46,31 +46,30 @@ def in_contract(case: Case) -> bool:
     return CONTRACTS[case.op].classify(case)[0] == "in_contract"
 
 
+def _primarys(name: str) -> property:
+    return property(lambda self: getattr(self.primary, name), doc=f"the primary executor's {name}")
+
+
 class CrossExecutor:
-    """The campaign's executor plus a worker on the cross-check backend. Compile counts,
-    variants and the description are the primary's: the second backend only checks."""
+    """The campaign's executor plus a worker on the cross-check backend. What the target is and
+    can take, compile counts and the description are the primary's, read through (a copy made
+    here once missed `lacks`, and the campaign then passed tensors the target cannot take): the
+    second backend only checks."""
+
+    description = _primarys("description")
+    identity = _primarys("identity")
+    missing = _primarys("missing")
+    variants = _primarys("variants")
+    lacks = _primarys("lacks")
+    takes = _primarys("takes")
+    launch_keys = _primarys("launch_keys")
+    compiled = _primarys("compiled")
 
     def __init__(self, primary: Executor, secondary: WorkerExecutor, backend: str,
                  fresh_primary: Callable[[], Executor] | None = None) -> None:
         self.primary, self.secondary, self.backend = primary, secondary, backend
         self.fresh_primary = fresh_primary
-        self.description = primary.description
-        self.identity = primary.identity
-        self.missing = dict(primary.missing)
-        # the optional tensors the target cannot take: without them the campaign would pass them
-        # and every such case would fail in kvfuzz's own call building (not_target)
-        self.lacks = dict(getattr(primary, "lacks", {}))
-        self.variants = dict(primary.variants)
-        self.takes = dict(getattr(primary, "takes", {}))
         self._pending: tuple | None = None
-
-    @property
-    def launch_keys(self) -> set:
-        return self.primary.launch_keys
-
-    @property
-    def compiled(self) -> int:
-        return self.primary.compiled
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
         out = self.primary.run(case, repeats, torch_ref)

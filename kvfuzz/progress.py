@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Callable
