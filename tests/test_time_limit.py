@@ -37,9 +37,10 @@ def test_a_defective_target_fuzzes_every_op_and_ends_inside_its_limit(seed_path,
     assert set(ran) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}  # the seed has no q8kv8
     assert all(n > 0 for n in ran.values()), ran
     assert r.saved and not r.interrupted
-    # the plan ends at (1 - HEADROOM) of the limit; what is left covers a batch or a minimizing
-    # step in flight at a slot's end and closing the workers
-    assert took < limit + 10, took
+    # the plan ends at (1 - HEADROOM) of the limit, plus a batch or a minimizing step in flight
+    # and closing the workers; without the limit the first op alone would run 1200 s. The bound
+    # is loose so that a slow host (CI) passes: it tells the two apart, not how fast the host is.
+    assert took < 2 * limit, took
 
 
 def test_time_limit_must_be_positive(capsys):
