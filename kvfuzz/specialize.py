@@ -11,9 +11,10 @@ compiling (see docs/performance.md).
 `launch_key(fn, args, kwargs)` computes that key with Triton's own binder and
 `native_specialize_impl` (private API, pinned by tests/test_specialize.py) for a compiled
 `JITFunction` and for an interpreted kernel alike, so the variants a campaign would compile
-are counted on the CPU exactly as a GPU would compile them. `LaunchRecorder` wraps `run` of
-both kernel classes in this process and records the key of every launch; on a GPU it also
-reads how many variants Triton really holds in memory, which must agree.
+are counted on the CPU exactly as a GPU would compile them. `LaunchRecorder` records the key
+of every launch in this process: an interpreted (or dry) launch through `launch_key`, a
+compiled one from what Triton's own binder returned (no second binding on the launch path);
+on a GPU it also reads how many variants Triton really holds in memory, which must agree.
 """
 
 from __future__ import annotations
@@ -59,9 +60,25 @@ def kernel_name(fn: Any) -> str:
 def launch_key(fn: Any, args: tuple, kwargs: dict) -> tuple:
     """(kernel, specialisation, options): one compiled variant of `fn`."""
     _, specialization, options = _binder(fn)(*args, **kwargs)
+    return (kernel_name(fn), *launch_key_parts(fn, specialization, options))
+
+
+def _run_defaults(fn: Any) -> dict:
+    """The options `JITFunction.run` adds to every launch before binding: left out of keys,
+    so that a key reads the same whether taken before `run` (launch_key) or inside it."""
+    from triton import knobs
+
+    return {"debug": getattr(fn, "debug", None) or knobs.runtime.debug,
+            "instrumentation_mode": knobs.compilation.instrumentation_mode}
+
+
+def launch_key_parts(fn: Any, specialization, options: dict) -> tuple[tuple, tuple]:
+    """A binder's (specialisation, options) as hashable tuples, run's own defaults left out."""
     spec = tuple(tuple(_hashable(x) for x in s) if isinstance(s, (tuple, list)) else _hashable(s)
                  for s in specialization)
-    return kernel_name(fn), spec, tuple(sorted((k, _hashable(v)) for k, v in options.items()))
+    defaults = _run_defaults(fn)
+    return spec, tuple(sorted((k, _hashable(v)) for k, v in options.items()
+                              if k not in defaults or v != defaults[k]))
 
 
 def _hashable(x: Any) -> Any:
@@ -85,16 +102,18 @@ class LaunchRecorder:
     def install(self) -> "LaunchRecorder":
         if self._saved:
             return self
-        for cls in _kernel_classes():
+        recorder = self
+        jit_cls, interp_cls = _kernel_classes()
+        for cls in (jit_cls, interp_cls):
             original = cls.run
-            recorder = self
 
-            def run(fn, *args, grid, warmup, _original=original, **kwargs):
+            def run(fn, *args, grid, warmup, _original=original, _binds=cls is jit_cls, **kwargs):
+                if _binds and not recorder.dry:
+                    if getattr(fn, "_kvfuzz_recorder", None) is not recorder:
+                        recorder._record_binder(fn)
+                    return _original(fn, *args, grid=grid, warmup=warmup, **kwargs)
                 try:
-                    key = launch_key(fn, args, kwargs)
-                    recorder.keys[key] = recorder.keys.get(key, 0) + 1
-                    if hasattr(fn, "device_caches"):
-                        recorder._jit_fns[id(fn)] = fn
+                    recorder._note(launch_key(fn, args, kwargs))
                 except Exception:
                     recorder.errors += 1
                 if recorder.dry:
@@ -104,10 +123,53 @@ class LaunchRecorder:
             cls.run = run
         return self
 
+    def _record_binder(self, fn: Any) -> None:
+        """Record each compiled launch of `fn` from what Triton's own binder (one per kernel
+        and device, in `fn.device_caches`) returns: a dictionary update, where binding a
+        second time (`launch_key`) would cost as much as Triton's launch path itself. The
+        binders are wrapped once; the wrapper reports to the kernel's recorder of the moment."""
+        self._jit_fns[id(fn)] = fn
+        fn._kvfuzz_recorder = self
+        if getattr(fn, "_kvfuzz_wrapped", False):
+            return
+        name = kernel_name(fn)
+        seen: dict = {}  # (specialisation, options) as Triton's cache keys them -> kvfuzz's key
+
+        def wrap(entry: tuple) -> tuple:
+            *rest, binder = entry
+
+            def recording(*args, **kwargs):
+                bound = binder(*args, **kwargs)
+                rec = fn._kvfuzz_recorder
+                if rec is not None:
+                    raw = (tuple(bound[1]), str(bound[2]))  # what compute_cache_key looks up
+                    try:
+                        key = seen.get(raw)
+                        if key is None:
+                            key = seen[raw] = (name, *launch_key_parts(fn, bound[1], bound[2]))
+                    except TypeError:  # an unhashable specialisation value (a tuple argument)
+                        key = (name, *launch_key_parts(fn, bound[1], bound[2]))
+                    rec._note(key)
+                return bound
+            return (*rest, recording)
+
+        caches = fn.device_caches
+        for device in list(caches):
+            caches[device] = wrap(caches[device])
+        factory = caches.default_factory
+        caches.default_factory = lambda: wrap(factory())
+        fn._kvfuzz_wrapped = True
+
+    def _note(self, key: tuple) -> None:
+        self.keys[key] = self.keys.get(key, 0) + 1
+
     def uninstall(self) -> None:
         for cls, original in self._saved:
             cls.run = original
         self._saved.clear()
+        for fn in self._jit_fns.values():
+            if getattr(fn, "_kvfuzz_recorder", None) is self:
+                fn._kvfuzz_recorder = None
 
     def snapshot(self) -> frozenset:
         return frozenset(self.keys)

@@ -86,3 +86,52 @@ def test_the_recorder_counts_launches_and_can_count_without_running(device):
         rec.uninstall()
     if device == "cuda":
         assert rec.compiled() == 2  # what Triton holds compiled agrees with the keys
+
+
+_COMPILED_RECORDER = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from host_overhead import install_fake_triton_runtime
+install_fake_triton_runtime()  # compiled kernels (sm_90 stand-in), launches that do nothing
+import triton, triton.language as tl
+from kvfuzz.specialize import LaunchRecorder, launch_key
+
+@triton.jit(do_not_specialize=["m"])
+def k(out, n, m, C: tl.constexpr):
+    tl.store(out + tl.arange(0, C), tl.zeros([C], tl.int32) + n + m)
+
+out = torch.zeros(64, dtype=torch.int32)
+calls = [((out, 3, 5), {"C": 4}), ((out, 7, 5), {"C": 4}), ((out, 16, 5), {"C": 4}), ((out[1:], 3, 5), {"C": 4}),
+         ((out, 3, 5), {"C": 8}), ((out, 1, 5), {"C": 4, "num_warps": 2})]
+k[(1,)](out, 3, 5, C=4)  # a binder made before any recorder: it is wrapped too
+first = LaunchRecorder().install()
+for args, kw in calls:
+    k[(1,)](*args, **kw)
+first.uninstall()
+k[(1,)](out, 9, 9, C=16)  # no recorder: counted by none
+second = LaunchRecorder().install()
+k[(1,)](out, 3, 5, C=4)
+second.uninstall()
+expected = {launch_key(k, a, kw) for a, kw in calls}
+assert set(first.keys) == expected, (set(first.keys) ^ expected)
+assert sum(first.keys.values()) == len(calls) and len(expected) == 5
+assert list(second.keys) == [launch_key(k, (out, 3, 5), {"C": 4})] and sum(second.keys.values()) == 1
+print("ok")
+"""
+
+
+def test_compiled_launches_are_recorded_from_tritons_own_binder_with_the_same_keys(tmp_path):
+    """On a GPU the recorder reads the key Triton's launch path computed (binding twice would
+    double the launch's host cost); the keys must be those `launch_key` computes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    script = tmp_path / "compiled_recorder.py"  # Triton reads a kernel's source from its file
+    script.write_text(_COMPILED_RECORDER)
+    r = subprocess.run([sys.executable, str(script), str(scripts)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:] + r.stderr[-3000:]
