@@ -215,15 +215,17 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     arenas, errors, seconds = [], [], []
     refs: list = [None] * len(batch)
     ref_errors: list = [None] * len(batch)
-    for sel in passes:
+    t0 = time.perf_counter()
+    first = host.to(dev, copy=True)
+    # the repeated cases' arena: a copy on the device, made before any kernel runs (one transfer, not two)
+    spare = first.clone() if passes[1] else None
+    stages["transfer"] += time.perf_counter() - t0
+    for sel, arena in zip(passes, (first, spare)):
         if not sel:
             arenas.append(None)
             errors.append([None] * len(batch))
             seconds.append([0.0] * len(batch))
             continue
-        t0 = time.perf_counter()
-        arena = host.to(dev, copy=True)
-        stages["transfer"] += time.perf_counter() - t0
         errs: list = [None] * len(batch)
         secs = [0.0] * len(batch)
         chosen = set(sel)
@@ -262,10 +264,10 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         t1 = time.perf_counter()
         if after_out is not None:
             torch.from_numpy(after_out).copy_(arenas[0])
-            first = None
+            after = None
         else:
-            first = arenas[0].cpu().numpy()
-        afters = [first, _repeated(arenas[1], batch)]
+            after = arenas[0].cpu().numpy()
+        afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs)
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
