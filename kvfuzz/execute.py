@@ -1,8 +1,10 @@
 """Launch cases on a target: materialise, call, synchronise, snapshot. No judging.
 
 What comes back (`Outcome`) is plain data (host images of the arena after each run, the
-error if the target raised, the torch oracle's answer computed on the same device) so the
-same functions run inside a worker process and send their result back.
+error if the target raised, the torch oracle's answer) so the same functions run inside a
+worker process and send their result back. The torch oracle runs on the host, from the
+inputs' values, whatever device runs the target: on a GPU its many tiny kernels per case
+would cost more device time than the kernel under test.
 
 Two ways to run:
 * `run_case`: one case, its own arena, one synchronisation per run. Replays, the minimizer
@@ -34,6 +36,7 @@ from .ops import CONTRACTS
 CUDA_FAULT = "CudaFault"  # error type of a run whose kernel faulted the device
 ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, never a finding)
+HOST = "cpu"  # where the torch oracle runs, whatever runs the target (see oracles/torch_ref.py)
 
 
 @dataclass
@@ -151,11 +154,11 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
         if run.error_type == CUDA_FAULT:
             out.device_lost = True
             return out
-    # the torch oracle only for in-contract cases: torch's own indexing of out-of-range values
-    # is a device-side assert on CUDA, which would poison the context for every later case
+    # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the
+    # host, as in a batch
     if torch_ref and contract.classify(case)[0] == "in_contract":
         try:
-            out.torch_ref = {k: v.cpu().numpy() for k, v in contract.torch_ref(case, dev).items()}
+            out.torch_ref = {k: v.numpy() for k, v in contract.torch_ref(case, HOST).items()}
         except Exception as exc:
             out.torch_ref_error = one_line(exc)
     return out
@@ -232,17 +235,6 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         t0 = time.perf_counter()
         views = [views_at(arena, b.regions, b.base) if i in chosen else None for i, b in enumerate(batch)]
         stages["views"] += time.perf_counter() - t0
-        if not arenas:  # the torch oracle reads the inputs before any kernel under test runs
-            t0 = time.perf_counter()
-            for i, b in enumerate(batch):
-                if b.torch_ref:
-                    try:
-                        refs[i] = contract_of[b.case.op].torch_ref(b.case, dev, views[i])
-                    except Exception as exc:
-                        if device == "cuda" and is_device_fault(exc):
-                            return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (torch oracle, case {i})")
-                        ref_errors[i] = one_line(exc)
-            stages["torch_oracle"] += time.perf_counter() - t0
         for i in sel:
             b = batch[i]
             t0 = time.perf_counter()
@@ -258,6 +250,16 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         arenas.append(arena)
         errors.append(errs)
         seconds.append(secs)
+    # the torch oracle on the host, from the batch's image (no kernel wrote it), while the device
+    # runs the batch: on a GPU its dozen tiny kernels per case cost more device time than the target's
+    t0 = time.perf_counter()
+    for i, b in enumerate(batch):
+        if b.torch_ref:
+            try:
+                refs[i] = contract_of[b.case.op].torch_ref(b.case, HOST, views_at(host, b.regions, b.base))
+            except Exception as exc:
+                ref_errors[i] = one_line(exc)
+    stages["torch_oracle"] += time.perf_counter() - t0
     try:
         t0 = time.perf_counter()
         _sync(device)
@@ -268,7 +270,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         else:
             after = arenas[0].cpu().numpy()
         afters = [after, _repeated(arenas[1], batch)]
-        refs = _refs_to_host(refs)
+        refs = _refs_to_host(refs, host)
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
     except Exception as exc:
@@ -292,25 +294,13 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
     return out
 
 
-def _refs_to_host(refs: list[dict | None]) -> list[dict[str, np.ndarray] | None]:
-    """Every torch oracle answer of the batch to the host in one copy."""
-    import torch
-
-    flat = [t.reshape(-1) for r in refs if r is not None for t in r.values()]
-    if not flat:
-        return refs
-    host = torch.cat(flat).cpu().numpy()
-    out, at = [], 0
-    for r in refs:
-        if r is None:
-            out.append(None)
-            continue
-        d = {}
-        for k, t in r.items():
-            d[k] = host[at : at + t.numel()].reshape(tuple(t.shape))
-            at += t.numel()
-        out.append(d)
-    return out
+def _refs_to_host(refs: list[dict | None], image) -> list[dict[str, np.ndarray] | None]:
+    """The torch oracle's answers (host tensors) as arrays; one that aliases the batch's image
+    (the parent reuses that memory for the next batch) is copied."""
+    shared = image.untyped_storage().data_ptr()
+    return [None if r is None else {k: t.clone().numpy() if t.untyped_storage().data_ptr() == shared
+                                    else t.numpy() for k, t in r.items()}
+            for r in refs]
 
 
 def lost_batch(batch: list[Launch], why: str) -> BatchResult:

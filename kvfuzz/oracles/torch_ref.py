@@ -1,12 +1,14 @@
 """The torch oracle: the unfused torch operations each fused kernel replaced.
 
-Runs on the device of the kernel under test (so it exercises that device's torch), from
-plain contiguous copies of the case's input values. Returns int64 tensors on that device,
-shaped like the outputs (only the contract's required cells are meaningful), so that a
-batch of cases reads all its answers back in one copy.
+kvfuzz runs it on the host (CPU torch), whatever device runs the kernel under test: it is a
+second, independent implementation of each contract beside the NumPy oracle, and on a GPU its
+dozen tiny kernels per case would take more device time than the kernel under test itself.
+Returns int64 tensors shaped like the outputs (only the contract's required cells are
+meaningful).
 
-Each function takes `inputs`, the input tensors already on the device (a batch passes the
-views of its arena, read before the kernel under test runs), or reads the case's values.
+Each function takes `inputs`, the input tensors as views (a batch passes views of its host
+image), or reads the case's values. The functions are device-agnostic torch: `device` says
+where to build their tensors.
 """
 
 from __future__ import annotations
