@@ -1,5 +1,5 @@
 """A batch judges exactly as cases run one by one: the same findings, from the same arena
-bytes and the same oracles, with the torch oracle read from the batch arena's inputs."""
+bytes and the same oracles, with the torch oracle read from the batch image's inputs (on the host)."""
 
 from __future__ import annotations
 
