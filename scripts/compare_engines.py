@@ -1,8 +1,13 @@
-"""Engines compared on the CPU: seconds to reach the spec kernel's three block paths and to
-first see each finding of a target, per engine, median over seeds.
+"""Engines (or two versions of kvfuzz) compared: seconds to reach the spec kernel's three
+block paths and to first see each finding of a target, per engine, median over seeds.
 
     python scripts/compare_engines.py [--target PATH] [--seeds 0 1 2] [--budget 30]
-        [--engines atheris hypothesis batch] [--ops ...] [--json FILE]
+        [--engines atheris hypothesis batch] [--ops ...] [--device cpu|cuda] [--json FILE]
+
+Two versions, the same engine (no loss of power): run the script once per version with that
+version's package first on PYTHONPATH and `--label NAME --json NAME.json`, then print both:
+`--from-json old.json new.json --engines old new`. On `--device cuda` the engines re-run every
+case (determinism), as a campaign there does; on the CPU every tenth.
 
 Each (engine, seed, op) runs in its own process (`--one`): the device is selected, the
 campaign's worker started, then the clock starts and the engine's `fuzz_op` runs for
@@ -33,12 +38,12 @@ BLOCKS = {"block:all_a", "block:all_b", "block:mixed"}
 SEED_TARGET = Path(__file__).resolve().parent.parent.parent / "shared" / "seed" / "metadata_kernels.py"
 
 
-def one(engine: str, seed: int, op: str, budget: float, target: str) -> dict:
+def one(engine: str, seed: int, op: str, budget: float, target: str, device: str = "cpu") -> dict:
     """One run in this process: {"blocks": seconds or None, "first": {signature: seconds}, ...}."""
     from kvfuzz import device as devmod
     from kvfuzz.worker import WorkerExecutor
 
-    device = devmod.select("cpu")
+    device = devmod.select(device)
     executor = WorkerExecutor(target, device)
     t0 = time.monotonic()
     first: dict[str, float] = {}
@@ -57,7 +62,8 @@ def one(engine: str, seed: int, op: str, budget: float, target: str) -> dict:
     def on_new(found) -> None:
         first.setdefault(found.finding.signature, time.monotonic() - t0)
 
-    common = dict(seed=seed, budget_s=budget, max_cases=10**9, rerun_every=10, on_case=on_case, on_new=on_new)
+    common = dict(seed=seed, budget_s=budget, max_cases=10**9, rerun_every=1 if device == "cuda" else 10,
+                  on_case=on_case, on_new=on_new)
     try:
         if engine == "batch":
             from kvfuzz.engines import batch_engine
@@ -132,18 +138,22 @@ def main() -> int:
     p.add_argument("--budget", type=float, default=30.0, help="seconds per op, engine and seed")
     p.add_argument("--engines", nargs="+", default=["atheris", "hypothesis", "batch"])
     p.add_argument("--ops", nargs="+", default=["swa_spec_page_table", "decode_metadata", "num_kv_splits"])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--label", help="name this run's column (default: the engine); one engine only")
     p.add_argument("--json", type=Path, help="also write every run's figures here")
-    p.add_argument("--from-json", type=Path, help="print the table of runs written earlier by --json")
+    p.add_argument("--from-json", type=Path, nargs="+", help="print the table of runs written earlier by --json")
     p.add_argument("--min-found", type=int, default=1, metavar="K",
                    help="list a signature only if some engine saw it in K seeds or more (default 1)")
     p.add_argument("--one", nargs=3, metavar=("ENGINE", "SEED", "OP"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.label and len(args.engines) != 1 and not args.from_json:
+        p.error("--label names one engine's column: give one --engines")
     if args.one:
         engine, seed, op = args.one
-        print(json.dumps(one(engine, int(seed), op, args.budget, args.target)))
+        print(json.dumps(one(engine, int(seed), op, args.budget, args.target, args.device)))
         return 0
     if args.from_json:
-        runs = json.loads(args.from_json.read_text())
+        runs = [r for f in args.from_json for r in json.loads(f.read_text())]
         engines = [e for e in args.engines if any(r["engine"] == e for r in runs)]
         print(table(runs, engines, sorted({r["seed"] for r in runs}), args.min_found))
         return 0
@@ -152,18 +162,18 @@ def main() -> int:
         for op in args.ops:
             for engine in args.engines:
                 out = subprocess.run([sys.executable, __file__, "--one", engine, str(seed), op,
-                                      "--budget", str(args.budget), "--target", args.target],
+                                      "--budget", str(args.budget), "--target", args.target, "--device", args.device],
                                      capture_output=True, text=True)
                 if out.returncode != 0:
                     sys.stderr.write(out.stderr[-2000:])
                     return 1
-                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]) | {"engine": args.label or engine})
                 r = runs[-1]
                 print(f"{engine} seed {seed} {op}: {r['cases']} cases, blocks {r['blocks']}, "
                       f"{len(r['first'])} signatures", file=sys.stderr)
                 if args.json:
                     args.json.write_text(json.dumps(runs, indent=1))
-    print(table(runs, args.engines, args.seeds, args.min_found))
+    print(table(runs, [args.label] if args.label else args.engines, args.seeds, args.min_found))
     return 0
 
 
