@@ -15,9 +15,11 @@ cases only, so that bare calls cannot take the process down), in one run:
 
 With `jobs` > 1 the checked figure is that of `jobs` shards of the campaign running at once on
 the device (each its own process and worker, as `kvfuzz fuzz --jobs`): each shard runs its
-first pass, all wait for each other, then all run their steady pass together;
-`checked_per_s` is their cases over the longest steady pass. The bare figure stays one
-process's; `checked_one_job_per_s` keeps the single process's steady figure.
+first pass, all wait for each other, then each runs passes over its own first pass's cases
+until a common window closes (every shard busy all the while, as in a campaign, where no
+shard waits for another); `checked_per_s` is all their cases in the window over its length.
+The bare figure stays one process's; `checked_one_job_per_s` keeps the single process's
+steady figure.
 
 Figures per op: `bare_per_s`, `checked_per_s` (steady state), their `ratio`,
 `compiles_per_1000` on the cold and on the warm cache (kernels Triton built: new binaries in
@@ -49,22 +51,15 @@ def _binaries(cache: Path) -> int:
 
 
 def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_cases: int, isolate: bool,
-             passes: int = 1, shard: tuple[int, int] = (1, 1), barrier=None) -> list[tuple[OpStats, int]]:
+             passes: int = 1, shard: tuple[int, int] = (1, 1)) -> list[tuple[OpStats, int]]:
     """(stats, new variants) of `passes` runs of the campaign loop over the op's case stream in
-    one worker: the first compiles (or loads) what it meets, the later ones run warm (after
-    `barrier`, when shards run side by side)."""
+    one worker: the first compiles (or loads) what it meets, the later ones run warm."""
     executor = WorkerExecutor(target, device) if isolate else InProcessExecutor(target, device)
-    stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
     out = []
     try:
         for i in range(passes):
-            if i == 1 and barrier is not None:
-                barrier.wait()
             keys = set(executor.launch_keys)
-            stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard,
-                                            budget_s=budget_s if i == 0 else 10 * budget_s,
-                                            max_cases=max_cases, device=device, in_contract_only=True,
-                                            rerun_every=1 if device == "cuda" else 10)
+            stats = _run(op, executor, device, seed, shard, max_cases, budget_s if i == 0 else 10 * budget_s)
             out.append((stats, len(set(executor.launch_keys) - keys)))
             max_cases = stats.cases  # the later passes: the same cases
         return out
@@ -73,20 +68,46 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
 
 
 def _shard_main(args: tuple, env: dict, barrier, results) -> None:
-    """One shard of a `--jobs` bench, in its own process: its steady pass's cases, seconds and stages."""
+    """One shard of a `--jobs` bench, in its own process: its first pass (compiles or loads what
+    it meets), then, from the barrier on, passes over the same cases until the common window of
+    `budget_s` closes (so no shard idles while another finishes); sends (shard, cases, seconds,
+    stages) of the window."""
     os.environ.update(env)
     devmod.select(args[2])
+    op, target, device, seed, budget_s, max_cases, isolate, shard = args
     try:
-        _, (warm, _) = _checked(*args[:-1], passes=2, shard=args[-1], barrier=barrier)
-        results.put((args[-1][0], warm.cases, warm.seconds, dict(warm.stages)))
+        cases, stages = 0, {}
+        executor = WorkerExecutor(target, device) if isolate else InProcessExecutor(target, device)
+        try:
+            n = _run(op, executor, device, seed, shard, max_cases, budget_s).cases  # compiles (or loads)
+            barrier.wait()
+            t0 = time.monotonic()
+            while time.monotonic() < t0 + budget_s:  # every shard busy for the whole window
+                stats = _run(op, executor, device, seed, shard, n, t0 + budget_s - time.monotonic())
+                cases += stats.cases
+                for k, v in stats.stages.items():
+                    stages[k] = stages.get(k, 0.0) + v
+        finally:
+            executor.close()
+        results.put((shard[0], cases, time.monotonic() - t0, stages))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
-        results.put((args[-1][0], repr(exc)))
+        results.put((shard[0], repr(exc)))
+
+
+def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_cases: int, budget_s: float):
+    """One pass of the campaign loop over shard `shard`'s first `max_cases` cases."""
+    stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
+    stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard, budget_s=budget_s,
+                                    max_cases=max_cases, device=device, in_contract_only=True,
+                                    rerun_every=1 if device == "cuda" else 10)
+    return stats
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int) -> tuple[int, float, dict]:
-    """(steady cases, the longest steady pass's seconds, stages summed) of `jobs` shards run at once."""
+    """(cases in the window, the longest shard's window in seconds, stages summed) of `jobs`
+    shards run at once."""
     import multiprocessing as mp
 
     from .errors import BadInput
