@@ -2,7 +2,8 @@
 every verdict and plan image (to prove a speedup changed nothing).
 
 usage: PYTHONPATH=. python scripts/judge_speed.py [--n 400] [--seeds 0,1,2] [--repeat 3]
-                                                  [--ops OP,...] [--out FILE] [--no-timing]
+                                   [--ops OP,...] [--out FILE] [--no-timing | --no-digest]
+                                   [--profile STAGE]
 
 No kernel runs. For each op, seed and in_contract_only in (True, False) it draws the engine's
 case stream (`batch_engine.case_stream`, device "cpu") and goes through it as the batch engine
@@ -31,9 +32,12 @@ Compare two outputs' digest lines (`grep digest`) before and after a change.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import hashlib
+import pstats
 import sys
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -155,13 +159,30 @@ def streams(ops, seeds, n):
                 yield op, seed, ico, [c for _, c in case_stream(op, seed, n, "cpu", in_contract_only=ico)]
 
 
-def one_pass(cases_by_key, want_digest: bool):
+class Stage:
+    """Times a stage into `secs[stage]`; profiles it when it is the one --profile names."""
+
+    def __init__(self, secs: dict[str, float], profile: tuple[str, cProfile.Profile] | None) -> None:
+        self.secs, self.profile = secs, profile
+
+    @contextmanager
+    def __call__(self, stage: str):
+        prof = self.profile[1] if self.profile and self.profile[0] == stage else None
+        t = time.perf_counter()
+        if prof:
+            prof.enable()
+        yield
+        if prof:
+            prof.disable()
+        self.secs[stage] += time.perf_counter() - t
+
+
+def one_pass(cases_by_key, want_digest: bool, profile=None):
     """Per-op stage seconds (totals) and, when asked, the digests. Batch by batch, as the engine
     goes (prepare, launches, run, judge, drop), so memory is reused as it is there."""
     secs: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}
     dig = {}
-    tick = time.perf_counter
     for (op, seed, ico), cases in cases_by_key.items():
         s = secs.setdefault(op, dict.fromkeys(STAGES, 0.0))
         counts[op] = counts.get(op, 0) + len(cases)
@@ -170,24 +191,20 @@ def one_pass(cases_by_key, want_digest: bool):
         stats = {"in_contract": 0, "quick": 0, "findings": 0}
         for at in range(0, len(cases), BATCH):
             batch = cases[at : at + BATCH]
-            t = tick()
-            for c in batch:
-                contract.assess(c)
-            s["oracle"] += tick() - t
-            t = tick()
-            for c in batch:
-                materialize.plan(c, contract.outputs)
-            s["plan"] += tick() - t
-            t = tick()
-            prepared = [prepare(c, at + i) for i, c in enumerate(batch)]
-            s["prepare"] += tick() - t
-            t = tick()
-            image, batch_ = launches(prepared, [True] * len(prepared))
-            s["launches"] += tick() - t
+            stage = Stage(s, profile)
+            with stage("oracle"):
+                for c in batch:
+                    contract.assess(c)
+            with stage("plan"):
+                for c in batch:
+                    materialize.plan(c, contract.outputs)
+            with stage("prepare"):
+                prepared = [prepare(c, at + i) for i, c in enumerate(batch)]
+            with stage("launches"):
+                image, batch_ = launches(prepared, [True] * len(prepared))
             outs = [outcome_of(p) for p in prepared]
-            t = tick()
-            verdicts = [quick_verdict(p, o) or judge(p.case, o, prepared=p) for p, o in zip(prepared, outs)]
-            s["judge"] += tick() - t
+            with stage("judge"):
+                verdicts = [quick_verdict(p, o) or judge(p.case, o, prepared=p) for p, o in zip(prepared, outs)]
             if want_digest:
                 for b in batch_:  # each case's part (the slack between them is never judged)
                     h_pack.update(repr((b.base, b.size)).encode() + image[b.base : b.base + b.size].tobytes())
@@ -233,13 +250,20 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default=",".join(CONTRACTS))
     ap.add_argument("--out", help="also write the output to this file")
     ap.add_argument("--no-timing", action="store_true", help="digests only (one pass)")
+    ap.add_argument("--no-digest", action="store_true", help="timings only")
+    ap.add_argument("--profile", choices=STAGES, help="print the stage's profile (cProfile, by tottime), one pass")
     args = ap.parse_args(argv)
     ops, seeds = args.ops.split(","), [int(x) for x in args.seeds.split(",")]
     cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n)}
+    if args.profile:
+        prof = cProfile.Profile()
+        one_pass(cases_by_key, False, (args.profile, prof))
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        return 0
     lines = []
     best, counts, dig = None, None, None
     for k in range(1 if args.no_timing else args.repeat):
-        secs, counts, d = one_pass(cases_by_key, want_digest=(k == 0))
+        secs, counts, d = one_pass(cases_by_key, want_digest=(k == 0 and not args.no_digest))
         dig = dig or d
         best = secs if best is None else {op: {st: min(best[op][st], secs[op][st]) for st in STAGES} for op in secs}
     if not args.no_timing:
