@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .case import Case, TensorSpec
+from .contract import disjoint
 
 ALIGN = 256
 GUARD_MIN, GUARD_MAX = 4096, 1 << 20  # bytes of canary on each side of each storage
@@ -44,22 +45,69 @@ class Region:
         spec = self.spec
         if spec.numel == 0:
             return np.zeros(spec.shape, dtype=spec.dtype)
-        if spec.is_contiguous:
-            return self.typed(arena)[spec.offset : spec.offset + spec.numel].reshape(spec.shape).copy()
-        return self.typed(arena)[spec.element_index()]
+        return self.view(arena).copy()
+
+    def view(self, arena: np.ndarray) -> np.ndarray:
+        """The tensor's elements as a view into a host image of the arena (writable if the
+        image is)."""
+        return elements_view(self.spec, self.typed(arena))
+
+
+def elements_view(spec: TensorSpec, storage: np.ndarray) -> np.ndarray:
+    """The elements of a tensor laid out by `spec` as a strided view into its `storage` (1-D,
+    of its dtype): no index arrays. For a tensor with elements (numel > 0)."""
+    if spec.is_contiguous:
+        return storage[spec.offset : spec.offset + spec.numel].reshape(spec.shape)
+    item = storage.itemsize
+    return np.ndarray(spec.shape, storage.dtype, storage, spec.offset * item, tuple(x * item for x in spec.strides))
+
+
+# (name, dtype, byte start in the case image, bytes, shape, strides, storage offset): a region
+# as plain data, cheap to send to a worker
+Layout = tuple[str, str, int, int, tuple, tuple, int]
 
 
 class Plan:
     """Where every tensor of a case lives in the arena, and the arena's initial image.
 
-    `owner` (whose element each byte is, or NOBODY) is built only when asked for: the judge
-    needs it only for the few bytes that changed (`owner_of`)."""
+    The image is written when first asked for, or by `pack` straight into its batch's image
+    (each byte written once, not once here and again there). `owner` (whose element each byte
+    is, or NOBODY) is built only when asked for: the judge needs it only for the few bytes
+    that changed (`owner_of`)."""
 
-    def __init__(self, regions: dict[str, Region], image: np.ndarray, names: tuple[str, ...]) -> None:
-        self.regions, self.image, self.names = regions, image, names
+    def __init__(self, regions: dict[str, Region], names: tuple[str, ...], size: int, case: Case,
+                 outputs: tuple[str, ...], layouts: tuple[Layout, ...]) -> None:
+        self.regions, self.names, self.size = regions, names, size
+        self._case, self._outputs, self.layouts = case, outputs, layouts
+        self._image: np.ndarray | None = None
         self._elem_masks: dict[str, np.ndarray] = {}
         self._owner: np.ndarray | None = None
-        self._starts = np.array([regions[n].start for n in names], dtype=np.int64)
+        self._starts: np.ndarray | None = None
+
+    @property
+    def image(self) -> np.ndarray:
+        """The arena's initial image (read-only): canary, inputs' values, outputs' poison."""
+        if self._image is None:
+            self._write(np.empty(self.size, dtype=np.uint8))
+        return self._image
+
+    def _write(self, buf: np.ndarray) -> None:
+        """Write the image into `buf` (`size` bytes) and keep `buf`, read-only, as it."""
+        buf.fill(CANARY_BYTE)
+        case, outputs = self._case, self._outputs
+        for name in self.names:
+            r = self.regions[name]
+            spec = r.spec
+            if spec.numel == 0:
+                continue
+            if name in outputs:
+                r.view(buf)[...] = POISON[spec.dtype]
+            elif spec.is_contiguous or disjoint(spec):  # each storage element written once: order is moot
+                r.view(buf)[...] = case.values[name]
+            else:  # elements sharing storage: the last one written wins, in index order
+                r.typed(buf)[spec.element_index()] = case.values[name]
+        buf.setflags(write=False)
+        self._image = buf
 
     def element_mask(self, name: str) -> np.ndarray:
         """One bool per byte of `name`'s storage: True where an element lies (cached)."""
@@ -81,6 +129,8 @@ class Plan:
         out = np.full(byte_idx.shape, NOBODY, dtype=np.int16)
         if byte_idx.size == 0:
             return out
+        if self._starts is None:
+            self._starts = np.array([self.regions[n].start for n in self.names], dtype=np.int64)
         slot = np.searchsorted(self._starts, byte_idx, side="right") - 1
         for i in np.unique(slot[slot >= 0]).tolist():
             name = self.names[i]
@@ -123,42 +173,20 @@ def _round_up(n: int, a: int = ALIGN) -> int:
 
 def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
     names = tuple(sorted(case.tensors))
-    regions, cursor = {}, 0
+    regions, lays, cursor = {}, [], 0
     for name in names:
         spec = case.tensors[name]
         nbytes = spec.storage_size * spec.itemsize
         guard = _round_up(min(GUARD_MAX, max(GUARD_MIN, nbytes)))
         start = cursor + guard
         regions[name] = Region(name, spec, start, guard)
+        lays.append((name, spec.dtype, start, nbytes, spec.shape, spec.strides, spec.offset))
         cursor = _round_up(start + nbytes) + guard  # the guard after is the tensor's own too
-    total = max(cursor, GUARD_MIN)
-    image = np.full(total, CANARY_BYTE, dtype=np.uint8)
-    for name in names:
-        r = regions[name]
-        spec = r.spec
-        if spec.numel == 0:
-            continue
-        typed = r.typed(image)
-        if name in outputs:
-            data = POISON[spec.dtype]
-        else:
-            data = np.asarray(case.values[name], dtype=spec.dtype)
-        if spec.is_contiguous:  # one slice, no index arrays (most tensors, including the large ones)
-            typed[spec.offset : spec.offset + spec.numel] = np.ravel(data) if np.ndim(data) else data
-        else:
-            typed[spec.element_index()] = data
-    image.setflags(write=False)
-    return Plan(regions, image, names)
-
-
-# (name, dtype, byte start in the case image, bytes, shape, strides, storage offset): a region
-# as plain data, cheap to send to a worker
-Layout = tuple[str, str, int, int, tuple, tuple, int]
+    return Plan(regions, names, max(cursor, GUARD_MIN), case, outputs, tuple(lays))
 
 
 def layouts(p: Plan) -> tuple[Layout, ...]:
-    return tuple((n, r.spec.dtype, r.start, r.nbytes, r.spec.shape, r.spec.strides, r.spec.offset)
-                 for n, r in p.regions.items())
+    return p.layouts
 
 
 def views_at(arena, regions: tuple[Layout, ...], base: int = 0) -> dict:
@@ -190,12 +218,18 @@ def to_device(p: Plan, device):
 
 def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:
     """One image holding every plan's image (each at an ALIGN-aligned base): a batch of cases
-    goes to the device in one copy, and each pointer keeps its alignment class."""
+    goes to the device in one copy, and each pointer keeps its alignment class. A plan whose
+    image was not written yet is written here, and its image is then that part of the batch's
+    image: the batch's image must never be written to (the judge compares runs with it)."""
     bases, cursor = [], 0
     for p in plans:
         bases.append(cursor)
-        cursor = _round_up(cursor + p.image.size)
+        cursor = _round_up(cursor + p.size)
     image = np.empty(max(cursor, 1), dtype=np.uint8)
     for p, base in zip(plans, bases):
-        image[base : base + p.image.size] = p.image
+        part = image[base : base + p.size]
+        if p._image is None:
+            p._write(part)
+        else:
+            part[:] = p._image
     return image, bases
