@@ -24,7 +24,7 @@ from .case import Case
 from .contract import Cells, Contract, Expected
 from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
 from .findings import Finding
-from .materialize import NOBODY, Plan
+from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
@@ -126,77 +126,134 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
 # the few cases where one of them fails (and finds exactly what it always finds).
 
 
-def clean_image(prepared: Prepared) -> tuple[np.ndarray, np.ndarray | None, Mapping[str, Cells]] | None:
-    """(the arena a correct run of this in-contract case leaves, the bytes that must hold it or
-    None for all of them, the contract's cells), or None where no single image says it (out of contract, or an
-    oracle with alternatives). Required cells hold the NumPy oracle's values, untouched cells
-    their poison, every other byte its initial value; may-write cells are free."""
+@dataclass(frozen=True)
+class CleanImage:
+    """The arena a correct run of an in-contract case leaves, as the checks that prove it:
+    every byte outside the checked outputs holds the plan's image (`spans`, byte ranges), and
+    each checked output's bytes (its storage, or only its elements where it is contiguous and
+    every cell is required) hold `want` (their initial bytes with the required cells set to
+    the NumPy oracle's values) wherever `care` says (None: everywhere; the bytes of may-write
+    cells are free). No copy of the whole arena is made."""
+
+    spans: tuple[tuple[int, int], ...]
+    outputs: tuple[tuple[int, np.ndarray, np.ndarray | None], ...]  # (byte start, want, care)
+    cells: Mapping[str, Cells]
+    whole: frozenset[str]  # outputs whose every cell is required (the torch oracle is compared whole)
+
+    @property
+    def free(self) -> bool:
+        """Whether some bytes are free (may-write cells)."""
+        return any(care is not None for _, _, care in self.outputs)
+
+    def holds(self, image: np.ndarray, after: np.ndarray) -> bool:
+        """Whether `after` is what a correct run leaves, from the plan's `image`."""
+        if after.shape != image.shape:
+            return False
+        for a, b in self.spans:
+            if not _same_bytes(after[a:b], image[a:b]):
+                return False
+        for start, want, care in self.outputs:
+            got = after[start : start + want.size]
+            if care is None:
+                if not _same_bytes(got, want):
+                    return False
+            elif ((got != want) & care).any():
+                return False
+        return True
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two uint8 arrays of one size hold the same bytes."""
+    if a.size <= 1 << 16:  # small: comparing two copies costs less than numpy's elementwise pass
+        return a.tobytes() == b.tobytes()
+    return bool((a == b).all())
+
+
+def clean_image(prepared: Prepared) -> CleanImage | None:
+    """What a correct run of this in-contract case leaves, or None where no single image says
+    it (out of contract, or an oracle with alternatives). Required cells hold the NumPy
+    oracle's values, untouched cells their poison, every other byte its initial value;
+    may-write cells are free."""
     if prepared.clean_image is None:
         prepared.clean_image = _clean_image(prepared) or ()
     return prepared.clean_image or None
 
 
-def _clean_image(prepared: Prepared) -> tuple[np.ndarray, np.ndarray | None, Mapping[str, Cells]] | None:
+def _clean_image(prepared: Prepared) -> CleanImage | None:
     exp = prepared.expected
     if prepared.status != "in_contract" or exp is None or exp.alternatives:
         return None
     contract = CONTRACTS[prepared.case.op]
     p = prepared.plan
     cells = contract.cells(prepared.case)
-    want = p.image.copy()
-    care = None
+    outputs, whole = [], set()
     for name in contract.outputs:
         if name not in p.regions or p.regions[name].spec.numel == 0:
-            continue
+            continue  # its storage (if any) must keep its initial bytes: a span checks it
         r, c = p.regions[name], cells[name]
         vals = np.asarray(exp.values[name])
         if vals.shape != r.spec.shape:
             return None
-        if c.required.all() and r.spec.is_contiguous:  # the common case: one slice
-            cast = vals.astype(r.spec.dtype)
-            if not np.array_equal(cast, vals):
-                return None  # a value the output's dtype cannot hold: the full judge says so
-            r.typed(want)[r.spec.offset : r.spec.offset + r.spec.numel] = cast.ravel()
-            continue
-        idx = r.spec.element_index()
-        req = vals[c.required]
+        every = bool(c.required.all())
+        req = vals if every else vals[c.required]
         cast = req.astype(r.spec.dtype)
-        if not np.array_equal(cast, req):
-            return None
-        r.typed(want)[idx[c.required]] = cast
-        free = ~(c.required | c.untouched)
+        if not _equal(cast, req):
+            return None  # a value the output's dtype cannot hold: the full judge says so
+        if every:
+            whole.add(name)
+            if r.spec.is_contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
+                outputs.append((r.start + r.spec.offset * r.spec.itemsize,
+                                np.ascontiguousarray(cast).reshape(-1).view(np.uint8), None))
+                continue
+        storage = r.typed(p.image).copy()  # the output's storage only, written through its layout
+        if every:
+            elements_view(r.spec, storage)[...] = cast
+        else:
+            elements_view(r.spec, storage)[c.required] = cast
+        care = None
+        free = c.may_write & ~c.required  # = ~(required | untouched)
         if free.any():
-            care = np.ones(want.size, dtype=bool) if care is None else care
-            item = r.spec.itemsize
-            care[r.start + (idx[free][:, None] * item + np.arange(item)[None, :]).ravel()] = False
-    want.setflags(write=False)
-    return want, care, cells
+            marks = np.zeros(r.spec.storage_size, dtype=r.spec.dtype)
+            elements_view(r.spec, marks)[free] = -1  # every byte of a free cell nonzero
+            care = marks.view(np.uint8) == 0
+        outputs.append((r.start, storage.view(np.uint8), care))
+    outputs.sort(key=lambda o: o[0])
+    spans, at = [], 0
+    for start, want, _ in outputs:
+        if start > at:
+            spans.append((at, start))
+        at = start + want.size
+    if p.image.size > at:
+        spans.append((at, p.image.size))
+    return CleanImage(tuple(spans), tuple(outputs), cells, frozenset(whole))
 
 
 def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     """The verdict on a clean run of an in-contract case, when whole-array comparisons prove it
     clean (what `judge` would find: nothing); None when `judge` must look."""
-    image = clean_image(prepared)
+    clean = clean_image(prepared)
     first = outcome.runs[0]
-    if image is None or first.error is not None or first.after is None or outcome.torch_ref_error \
+    if clean is None or first.error is not None or first.after is None or outcome.torch_ref_error \
             or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
-    want, care, cells = image
-    if care is None:
-        if not np.array_equal(first.after, want):
-            return None
-    elif not np.array_equal(first.after[care], want[care]):
+    if not clean.holds(prepared.plan.image, first.after):
         return None
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
         for name in CONTRACTS[prepared.case.op].outputs:
-            if name in prepared.plan.regions and not _same(np.asarray(outcome.torch_ref[name]),
-                                                           np.asarray(prepared.expected.values[name]),
-                                                           cells[name].required):
+            if name not in prepared.plan.regions:
+                continue
+            theirs, ours = np.asarray(outcome.torch_ref[name]), np.asarray(prepared.expected.values[name])
+            if name in clean.whole:
+                if not _equal(theirs, ours):
+                    return None
+            elif not _same(theirs, ours, clean.cells[name].required):
                 return None
     for later in outcome.runs[1:]:
-        if later.error is not None or later.after is None or not np.array_equal(later.after, first.after):
+        if later.error is not None or later.after is None or later.after.shape != first.after.shape \
+                or not _same_bytes(later.after, first.after):
             return None
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
+
 
 def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other: Outcome, backend: str,
                 expected: Expected | None, finding) -> Iterator[Finding]:
@@ -310,6 +367,11 @@ def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, ex
     if outcome.torch_ref_error:
         yield finding("oracle_disagreement", "-", "torch_error",
                       f"the torch oracle raised on an in-contract case: {outcome.torch_ref_error}")
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """np.array_equal for integer arrays, without its overhead (it runs many times a case)."""
+    return a.shape == b.shape and bool((a == b).all())
 
 
 def _same(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> bool:
