@@ -158,11 +158,11 @@ def _f32(x: float) -> float:
 def num_kv_splits_stats(case: Case) -> tuple[int, int]:
     """(mx, mn) as the op defines them; kvfuzz's default variant defines zero lengths:
     only rows with length >= 1 take part, and with none, mx = mn = 1."""
-    lens = [int(x) for x in case.values["seq_lens"][: case.scalars["num_seq"]]]
-    live = [x for x in lens if x >= 1] if case.variant == "default" else lens
-    if not live:
+    lens = case.values["seq_lens"][: case.scalars["num_seq"]]
+    live = lens[lens >= 1] if case.variant == "default" else lens
+    if not live.size:
         return 1, 1
-    return max(live), min(live)
+    return int(live.max()), int(live.min())
 
 
 @lru_cache(maxsize=4096)
@@ -173,14 +173,34 @@ def log2_f32(x: float) -> np.float32:
     may land one ulp off (12.380952 instead of 12.380951 at 5333.8125 on one x86 host), which
     moved the oracle's answer across a rounding boundary of `num_kv_splits`. Here log2 is
     computed in decimal arithmetic at 50 digits (software, deterministic) and rounded to the
-    nearest float32 by comparing exact decimal distances."""
+    nearest float32 by comparing exact decimal distances, unless the double log2 already
+    says which float32 is nearest (`_log2_f32_unambiguous`): then that one, the same."""
     x32 = np.float32(x)
+    fast = _log2_f32_unambiguous(x32)
+    if fast is not None:
+        return fast
     with localcontext() as ctx:
         ctx.prec = 50
         exact = Decimal(float(x32)).ln() / Decimal(2).ln()
     near = np.float32(float(exact))
     candidates = (np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf)))
     return min(candidates, key=lambda c: abs(Decimal(float(c)) - exact))
+
+
+def _log2_f32_unambiguous(x32: np.float32) -> np.float32 | None:
+    """The float32 nearest log2(x32) when the host's double log2 lies farther than 2^-40 of
+    itself from every float32 rounding midpoint (libm's error is below 2^-52 of it, so the
+    exact log2 rounds to the same float32 on every machine); None when it lies nearer (the
+    decimal computation decides)."""
+    d = math.log2(float(x32))
+    near = np.float32(d)
+    below = float(np.nextafter(near, np.float32(-np.inf)))
+    above = float(np.nextafter(near, np.float32(np.inf)))
+    margin = abs(d) * 2.0**-40
+    # midpoints of adjacent float32s are exact in double
+    if (below + float(near)) / 2 + margin < d < (float(near) + above) / 2 - margin:
+        return near
+    return None
 
 
 def ext_core_count_range(mx: int, device_core_count: int) -> tuple[int, int, int]:
