@@ -188,33 +188,35 @@ def _clean_image(prepared: Prepared) -> CleanImage | None:
     cells = contract.cells(prepared.case)
     outputs, whole = [], set()
     for name in contract.outputs:
-        if name not in p.regions or p.regions[name].spec.numel == 0:
+        r = p.regions.get(name)
+        if r is None or r.numel == 0:
             continue  # its storage (if any) must keep its initial bytes: a span checks it
-        r, c = p.regions[name], cells[name]
+        c, spec = cells[name], r.spec
         vals = np.asarray(exp.values[name])
-        if vals.shape != r.spec.shape:
+        if vals.shape != spec.shape:
             return None
         every = bool(c.required.all())
         req = vals if every else vals[c.required]
-        cast = req.astype(r.spec.dtype)
+        cast = req.astype(spec.dtype)
         if not _equal(cast, req):
             return None  # a value the output's dtype cannot hold: the full judge says so
         if every:
             whole.add(name)
-            if r.spec.is_contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
-                outputs.append((r.start + r.spec.offset * r.spec.itemsize,
-                                np.ascontiguousarray(cast).reshape(-1).view(np.uint8), None))
+            if r.contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
+                values = np.ascontiguousarray(cast).reshape(-1).view(np.uint8)
+                outputs.append((r.start + spec.offset * r.itemsize, values, None))
                 continue
         storage = r.typed(p.image).copy()  # the output's storage only, written through its layout
+        view = elements_view(spec, storage)
         if every:
-            elements_view(r.spec, storage)[...] = cast
+            view[...] = cast
         else:
-            elements_view(r.spec, storage)[c.required] = cast
+            view[c.required] = cast
         care = None
-        free = c.may_write & ~c.required  # = ~(required | untouched)
-        if free.any():
-            marks = np.zeros(r.spec.storage_size, dtype=r.spec.dtype)
-            elements_view(r.spec, marks)[free] = -1  # every byte of a free cell nonzero
+        free = None if every else c.may_write & ~c.required  # = ~(required | untouched)
+        if free is not None and free.any():
+            marks = np.zeros(spec.storage_size, dtype=spec.dtype)
+            elements_view(spec, marks)[free] = -1  # every byte of a free cell nonzero
             care = marks.view(np.uint8) == 0
         outputs.append((r.start, storage.view(np.uint8), care))
     outputs.sort(key=lambda o: o[0])
@@ -223,8 +225,8 @@ def _clean_image(prepared: Prepared) -> CleanImage | None:
         if start > at:
             spans.append((at, start))
         at = start + want.size
-    if p.image.size > at:
-        spans.append((at, p.image.size))
+    if p.size > at:
+        spans.append((at, p.size))
     return CleanImage(tuple(spans), tuple(outputs), cells, frozenset(whole))
 
 

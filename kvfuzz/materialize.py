@@ -10,11 +10,9 @@ images into one arena, so a batch needs one copy to the device and one back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from .case import Case, TensorSpec
+from .case import DTYPES, Case, TensorSpec
 from .contract import disjoint
 
 ALIGN = 256
@@ -25,16 +23,21 @@ POISON = {"int32": np.int32(-559038737), "int64": np.int64(-2401053088876216593)
 NOBODY = -1  # owner of guard bytes, stride gaps and slack
 
 
-@dataclass(frozen=True)
 class Region:
-    name: str
-    spec: TensorSpec
-    start: int  # byte offset of the tensor's storage in the arena
-    guard: int  # canary bytes before (and after) the storage
+    """One tensor's place in the arena: its storage from byte `start`, `guard` canary bytes on
+    either side. What the spec says of its layout is read once, here (the judge asks often)."""
 
-    @property
-    def nbytes(self) -> int:
-        return self.spec.storage_size * self.spec.itemsize
+    __slots__ = ("name", "spec", "start", "guard", "nbytes", "itemsize", "numel", "contiguous")
+
+    def __init__(self, name: str, spec: TensorSpec, start: int, guard: int) -> None:
+        self.name, self.spec, self.start, self.guard = name, spec, start, guard
+        self.itemsize = _ITEMSIZE[spec.dtype]
+        self.nbytes = spec.storage_size * self.itemsize
+        self.numel = spec.numel
+        self.contiguous = spec.is_contiguous
+
+    def __repr__(self) -> str:
+        return f"Region({self.name!r}, {self.spec!r}, start={self.start}, guard={self.guard})"
 
     def typed(self, arena: np.ndarray) -> np.ndarray:
         """The tensor's storage, as its dtype, inside a host image of the arena."""
@@ -42,22 +45,28 @@ class Region:
 
     def elements(self, arena: np.ndarray) -> np.ndarray:
         """The tensor's logical values (a copy), read through its layout."""
-        spec = self.spec
-        if spec.numel == 0:
-            return np.zeros(spec.shape, dtype=spec.dtype)
+        if self.numel == 0:
+            return np.zeros(self.spec.shape, dtype=self.spec.dtype)
         return self.view(arena).copy()
 
     def view(self, arena: np.ndarray) -> np.ndarray:
         """The tensor's elements as a view into a host image of the arena (writable if the
-        image is)."""
-        return elements_view(self.spec, self.typed(arena))
+        image is). For a tensor with elements (numel > 0)."""
+        return _view(self.spec, self.typed(arena), self.contiguous, self.numel)
+
+
+_ITEMSIZE = {d: np.dtype(d).itemsize for d in DTYPES}
 
 
 def elements_view(spec: TensorSpec, storage: np.ndarray) -> np.ndarray:
     """The elements of a tensor laid out by `spec` as a strided view into its `storage` (1-D,
     of its dtype): no index arrays. For a tensor with elements (numel > 0)."""
-    if spec.is_contiguous:
-        return storage[spec.offset : spec.offset + spec.numel].reshape(spec.shape)
+    return _view(spec, storage, spec.is_contiguous, spec.numel)
+
+
+def _view(spec: TensorSpec, storage: np.ndarray, contiguous: bool, numel: int) -> np.ndarray:
+    if contiguous:
+        return storage[spec.offset : spec.offset + numel].reshape(spec.shape)
     item = storage.itemsize
     return np.ndarray(spec.shape, storage.dtype, storage, spec.offset * item, tuple(x * item for x in spec.strides))
 
@@ -95,17 +104,15 @@ class Plan:
         """Write the image into `buf` (`size` bytes) and keep `buf`, read-only, as it."""
         buf.fill(CANARY_BYTE)
         case, outputs = self._case, self._outputs
-        for name in self.names:
-            r = self.regions[name]
-            spec = r.spec
-            if spec.numel == 0:
+        for r in self.regions.values():
+            if r.numel == 0:
                 continue
-            if name in outputs:
-                r.view(buf)[...] = POISON[spec.dtype]
-            elif spec.is_contiguous or disjoint(spec):  # each storage element written once: order is moot
-                r.view(buf)[...] = case.values[name]
+            if r.name in outputs:
+                r.view(buf)[...] = POISON[r.spec.dtype]
+            elif r.contiguous or disjoint(r.spec):  # each storage element written once: order is moot
+                r.view(buf)[...] = case.values[r.name]
             else:  # elements sharing storage: the last one written wins, in index order
-                r.typed(buf)[spec.element_index()] = case.values[name]
+                r.typed(buf)[r.spec.element_index()] = case.values[r.name]
         buf.setflags(write=False)
         self._image = buf
 
@@ -115,10 +122,10 @@ class Plan:
         if got is None:
             r = self.regions[name]
             got = np.zeros(r.nbytes, dtype=bool)
-            spec, item = r.spec, r.spec.itemsize
-            if spec.numel and spec.is_contiguous:
-                got[spec.offset * item : (spec.offset + spec.numel) * item] = True
-            elif spec.numel:
+            spec, item = r.spec, r.itemsize
+            if r.numel and r.contiguous:
+                got[spec.offset * item : (spec.offset + r.numel) * item] = True
+            elif r.numel:
                 idx = spec.element_index().ravel()
                 got[(idx[:, None] * item + np.arange(item)[None, :]).ravel()] = True
             self._elem_masks[name] = got
@@ -176,7 +183,7 @@ def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
     regions, lays, cursor = {}, [], 0
     for name in names:
         spec = case.tensors[name]
-        nbytes = spec.storage_size * spec.itemsize
+        nbytes = spec.storage_size * _ITEMSIZE[spec.dtype]
         guard = _round_up(min(GUARD_MAX, max(GUARD_MIN, nbytes)))
         start = cursor + guard
         regions[name] = Region(name, spec, start, guard)

@@ -58,7 +58,7 @@ def decode_metadata(case: Case) -> Expected:
     out["cu_seqlens_k"][len(seq_lens)] = acc
 
     if P > 0:
-        rtt = v["req_to_token"].astype(np.int64)
+        rtt = v["req_to_token"]  # gathered, then widened: only the cells read are copied
         rows = v["req_pool_indices"].astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= rtt.shape[0]):
             raise OutOfContract(f"req_pool_indices outside [0, {rtt.shape[0]})")
@@ -68,7 +68,7 @@ def decode_metadata(case: Case) -> Expected:
         if s.get("src_is_read_table"):  # 0.5.19: page ids, one per column, copied verbatim
             _read_tables(case, out, rtt, rows, P)
             return Expected(out)
-        tokens = rtt[rows[:, None], cols[None, :]]
+        tokens = rtt[rows[:, None], cols[None, :]].astype(np.int64)
         pages = np.floor_divide(tokens, ps)
         if "full_v2p" in case.tensors:
             pages = _v2p(v["full_v2p"], pages, "full_v2p")
@@ -80,10 +80,10 @@ def decode_metadata(case: Case) -> Expected:
             if "swa_v2p" in case.tensors:  # unified SWA pool: the same virtual pages, its own table
                 swa = _v2p(v["swa_v2p"], np.floor_divide(tokens, ps), "swa_v2p")
             else:  # static SWA pool: token slot -> SWA slot, then its page
-                mapping = v["full_to_swa_index_mapping"].astype(np.int64)
+                mapping = v["full_to_swa_index_mapping"]
                 if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
                     raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
-                swa = np.floor_divide(mapping[tokens], ps)
+                swa = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa):
                 raise OutOfContract("a swa_page_table value does not fit int32")
             out["swa_page_table"] = _empty_out(case, "swa_page_table")
@@ -103,7 +103,7 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
     """src_is_read_table: page_table[i, c] = req_to_token[rows[i], c], swa_page_table from swa_src_table."""
     out["page_table"][:, :P] = rtt[rows[:, None], np.arange(P)[None, :]]
     if "swa_page_table" in case.tensors:
-        src = case.values["swa_src_table"].astype(np.int64)
+        src = case.values["swa_src_table"]
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
         out["swa_page_table"][:, :P] = src[rows[:, None], np.arange(P)[None, :]]
     for name in ("page_table", "swa_page_table"):
@@ -113,10 +113,9 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
 
 def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:
     """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0."""
-    table = table.astype(np.int64)
     if pages.size and (pages.min() < 0 or pages.max() >= table.shape[0]):
         raise OutOfContract(f"a virtual page lies outside {name} [0, {table.shape[0]})")
-    phys = table[pages]
+    phys = table[pages].astype(np.int64)  # gathered, then widened: only the entries read are copied
     if phys.size and phys.min() < -1:
         raise OutOfContract(f"a {name} entry read is below -1 (neither a physical page nor the tombstone)")
     return np.maximum(phys, 0)
@@ -316,10 +315,10 @@ def draft_extend_metadata(case: Case) -> Expected:
     for i, sl in enumerate(seq):
         cdiv32(f"cdiv(seq_lens[{i}], page_size)", int(sl), ps)
     live = np.minimum(-(-seq // ps), W)
-    rtt = v["req_to_token"].astype(np.int64)
+    rtt = v["req_to_token"]  # tables gathered, then widened: only the cells read are copied
     pool = v["req_pool_indices"].astype(np.int64)
     swa = "full_to_swa_index_mapping" in case.tensors
-    mapping = v["full_to_swa_index_mapping"].astype(np.int64) if swa else None
+    mapping = v["full_to_swa_index_mapping"] if swa else None
     if swa:
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
     for i in range(seq.size):
@@ -331,7 +330,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         if (n - 1) * ps >= rtt.shape[1]:
             raise OutOfContract(f"row {i}: live page {n - 1} reads token {(n - 1) * ps} >= req_to_token width "
                                 f"{rtt.shape[1]}")
-        tokens = rtt[pool[i], np.arange(n) * ps]
+        tokens = rtt[pool[i], np.arange(n) * ps].astype(np.int64)
         pages = np.floor_divide(tokens, ps)
         if not fits_int32(pages):
             raise OutOfContract(f"row {i}: a page_table value does not fit int32")
@@ -339,7 +338,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         if swa:
             if tokens.min() < 0 or tokens.max() >= mapping.shape[0]:
                 raise OutOfContract(f"row {i}: a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
-            swa_pages = np.floor_divide(mapping[tokens], ps)
+            swa_pages = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa_pages):
                 raise OutOfContract(f"row {i}: a swa_page_table value does not fit int32")
             out["swa_page_table"][i, :n] = swa_pages
@@ -347,7 +346,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         locs = v["out_cache_loc"].astype(np.int64)
         if locs.size and (locs.min() < 0 or locs.max() >= mapping.shape[0]):
             raise OutOfContract(f"an out_cache_loc lies outside the SWA mapping [0, {mapping.shape[0]})")
-        slots = mapping[locs]
+        slots = mapping[locs].astype(np.int64)
         if case.tensors["swa_out_cache_loc"].dtype == "int32" and not fits_int32(slots):
             raise OutOfContract("a swa_out_cache_loc value does not fit int32")
         out["swa_out_cache_loc"] = slots
