@@ -89,7 +89,7 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
     if first.after is None:
         return verdict
 
-    changed = np.flatnonzero(first.after != p.image)
+    changed = _changed(first.after, p.image)
     owner = p.owner_of(changed)
     verdict.findings += _memory_findings(contract, p, changed, owner, finding)
     if status == "in_contract" and first.error is None:
@@ -126,19 +126,22 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
 # the few cases where one of them fails (and finds exactly what it always finds).
 
 
-@dataclass(frozen=True)
 class CleanImage:
     """The arena a correct run of an in-contract case leaves, as the checks that prove it:
     every byte outside the checked outputs holds the plan's image (`spans`, byte ranges), and
     each checked output's bytes (its storage, or only its elements where it is contiguous and
     every cell is required) hold `want` (their initial bytes with the required cells set to
     the NumPy oracle's values) wherever `care` says (None: everywhere; the bytes of may-write
-    cells are free). No copy of the whole arena is made."""
+    cells are free). No copy of the whole arena is made. `oracle` is what the torch oracle's
+    answer must agree with: (output, the NumPy oracle's values, its required cells or None
+    for all of them)."""
 
-    spans: tuple[tuple[int, int], ...]
-    outputs: tuple[tuple[int, np.ndarray, np.ndarray | None], ...]  # (byte start, want, care)
-    cells: Mapping[str, Cells]
-    whole: frozenset[str]  # outputs whose every cell is required (the torch oracle is compared whole)
+    __slots__ = ("spans", "outputs", "cells", "oracle")
+
+    def __init__(self, spans: tuple[tuple[int, int], ...],
+                 outputs: tuple[tuple[int, np.ndarray, np.ndarray | None], ...], cells: Mapping[str, Cells],
+                 oracle: tuple[tuple[str, np.ndarray, np.ndarray | None], ...]) -> None:
+        self.spans, self.outputs, self.cells, self.oracle = spans, outputs, cells, oracle
 
     @property
     def free(self) -> bool:
@@ -160,6 +163,14 @@ class CleanImage:
             elif ((got != want) & care).any():
                 return False
         return True
+
+
+def _changed(after: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """Offsets of the bytes of `after` that differ from `image` (an arena left as it was, as
+    most refused cases leave it, is told by one comparison)."""
+    if after.shape == image.shape and _same_bytes(after, image):
+        return np.flatnonzero(np.zeros(0, dtype=bool))
+    return np.flatnonzero(after != image)
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -186,26 +197,27 @@ def _clean_image(prepared: Prepared) -> CleanImage | None:
     contract = CONTRACTS[prepared.case.op]
     p = prepared.plan
     cells = contract.cells(prepared.case)
-    outputs, whole = [], set()
+    outputs, oracle = [], []
     for name in contract.outputs:
         r = p.regions.get(name)
-        if r is None or r.numel == 0:
-            continue  # its storage (if any) must keep its initial bytes: a span checks it
+        if r is None:
+            continue
         c, spec = cells[name], r.spec
         vals = np.asarray(exp.values[name])
+        if r.numel == 0:  # its storage (if any) must keep its initial bytes: a span checks it
+            oracle.append((name, vals, c.required))
+            continue
         if vals.shape != spec.shape:
             return None
         every = bool(c.required.all())
+        oracle.append((name, vals, None if every else c.required))
         req = vals if every else vals[c.required]
         cast = req.astype(spec.dtype)
         if not _equal(cast, req):
             return None  # a value the output's dtype cannot hold: the full judge says so
-        if every:
-            whole.add(name)
-            if r.contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
-                values = np.ascontiguousarray(cast).reshape(-1).view(np.uint8)
-                outputs.append((r.start + spec.offset * r.itemsize, values, None))
-                continue
+        if every and r.contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
+            outputs.append((r.start + spec.offset * r.itemsize, cast.reshape(-1).view(np.uint8), None))
+            continue
         storage = r.typed(p.image).copy()  # the output's storage only, written through its layout
         view = elements_view(spec, storage)
         if every:
@@ -227,7 +239,7 @@ def _clean_image(prepared: Prepared) -> CleanImage | None:
         at = start + want.size
     if p.size > at:
         spans.append((at, p.size))
-    return CleanImage(tuple(spans), tuple(outputs), cells, frozenset(whole))
+    return CleanImage(tuple(spans), tuple(outputs), cells, tuple(oracle))
 
 
 def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
@@ -241,14 +253,9 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     if not clean.holds(prepared.plan.image, first.after):
         return None
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
-        for name in CONTRACTS[prepared.case.op].outputs:
-            if name not in prepared.plan.regions:
-                continue
-            theirs, ours = np.asarray(outcome.torch_ref[name]), np.asarray(prepared.expected.values[name])
-            if name in clean.whole:
-                if not _equal(theirs, ours):
-                    return None
-            elif not _same(theirs, ours, clean.cells[name].required):
+        for name, ours, required in clean.oracle:
+            theirs = np.asarray(outcome.torch_ref[name])
+            if not (_equal(theirs, ours) if required is None else _same(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
         if later.error is not None or later.after is None or later.after.shape != first.after.shape \
