@@ -237,8 +237,8 @@ def _splits_for(case: Case, mx: int, mn: int, e: int) -> np.ndarray:
     c2 = cdiv32("cdiv(max_seq_len, max_kv_splits_2)", mx, s2)
     out = np.zeros(case.tensors["num_kv_splits"].shape, dtype=np.int64)
     sl = np.asarray(case.values["seq_lens"][:num_seq], dtype=np.int64)
-    over = (sl + c1 - 1 > INT32_MAX) | (sl + c2 - 1 > INT32_MAX)
-    if over.any():  # the first row whose int32 cdiv overflows, named as a row-by-row loop names it
+    if sl.size and int(sl.max()) + max(c1, c2) - 1 > INT32_MAX:  # some row's int32 cdiv overflows:
+        over = (sl + c1 - 1 > INT32_MAX) | (sl + c2 - 1 > INT32_MAX)  # the first, as a row-by-row loop names it
         i = int(np.argmax(over))
         cdiv32(f"cdiv(seq_lens[{i}], chunk_1)", int(sl[i]), c1)
         cdiv32(f"cdiv(seq_lens[{i}], chunk_2)", int(sl[i]), c2)
@@ -257,11 +257,15 @@ def num_kv_splits(case: Case) -> Expected:
         raise OutOfContract(f"num_kv_head {s['num_kv_head']} > num_head {s['num_head']}: the head-group size is 0")
     lens = case.values["seq_lens"]
     floor = 0 if case.variant == "default" else 1
-    if lens.size and int(lens.min()) < floor:
+    low, high = (int(lens.min()), int(lens.max())) if lens.size else (0, 0)
+    if lens.size and low < floor:
         raise OutOfContract(f"a seq_len is below {floor}")
-    if not fits_int32(lens):
+    if not INT32_MIN <= low <= high <= INT32_MAX:  # fits_int32, from the same extremes
         raise OutOfContract("a seq_len does not fit int32")
-    mx, mn = num_kv_splits_stats(case)
+    if low >= 1 and lens.shape[0] <= case.scalars["num_seq"]:  # every length takes part
+        mx, mn = high, low
+    else:
+        mx, mn = num_kv_splits_stats(case)
     exact, lo, hi = ext_core_count_range(mx, s["device_core_count"])
     main = _splits_for(case, mx, mn, exact)
     alts = []
