@@ -24,7 +24,7 @@ from .case import Case
 from .contract import Cells, Contract, Expected
 from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
 from .findings import Finding
-from .materialize import NOBODY, Plan
+from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
@@ -89,7 +89,7 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
     if first.after is None:
         return verdict
 
-    changed = np.flatnonzero(first.after != p.image)
+    changed = _changed(first.after, p.image)
     owner = p.owner_of(changed)
     verdict.findings += _memory_findings(contract, p, changed, owner, finding)
     if status == "in_contract" and first.error is None:
@@ -126,77 +126,143 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
 # the few cases where one of them fails (and finds exactly what it always finds).
 
 
-def clean_image(prepared: Prepared) -> tuple[np.ndarray, np.ndarray | None, Mapping[str, Cells]] | None:
-    """(the arena a correct run of this in-contract case leaves, the bytes that must hold it or
-    None for all of them, the contract's cells), or None where no single image says it (out of contract, or an
-    oracle with alternatives). Required cells hold the NumPy oracle's values, untouched cells
-    their poison, every other byte its initial value; may-write cells are free."""
+class CleanImage:
+    """The arena a correct run of an in-contract case leaves, as the checks that prove it:
+    every byte outside the checked outputs holds the plan's image (`spans`, byte ranges), and
+    each checked output's bytes (its storage, or only its elements where it is contiguous and
+    every cell is required) hold `want` (their initial bytes with the required cells set to
+    the NumPy oracle's values) wherever `care` says (None: everywhere; the bytes of may-write
+    cells are free). No copy of the whole arena is made. `oracle` is what the torch oracle's
+    answer must agree with: (output, the NumPy oracle's values, its required cells or None
+    for all of them)."""
+
+    __slots__ = ("spans", "outputs", "cells", "oracle")
+
+    def __init__(self, spans: tuple[tuple[int, int], ...],
+                 outputs: tuple[tuple[int, np.ndarray, np.ndarray | None], ...], cells: Mapping[str, Cells],
+                 oracle: tuple[tuple[str, np.ndarray, np.ndarray | None], ...]) -> None:
+        self.spans, self.outputs, self.cells, self.oracle = spans, outputs, cells, oracle
+
+    @property
+    def free(self) -> bool:
+        """Whether some bytes are free (may-write cells)."""
+        return any(care is not None for _, _, care in self.outputs)
+
+    def holds(self, image: np.ndarray, after: np.ndarray) -> bool:
+        """Whether `after` is what a correct run leaves, from the plan's `image`."""
+        if after.shape != image.shape:
+            return False
+        for a, b in self.spans:
+            if not _same_bytes(after[a:b], image[a:b]):
+                return False
+        for start, want, care in self.outputs:
+            got = after[start : start + want.size]
+            if care is None:
+                if not _same_bytes(got, want):
+                    return False
+            elif ((got != want) & care).any():
+                return False
+        return True
+
+
+def _changed(after: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """Offsets of the bytes of `after` that differ from `image` (an arena left as it was, as
+    most refused cases leave it, is told by one comparison)."""
+    if after.shape == image.shape and _same_bytes(after, image):
+        return np.flatnonzero(np.zeros(0, dtype=bool))
+    return np.flatnonzero(after != image)
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two uint8 arrays of one size hold the same bytes."""
+    if a.size <= 1 << 16:  # small: comparing two copies costs less than numpy's elementwise pass
+        return a.tobytes() == b.tobytes()
+    return bool((a == b).all())
+
+
+def clean_image(prepared: Prepared) -> CleanImage | None:
+    """What a correct run of this in-contract case leaves, or None where no single image says
+    it (out of contract, or an oracle with alternatives). Required cells hold the NumPy
+    oracle's values, untouched cells their poison, every other byte its initial value;
+    may-write cells are free."""
     if prepared.clean_image is None:
         prepared.clean_image = _clean_image(prepared) or ()
     return prepared.clean_image or None
 
 
-def _clean_image(prepared: Prepared) -> tuple[np.ndarray, np.ndarray | None, Mapping[str, Cells]] | None:
+def _clean_image(prepared: Prepared) -> CleanImage | None:
     exp = prepared.expected
     if prepared.status != "in_contract" or exp is None or exp.alternatives:
         return None
     contract = CONTRACTS[prepared.case.op]
     p = prepared.plan
     cells = contract.cells(prepared.case)
-    want = p.image.copy()
-    care = None
+    outputs, oracle = [], []
     for name in contract.outputs:
-        if name not in p.regions or p.regions[name].spec.numel == 0:
+        r = p.regions.get(name)
+        if r is None:
             continue
-        r, c = p.regions[name], cells[name]
+        c, spec = cells[name], r.spec
         vals = np.asarray(exp.values[name])
-        if vals.shape != r.spec.shape:
-            return None
-        if c.required.all() and r.spec.is_contiguous:  # the common case: one slice
-            cast = vals.astype(r.spec.dtype)
-            if not np.array_equal(cast, vals):
-                return None  # a value the output's dtype cannot hold: the full judge says so
-            r.typed(want)[r.spec.offset : r.spec.offset + r.spec.numel] = cast.ravel()
+        if r.numel == 0:  # its storage (if any) must keep its initial bytes: a span checks it
+            oracle.append((name, vals, c.required))
             continue
-        idx = r.spec.element_index()
-        req = vals[c.required]
-        cast = req.astype(r.spec.dtype)
-        if not np.array_equal(cast, req):
+        if vals.shape != spec.shape:
             return None
-        r.typed(want)[idx[c.required]] = cast
-        free = ~(c.required | c.untouched)
-        if free.any():
-            care = np.ones(want.size, dtype=bool) if care is None else care
-            item = r.spec.itemsize
-            care[r.start + (idx[free][:, None] * item + np.arange(item)[None, :]).ravel()] = False
-    want.setflags(write=False)
-    return want, care, cells
+        every = bool(c.required.all())
+        oracle.append((name, vals, None if every else c.required))
+        req = vals if every else vals[c.required]
+        cast = req.astype(spec.dtype)
+        if not _equal(cast, req):
+            return None  # a value the output's dtype cannot hold: the full judge says so
+        if every and r.contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
+            outputs.append((r.start + spec.offset * r.itemsize, cast.reshape(-1).view(np.uint8), None))
+            continue
+        storage = r.typed(p.image).copy()  # the output's storage only, written through its layout
+        view = elements_view(spec, storage)
+        if every:
+            view[...] = cast
+        else:
+            view[c.required] = cast
+        care = None
+        free = None if every else c.may_write & ~c.required  # = ~(required | untouched)
+        if free is not None and free.any():
+            marks = np.zeros(spec.storage_size, dtype=spec.dtype)
+            elements_view(spec, marks)[free] = -1  # every byte of a free cell nonzero
+            care = marks.view(np.uint8) == 0
+        outputs.append((r.start, storage.view(np.uint8), care))
+    outputs.sort(key=lambda o: o[0])
+    spans, at = [], 0
+    for start, want, _ in outputs:
+        if start > at:
+            spans.append((at, start))
+        at = start + want.size
+    if p.size > at:
+        spans.append((at, p.size))
+    return CleanImage(tuple(spans), tuple(outputs), cells, tuple(oracle))
 
 
 def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     """The verdict on a clean run of an in-contract case, when whole-array comparisons prove it
     clean (what `judge` would find: nothing); None when `judge` must look."""
-    image = clean_image(prepared)
+    clean = clean_image(prepared)
     first = outcome.runs[0]
-    if image is None or first.error is not None or first.after is None or outcome.torch_ref_error \
+    if clean is None or first.error is not None or first.after is None or outcome.torch_ref_error \
             or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
-    want, care, cells = image
-    if care is None:
-        if not np.array_equal(first.after, want):
-            return None
-    elif not np.array_equal(first.after[care], want[care]):
+    if not clean.holds(prepared.plan.image, first.after):
         return None
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
-        for name in CONTRACTS[prepared.case.op].outputs:
-            if name in prepared.plan.regions and not _same(np.asarray(outcome.torch_ref[name]),
-                                                           np.asarray(prepared.expected.values[name]),
-                                                           cells[name].required):
+        for name, ours, required in clean.oracle:
+            theirs = np.asarray(outcome.torch_ref[name])
+            if not (_equal(theirs, ours) if required is None else _same(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
-        if later.error is not None or later.after is None or not np.array_equal(later.after, first.after):
+        if later.error is not None or later.after is None or later.after.shape != first.after.shape \
+                or not _same_bytes(later.after, first.after):
             return None
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
+
 
 def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other: Outcome, backend: str,
                 expected: Expected | None, finding) -> Iterator[Finding]:
@@ -310,6 +376,11 @@ def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, ex
     if outcome.torch_ref_error:
         yield finding("oracle_disagreement", "-", "torch_error",
                       f"the torch oracle raised on an in-contract case: {outcome.torch_ref_error}")
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """np.array_equal for integer arrays, without its overhead (it runs many times a case)."""
+    return a.shape == b.shape and bool((a == b).all())
 
 
 def _same(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> bool:

@@ -108,5 +108,49 @@ def test_the_fast_path_never_passes_a_damaged_run(op):
                 damaged += 1
                 assert quick_verdict(p, outcome) is None, (how, [f.signature for f in full])
             elif quick_verdict(p, outcome) is None:  # damage in a may-write cell: nothing to find
-                assert clean_image(p) is None or clean_image(p)[1] is not None or how == "torch"
+                assert clean_image(p) is None or clean_image(p).free or how == "torch"
     assert damaged >= 100
+
+
+def whole_image(p) -> tuple[np.ndarray, np.ndarray]:
+    """(the arena a correct run leaves, the bytes that must hold it), written out byte by byte
+    from the definition: the plan's image, required cells set to the oracle's values, the bytes
+    of may-write cells free."""
+    contract = CONTRACTS[p.case.op]
+    want, care = p.plan.image.copy(), np.ones(p.plan.image.size, dtype=bool)
+    cells = contract.cells(p.case)
+    for name in contract.outputs:
+        if name not in p.plan.regions or p.plan.regions[name].spec.numel == 0:
+            continue
+        r, c = p.plan.regions[name], cells[name]
+        idx, item = r.spec.element_index(), r.spec.itemsize
+        r.typed(want)[idx[c.required]] = np.asarray(p.expected.values[name])[c.required].astype(r.spec.dtype)
+        for i in idx[~(c.required | c.untouched)].tolist():
+            care[r.start + i * item : r.start + (i + 1) * item] = False
+    return want, care
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_fast_path_checks_every_byte(op):
+    """`CleanImage.holds` says exactly what comparing the whole arena with its clean image says,
+    for a byte changed at every edge of every region (guards, storage, elements) and anywhere."""
+    rnd = random.Random(f"edges:{op}")
+    checked = 0
+    for p in list(cases(op, 40))[:12]:
+        clean = clean_image(p)
+        if clean is None:
+            continue
+        want, care = whole_image(p)
+        after, _ = correct_run(p, rnd)
+        assert clean.holds(p.plan.image, after) and np.array_equal(after[care], want[care])
+        edges = {0, want.size - 1, *(rnd.randrange(want.size) for _ in range(20))}
+        for r in p.plan.regions.values():
+            for b in (r.start - r.guard, r.start - 1, r.start, r.start + r.nbytes - 1, r.start + r.nbytes,
+                      r.start + r.nbytes + r.guard - 1):
+                edges.add(min(max(b, 0), want.size - 1))
+        for b in sorted(edges):
+            a = after.copy()
+            a[b] ^= 0x81
+            assert clean.holds(p.plan.image, a) == np.array_equal(a[care], want[care]), (p.index, b)
+            checked += 1
+    assert checked >= 200

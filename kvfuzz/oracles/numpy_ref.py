@@ -58,7 +58,7 @@ def decode_metadata(case: Case) -> Expected:
     out["cu_seqlens_k"][len(seq_lens)] = acc
 
     if P > 0:
-        rtt = v["req_to_token"].astype(np.int64)
+        rtt = v["req_to_token"]  # gathered, then widened: only the cells read are copied
         rows = v["req_pool_indices"].astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= rtt.shape[0]):
             raise OutOfContract(f"req_pool_indices outside [0, {rtt.shape[0]})")
@@ -68,7 +68,7 @@ def decode_metadata(case: Case) -> Expected:
         if s.get("src_is_read_table"):  # 0.5.19: page ids, one per column, copied verbatim
             _read_tables(case, out, rtt, rows, P)
             return Expected(out)
-        tokens = rtt[rows[:, None], cols[None, :]]
+        tokens = rtt[rows[:, None], cols[None, :]].astype(np.int64)
         pages = np.floor_divide(tokens, ps)
         if "full_v2p" in case.tensors:
             pages = _v2p(v["full_v2p"], pages, "full_v2p")
@@ -80,10 +80,10 @@ def decode_metadata(case: Case) -> Expected:
             if "swa_v2p" in case.tensors:  # unified SWA pool: the same virtual pages, its own table
                 swa = _v2p(v["swa_v2p"], np.floor_divide(tokens, ps), "swa_v2p")
             else:  # static SWA pool: token slot -> SWA slot, then its page
-                mapping = v["full_to_swa_index_mapping"].astype(np.int64)
+                mapping = v["full_to_swa_index_mapping"]
                 if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
                     raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
-                swa = np.floor_divide(mapping[tokens], ps)
+                swa = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa):
                 raise OutOfContract("a swa_page_table value does not fit int32")
             out["swa_page_table"] = _empty_out(case, "swa_page_table")
@@ -103,7 +103,7 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
     """src_is_read_table: page_table[i, c] = req_to_token[rows[i], c], swa_page_table from swa_src_table."""
     out["page_table"][:, :P] = rtt[rows[:, None], np.arange(P)[None, :]]
     if "swa_page_table" in case.tensors:
-        src = case.values["swa_src_table"].astype(np.int64)
+        src = case.values["swa_src_table"]
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
         out["swa_page_table"][:, :P] = src[rows[:, None], np.arange(P)[None, :]]
     for name in ("page_table", "swa_page_table"):
@@ -113,10 +113,9 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
 
 def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:
     """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0."""
-    table = table.astype(np.int64)
     if pages.size and (pages.min() < 0 or pages.max() >= table.shape[0]):
         raise OutOfContract(f"a virtual page lies outside {name} [0, {table.shape[0]})")
-    phys = table[pages]
+    phys = table[pages].astype(np.int64)  # gathered, then widened: only the entries read are copied
     if phys.size and phys.min() < -1:
         raise OutOfContract(f"a {name} entry read is below -1 (neither a physical page nor the tombstone)")
     return np.maximum(phys, 0)
@@ -158,11 +157,11 @@ def _f32(x: float) -> float:
 def num_kv_splits_stats(case: Case) -> tuple[int, int]:
     """(mx, mn) as the op defines them; kvfuzz's default variant defines zero lengths:
     only rows with length >= 1 take part, and with none, mx = mn = 1."""
-    lens = [int(x) for x in case.values["seq_lens"][: case.scalars["num_seq"]]]
-    live = [x for x in lens if x >= 1] if case.variant == "default" else lens
-    if not live:
+    lens = case.values["seq_lens"][: case.scalars["num_seq"]]
+    live = lens[lens >= 1] if case.variant == "default" else lens
+    if not live.size:
         return 1, 1
-    return max(live), min(live)
+    return int(live.max()), int(live.min())
 
 
 @lru_cache(maxsize=4096)
@@ -173,14 +172,34 @@ def log2_f32(x: float) -> np.float32:
     may land one ulp off (12.380952 instead of 12.380951 at 5333.8125 on one x86 host), which
     moved the oracle's answer across a rounding boundary of `num_kv_splits`. Here log2 is
     computed in decimal arithmetic at 50 digits (software, deterministic) and rounded to the
-    nearest float32 by comparing exact decimal distances."""
+    nearest float32 by comparing exact decimal distances, unless the double log2 already
+    says which float32 is nearest (`_log2_f32_unambiguous`): then that one, the same."""
     x32 = np.float32(x)
+    fast = _log2_f32_unambiguous(x32)
+    if fast is not None:
+        return fast
     with localcontext() as ctx:
         ctx.prec = 50
         exact = Decimal(float(x32)).ln() / Decimal(2).ln()
     near = np.float32(float(exact))
     candidates = (np.nextafter(near, np.float32(-np.inf)), near, np.nextafter(near, np.float32(np.inf)))
     return min(candidates, key=lambda c: abs(Decimal(float(c)) - exact))
+
+
+def _log2_f32_unambiguous(x32: np.float32) -> np.float32 | None:
+    """The float32 nearest log2(x32) when the host's double log2 lies farther than 2^-40 of
+    itself from every float32 rounding midpoint (libm's error is below 2^-52 of it, so the
+    exact log2 rounds to the same float32 on every machine); None when it lies nearer (the
+    decimal computation decides)."""
+    d = math.log2(float(x32))
+    near = np.float32(d)
+    below = float(np.nextafter(near, np.float32(-np.inf)))
+    above = float(np.nextafter(near, np.float32(np.inf)))
+    margin = abs(d) * 2.0**-40
+    # midpoints of adjacent float32s are exact in double
+    if (below + float(near)) / 2 + margin < d < (float(near) + above) / 2 - margin:
+        return near
+    return None
 
 
 def ext_core_count_range(mx: int, device_core_count: int) -> tuple[int, int, int]:
@@ -218,8 +237,8 @@ def _splits_for(case: Case, mx: int, mn: int, e: int) -> np.ndarray:
     c2 = cdiv32("cdiv(max_seq_len, max_kv_splits_2)", mx, s2)
     out = np.zeros(case.tensors["num_kv_splits"].shape, dtype=np.int64)
     sl = np.asarray(case.values["seq_lens"][:num_seq], dtype=np.int64)
-    over = (sl + c1 - 1 > INT32_MAX) | (sl + c2 - 1 > INT32_MAX)
-    if over.any():  # the first row whose int32 cdiv overflows, named as a row-by-row loop names it
+    if sl.size and int(sl.max()) + max(c1, c2) - 1 > INT32_MAX:  # some row's int32 cdiv overflows:
+        over = (sl + c1 - 1 > INT32_MAX) | (sl + c2 - 1 > INT32_MAX)  # the first, as a row-by-row loop names it
         i = int(np.argmax(over))
         cdiv32(f"cdiv(seq_lens[{i}], chunk_1)", int(sl[i]), c1)
         cdiv32(f"cdiv(seq_lens[{i}], chunk_2)", int(sl[i]), c2)
@@ -238,11 +257,15 @@ def num_kv_splits(case: Case) -> Expected:
         raise OutOfContract(f"num_kv_head {s['num_kv_head']} > num_head {s['num_head']}: the head-group size is 0")
     lens = case.values["seq_lens"]
     floor = 0 if case.variant == "default" else 1
-    if lens.size and int(lens.min()) < floor:
+    low, high = (int(lens.min()), int(lens.max())) if lens.size else (0, 0)
+    if lens.size and low < floor:
         raise OutOfContract(f"a seq_len is below {floor}")
-    if not fits_int32(lens):
+    if not INT32_MIN <= low <= high <= INT32_MAX:  # fits_int32, from the same extremes
         raise OutOfContract("a seq_len does not fit int32")
-    mx, mn = num_kv_splits_stats(case)
+    if low >= 1 and lens.shape[0] <= case.scalars["num_seq"]:  # every length takes part
+        mx, mn = high, low
+    else:
+        mx, mn = num_kv_splits_stats(case)
     exact, lo, hi = ext_core_count_range(mx, s["device_core_count"])
     main = _splits_for(case, mx, mn, exact)
     alts = []
@@ -296,10 +319,10 @@ def draft_extend_metadata(case: Case) -> Expected:
     for i, sl in enumerate(seq):
         cdiv32(f"cdiv(seq_lens[{i}], page_size)", int(sl), ps)
     live = np.minimum(-(-seq // ps), W)
-    rtt = v["req_to_token"].astype(np.int64)
+    rtt = v["req_to_token"]  # tables gathered, then widened: only the cells read are copied
     pool = v["req_pool_indices"].astype(np.int64)
     swa = "full_to_swa_index_mapping" in case.tensors
-    mapping = v["full_to_swa_index_mapping"].astype(np.int64) if swa else None
+    mapping = v["full_to_swa_index_mapping"] if swa else None
     if swa:
         out["swa_page_table"] = _empty_out(case, "swa_page_table")
     for i in range(seq.size):
@@ -311,7 +334,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         if (n - 1) * ps >= rtt.shape[1]:
             raise OutOfContract(f"row {i}: live page {n - 1} reads token {(n - 1) * ps} >= req_to_token width "
                                 f"{rtt.shape[1]}")
-        tokens = rtt[pool[i], np.arange(n) * ps]
+        tokens = rtt[pool[i], np.arange(n) * ps].astype(np.int64)
         pages = np.floor_divide(tokens, ps)
         if not fits_int32(pages):
             raise OutOfContract(f"row {i}: a page_table value does not fit int32")
@@ -319,7 +342,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         if swa:
             if tokens.min() < 0 or tokens.max() >= mapping.shape[0]:
                 raise OutOfContract(f"row {i}: a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
-            swa_pages = np.floor_divide(mapping[tokens], ps)
+            swa_pages = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa_pages):
                 raise OutOfContract(f"row {i}: a swa_page_table value does not fit int32")
             out["swa_page_table"][i, :n] = swa_pages
@@ -327,7 +350,7 @@ def draft_extend_metadata(case: Case) -> Expected:
         locs = v["out_cache_loc"].astype(np.int64)
         if locs.size and (locs.min() < 0 or locs.max() >= mapping.shape[0]):
             raise OutOfContract(f"an out_cache_loc lies outside the SWA mapping [0, {mapping.shape[0]})")
-        slots = mapping[locs]
+        slots = mapping[locs].astype(np.int64)
         if case.tensors["swa_out_cache_loc"].dtype == "int32" and not fits_int32(slots):
             raise OutOfContract("a swa_out_cache_loc value does not fit int32")
         out["swa_out_cache_loc"] = slots
