@@ -175,21 +175,26 @@ class CompileClass:
     op: str
     items: tuple[tuple[str, Any], ...]
 
+    # a name -> value index (a case looks up dozens): neither a field nor pickled
+    def __post_init__(self) -> None:
+        self.__dict__["_index"] = dict(reversed(self.items))  # reversed: the first of a repeated name wins
+
+    def __getstate__(self) -> dict:
+        return {"op": self.op, "items": self.items}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @classmethod
     def of(cls, op: str, params: Mapping[str, Any]) -> "CompileClass":
         return cls(op, tuple(sorted(params.items())))
 
     def __getitem__(self, name: str) -> Any:
-        for k, v in self.items:
-            if k == name:
-                return v
-        raise KeyError(name)
+        return self._index[name]
 
     def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        return self._index.get(name, default)
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         return iter(self.items)
