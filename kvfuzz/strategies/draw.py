@@ -101,16 +101,22 @@ class Draw(abc.ABC):
 
 
 class RandomDraw(Draw):
-    __slots__ = ("rnd",)
+    # int bounds take randrange's own fast path (`start + _randbelow(width)`) without its
+    # argument checks; anything else goes through randint/randrange, which raise as before
+    __slots__ = ("rnd", "_below")
 
     def __init__(self, seed: int | str) -> None:
         self.rnd = random.Random(seed)
+        self._below = self.rnd._randbelow
 
     def integer(self, lo: int, hi: int) -> int:
+        if type(lo) is int and type(hi) is int and hi >= lo:
+            return lo + self._below(hi - lo + 1)
         return self.rnd.randint(lo, hi)
 
     def choice(self, options: Sequence[T]) -> T:
-        return options[self.rnd.randrange(len(options))]
+        n = len(options)
+        return options[self._below(n) if n else self.rnd.randrange(n)]
 
     def boolean(self) -> bool:
         return self.rnd.random() < 0.5
