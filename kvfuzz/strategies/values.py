@@ -3,6 +3,8 @@ and shrink toward the simplest pattern and seed 0."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -22,31 +24,35 @@ SWA_TOKEN_PATTERNS = ("arange", "permuted", "repeated", "random", "zeros")  # al
 
 def tokens(pattern: str, seed: int, shape: tuple[int, ...], high: int) -> np.ndarray:
     """Token ids in [0, high) (or around int32's edges for `large`/`negative`)."""
-    n = int(np.prod(shape))
-    g = rng(seed)
+    n = int(math.prod(shape))
     if pattern == "arange":
-        flat = np.arange(n, dtype=np.int64) % max(high, 1)
+        flat = np.arange(n, dtype=np.int64)
+        if n > high:  # else the modulo changes nothing
+            flat %= max(high, 1)
     elif pattern == "permuted":
+        g = rng(seed)
         # distinct ids in random order, spread over [0, high): O(n), not O(high)
         flat = (g.permutation(n) * max(high // max(n, 1), 1) + g.integers(0, max(high // max(n, 1), 1))) % max(high, 1)
     elif pattern == "repeated":
+        g = rng(seed)
         flat = g.choice(g.integers(0, max(high, 1), size=3), size=n)
     elif pattern == "random":
-        flat = g.integers(0, max(high, 1), size=n)
+        flat = rng(seed).integers(0, max(high, 1), size=n)
     elif pattern == "large":
-        flat = INT32_MAX - g.integers(0, 4096, size=n)
+        flat = INT32_MAX - rng(seed).integers(0, 4096, size=n)
     elif pattern == "negative":
-        flat = g.integers(-(2**31), 2**20, size=n)
+        flat = rng(seed).integers(-(2**31), 2**20, size=n)
     else:
         flat = np.zeros(n, dtype=np.int64)
-    return flat.reshape(shape).astype(np.int64)
+    # a fresh array already; an empty one copied all the same (a copy's strides differ)
+    return flat.reshape(shape).astype(np.int64, copy=n == 0)
 
 
 def pick(seed: int, n: int, high: int, pattern: str) -> np.ndarray:
     """n indices in [0, high): a permutation when possible, all equal, or random with repeats."""
-    g = rng(seed)
     if pattern == "sequential":
         return np.arange(n) % high
+    g = rng(seed)
     if pattern == "permuted" and n <= high:
         return g.permutation(high)[:n]
     if pattern == "same":
