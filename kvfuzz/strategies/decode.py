@@ -20,7 +20,7 @@ import numpy as np
 from ..case import Case, TensorSpec
 from ..ops.decode_metadata import VARIANT_ARGS
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "decode_metadata"
@@ -194,8 +194,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
             shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        lay = k["layout:req_to_token" if name == "swa_src_table" else f"layout:{name}"]  # the same strides
-        tensors[name], bcast[name] = apply_layout(lay, dt, shape)
+        lay = "req_to_token" if name == "swa_src_table" else None  # the same strides
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape, lay)
 
     # with SWA or a v2p table every token id indexes a table, so only in-range patterns
     pattern = d.choice(SWA_TOKEN_PATTERNS if ranged else TOKEN_PATTERNS)

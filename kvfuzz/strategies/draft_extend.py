@@ -15,7 +15,7 @@ import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "draft_extend_metadata"
@@ -101,9 +101,9 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
         shapes["swa_out_cache_loc"] = (k["dtype:swa_out_cache_loc"], (B * tpr,))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape)
     if swa:  # SGLang asserts equal shapes and strides: the same layout class on the same shape
-        tensors["swa_page_table"], _ = apply_layout(k["layout:page_table"], "int32", (B, W))
+        tensors["swa_page_table"], _ = class_layout(k, "swa_page_table", "int32", (B, W), "page_table")
 
     pattern = d.choice(SWA_TOKEN_PATTERNS if swa else TOKEN_PATTERNS)
     values = {

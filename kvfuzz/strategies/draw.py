@@ -181,9 +181,11 @@ class CompileClass:
     op: str
     items: tuple[tuple[str, Any], ...]
 
-    # a name -> value index (a case looks up dozens): neither a field nor pickled
+    # a name -> value index (a case looks up dozens) and `memo`, what generators derive from
+    # the class once for all its cases: neither is a field, so neither is compared nor pickled
     def __post_init__(self) -> None:
         self.__dict__["_index"] = dict(reversed(self.items))  # reversed: the first of a repeated name wins
+        self.__dict__["memo"] = {}
 
     def __getstate__(self) -> dict:
         return {"op": self.op, "items": self.items}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..case import DTYPES, TensorSpec, contiguous_strides
-from .draw import Draw, round16
+from .draw import CompileClass, Draw, round16
 
 KINDS_OUT = ("contiguous", "offset", "padded", "step", "transposed")
 KINDS_IN = KINDS_OUT + ("broadcast",)
@@ -85,6 +85,23 @@ def apply_layout(lc: LayoutClass, dtype: str, shape: tuple[int, ...]) -> tuple[T
         return TensorSpec.trusted(dtype, shape, strides, offset, extent + slack), bcast
     spec = TensorSpec(dtype, shape, strides, offset)  # raises what it always raised
     return TensorSpec(dtype, spec.shape, spec.strides, offset, spec.extent + slack), bcast
+
+
+MEMO_SIZE = 512  # layouts a class remembers (a stint's cases repeat most of their shapes)
+
+
+def class_layout(k: CompileClass, name: str, dtype: str, shape: tuple[int, ...],
+                 layout: str | None = None) -> tuple[TensorSpec, int | None]:
+    """`apply_layout(k[f"layout:{layout or name}"], dtype, shape)` for tensor `name` of a case
+    of class `k`, remembered by the class (each name keeps its own specs)."""
+    memo = k.memo
+    key = (name, layout, dtype, shape)
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        got = memo[key] = apply_layout(k[f"layout:{layout or name}"], dtype, shape)
+    return got
 
 
 def relayout(lc: LayoutClass, dtype: str, shape: tuple[int, ...], values: np.ndarray | None = None) -> TensorSpec:

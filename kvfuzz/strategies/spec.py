@@ -12,7 +12,7 @@ import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, narrower, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import rng
 
 OP = "swa_spec_page_table"
@@ -76,7 +76,7 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     }
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape)
     big = d.choice((1 << 16, 1 << 31))
     values = {
         "page_table_a": g.integers(0, big, size=(bs, WA)) if WA else np.zeros((bs, 0), dtype=np.int64),
@@ -88,7 +88,7 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     # a stride-0 length vector holds one value: stay in contract by widening dst in its class
     total = int((np.repeat(values["seq_len_a"], R) + values["seq_len_b"]).max(initial=0))
     if total > W:
-        tensors["page_table_dst"] = apply_layout(k["layout:page_table_dst"], "int32", (M, width(total, k["W"])))[0]
+        tensors["page_table_dst"] = class_layout(k, "page_table_dst", "int32", (M, width(total, k["W"])))[0]
     return Case(OP, {"speculative_num_draft_tokens": R}, tensors, values)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..case import Case
 from .draw import CompileClass, Draw, PLAIN, fit
-from .layouts import apply_layout, layout_class
+from .layouts import class_layout, layout_class
 from .values import rng
 
 OP = "num_kv_splits"
@@ -84,11 +84,11 @@ def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     scalars = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
                                           "device_core_count")}
     scalars["num_seq"] = num_seq
-    seq_spec, _ = apply_layout(k["layout:seq_lens"], k["dtype:seq_lens"], (num_seq,))
-    out_spec, _ = apply_layout(k["layout:num_kv_splits"], "int32", (num_seq * k["num_group"],))
+    seq_spec, _ = class_layout(k, "seq_lens", k["dtype:seq_lens"], (num_seq,))
+    out_spec, _ = class_layout(k, "num_kv_splits", "int32", (num_seq * k["num_group"],))
     tensors = {"num_kv_splits": out_spec, "seq_lens": seq_spec}
     if k["uneven_batch"]:
-        tensors["uneven_batch"], _ = apply_layout(k["layout:uneven_batch"], "int32", (1,))
+        tensors["uneven_batch"], _ = class_layout(k, "uneven_batch", "int32", (1,))
     return Case(OP, scalars, tensors, {"seq_lens": lens}, variant=variant)
 
 

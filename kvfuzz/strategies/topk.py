@@ -13,7 +13,7 @@ import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import CompileClass, Draw
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import rng
 
 OP = "q8kv8_topk_length"
@@ -72,9 +72,9 @@ def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
     g = rng(d.seed())
     block = block_of(K)
-    spec, bcast = apply_layout(k["layout:indices"], "int32", (S, K))
+    spec, bcast = class_layout(k, "indices", "int32", (S, K))
     values = np.stack([_row(d, g, K, block) for _ in range(S)]) if S else np.zeros((0, K), np.int64)
-    out, _ = apply_layout(k["layout:topk_length"], "int32", (S,))
+    out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)
 
