@@ -321,7 +321,7 @@ def decode_features(case: Case) -> set[str]:
         if P == block + e:
             out.add(f"edge:{path}:{block + e}")
     lens = case.values.get("seq_lens")
-    if lens is not None and lens.size and int((lens.astype(np.int64) + s.get("seq_len_delta", 0)).min()) == 0:
+    if lens is not None and lens.size and int(np.int64(lens.min()) + s.get("seq_len_delta", 0)) == 0:
         out.add("zero_length")
     return out
 

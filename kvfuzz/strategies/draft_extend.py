@@ -210,14 +210,14 @@ def draft_extend_features(case: Case) -> set[str]:
         out.add("zero_pages")
     lens = case.values.get("seq_lens")
     if lens is not None and lens.size:
-        lens = lens.astype(np.int64)
-        live = np.clip(-(-lens // ps), 0, W)
+        shortest, longest = int(lens.min()), int(lens.max())
+        live = min(max(-(-longest // ps), 0), W)  # the most live pages of a row
         for e in (-1, 0, 1):
-            if int(live.max()) == BLOCK + e:
+            if live == BLOCK + e:
                 out.add(f"edge:{path}:{BLOCK + e}")
-        if int(lens.min()) == 0:
+        if shortest == 0:
             out.add("zero_length")
-        if W and int(lens.max()) > W * ps:
+        if W and longest > W * ps:
             out.add("longer_than_table")
     return out
 

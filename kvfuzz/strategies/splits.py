@@ -116,8 +116,9 @@ def splits_features(case: Case) -> set[str]:
     if lens is not None and lens.size and int(lens.min()) == 0:
         out.add("zero_length")
     if "uneven_batch" in case.tensors and lens is not None and lens.size:
-        live = [int(x) for x in lens if x >= 1] or [1]
-        out.add("uneven_batch:" + ("uneven" if max(live) * 8 >= min(live) * 10 else "even"))
+        live = lens[lens >= 1]
+        hi, lo = (int(live.max()), int(live.min())) if live.size else (1, 1)
+        out.add("uneven_batch:" + ("uneven" if hi * 8 >= lo * 10 else "even"))
     return out
 
 

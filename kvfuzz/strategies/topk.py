@@ -111,18 +111,18 @@ def topk_features(case: Case) -> set[str]:
         return out | {"zero_width"}
     if K % 128:
         out.add("unaligned_width")
-    idx = np.asarray(case.values["indices"], dtype=np.int64)
-    for row in idx:
-        valid = np.flatnonzero(row >= 0)
-        if valid.size == 0:
+    idx = np.asarray(case.values["indices"])
+    valid = idx >= 0
+    lasts = (K - 1 - valid[:, ::-1].argmax(axis=1)).tolist()  # each row's last valid position
+    for has_valid, last, low in zip(valid.any(axis=1).tolist(), lasts, idx.min(axis=1).tolist()):
+        if not has_valid:
             out.add("all_pad_row")
             continue
-        last = int(valid[-1])
         if last == K - block and K > block:
             out.add("edge:last_in_first_block_scanned")
         if last == K - block - 1:
             out.add("edge:last_in_second_block_scanned")
-        if row.min() < -1:
+        if low < -1:
             out.add("negative_pad")
     return out
 
