@@ -8,6 +8,8 @@ every position class around the 256-column block edges, the B lengths, and the v
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..case import Case, TensorSpec
@@ -41,9 +43,13 @@ def spec_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+@functools.cache
+def _edges_upto(WA: int) -> tuple[int, ...]:
+    return tuple(x for x in boundary_values() if x <= WA) or (0,)
+
+
 def _la(d: Draw, WA: int) -> int:
-    return d.one_of(lambda: d.choice([x for x in boundary_values() if x <= WA] or [0]),
-                    lambda: WA, lambda: d.integer(0, WA))
+    return d.one_of(lambda: d.choice(_edges_upto(WA)), lambda: WA, lambda: d.integer(0, WA))
 
 
 def spec_in_class(d: Draw, k: CompileClass) -> Case:
@@ -65,7 +71,8 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     if k["W"] in (ONE, ZERO):  # a destination of one column or none: at most that to write
         la[:] = 0
         lb = np.minimum(lb, 1 if k["W"] == ONE else 0)
-    total = int((np.repeat(la, R) + lb).max())
+    la_row, lb_row = la.tolist(), lb.tolist()
+    total = max(la_row[m // R] + lb_row[m] for m in range(M))  # la repeated R times, plus lb
     W = width(total + d.choice((0, 0, 1, 5, BLOCK)), k["W"])
     shapes = {
         "page_table_dst": ("int32", (M, W)),
@@ -86,9 +93,11 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     }
     values = {name: apply_broadcast(np.asarray(v), bcast[name]) for name, v in values.items()}
     # a stride-0 length vector holds one value: stay in contract by widening dst in its class
-    total = int((np.repeat(values["seq_len_a"], R) + values["seq_len_b"]).max(initial=0))
-    if total > W:
-        tensors["page_table_dst"] = class_layout(k, "page_table_dst", "int32", (M, width(total, k["W"])))[0]
+    if bcast["seq_len_a"] is not None or bcast["seq_len_b"] is not None:  # else W >= total already
+        la_row, lb_row = values["seq_len_a"].tolist(), values["seq_len_b"].tolist()
+        total = max([0, *(la_row[m // R] + lb_row[m] for m in range(M))])
+        if total > W:
+            tensors["page_table_dst"] = class_layout(k, "page_table_dst", "int32", (M, width(total, k["W"])))[0]
     return Case(OP, {"speculative_num_draft_tokens": R}, tensors, values)
 
 
@@ -129,8 +138,9 @@ def spec_features(case: Case) -> set[str]:
     out: set[str] = set()
     if not isinstance(R, int) or R < 1 or la_all is None or lb_all is None:
         return out
+    la_row, lb_row = la_all.tolist(), lb_all.tolist()
     for m in range(min(lb_all.size, la_all.size * R)):
-        la, lb = int(la_all[m // R]), int(lb_all[m])
+        la, lb = la_row[m // R], lb_row[m]
         if la < 0 or lb < 0:
             continue
         if la == 0:
