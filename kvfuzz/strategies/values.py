@@ -73,7 +73,12 @@ def tokens(pattern: str, seed: int, shape: tuple[int, ...], high: int) -> np.nda
     elif pattern == "permuted":
         g = rng(seed)
         # distinct ids in random order, spread over [0, high): O(n), not O(high)
-        flat = (g.permutation(n) * max(high // max(n, 1), 1) + g.integers(0, max(high // max(n, 1), 1))) % max(high, 1)
+        step = max(high // max(n, 1), 1)
+        flat = g.permutation(n)
+        flat *= step
+        flat += g.integers(0, step)
+        if n * step > max(high, 1):  # else every id is below high already
+            flat %= max(high, 1)
     elif pattern == "repeated":
         g = rng(seed)
         flat = g.choice(g.integers(0, max(high, 1), size=3), size=n)
