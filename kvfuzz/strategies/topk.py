@@ -44,27 +44,29 @@ def topk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _row(d: Draw, g: np.random.Generator, K: int, block: int) -> np.ndarray:
+def _row(d: Draw, g: np.random.Generator, K: int, block: int, row: np.ndarray) -> None:
+    """Fill `row` (K int64 slots)."""
     pad = d.choice(PADS)
     kind = d.choice(("trailing", "all_pad", "full", "scattered"))
-    row = np.full(K, pad, dtype=np.int64)
     if K == 0 or kind == "all_pad":
-        return row
+        row[:] = pad
+        return
     valid = g.integers(0, 2**31, size=K)
     valid[g.integers(0, K)] = 0  # 0 is a valid index
     if kind == "full":
-        return valid
+        row[:] = valid
+        return
     # the last valid position, on the edges of the backward scan's blocks
     last = d.choice((0, K - 1, K - block, K - block - 1, K - block + 1, block - 1, block, K // 2,
                      int(g.integers(0, K))))
     last = min(max(last, 0), K - 1)
+    row[:] = pad
     if kind == "trailing":
         row[: last + 1] = valid[: last + 1]
     else:
         keep = g.random(last + 1) < 0.3
         keep[last] = True
-        row[: last + 1] = np.where(keep, valid[: last + 1], pad)
-    return row
+        np.copyto(row[: last + 1], valid[: last + 1], where=keep)
 
 
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
@@ -73,7 +75,9 @@ def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     g = rng(d.seed())
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
-    values = np.stack([_row(d, g, K, block) for _ in range(S)]) if S else np.zeros((0, K), np.int64)
+    values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
+    for i in range(S):
+        _row(d, g, K, block, values[i])
     out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)
