@@ -111,9 +111,9 @@ def _tensor_names(p) -> list[str]:
 
 def v2p_table(pattern: str, seed: int, n: int) -> np.ndarray:
     """A virtual -> physical page table of n entries (physical pages in [0, 2n))."""
-    g = rng(seed)
     if pattern == "identity":
         return np.arange(n, dtype=np.int64)
+    g = rng(seed)
     out = g.permutation(2 * n)[:n].astype(np.int64)
     if pattern == "tombstones" and n:
         out[g.random(n) < 0.3] = -1
@@ -152,10 +152,11 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
 
     # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
     # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
-    g = rng(d.seed())
+    seed = d.seed()
     if pages == 0:  # the class has delta = 0
         lens = np.zeros(B, dtype=np.int64)
     else:
+        g = rng(seed)
         wider = d.boolean()
         top = max(pages * ps if wider else (pages - 1) * ps + d.integer(1, ps), delta)
         lens = g.integers(delta, top + 1, size=B)

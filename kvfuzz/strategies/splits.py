@@ -67,8 +67,9 @@ def _max_len(d: Draw, dcc: int) -> int:
 def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     num_seq = _num_seq(d, k["num_seq"])
     mx = _max_len(d, k["device_core_count"])
-    g = rng(d.seed())
+    seed = d.seed()
     kind = d.choice(("equal", "ratio_edge", "spread", "zeros"))
+    g = rng(seed) if kind != "equal" else None
     if kind == "equal":
         lens = np.full(num_seq, mx)
     elif kind == "ratio_edge":  # mx * 8 < mn * 10, from both sides

@@ -14,7 +14,7 @@ import numpy as np
 from ..case import Case, TensorSpec
 from .draw import CompileClass, Draw
 from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
-from .values import rng
+from .values import LazyRng
 
 OP = "q8kv8_topk_length"
 # widths by (SGLang's block, Triton's integer class of the width)
@@ -44,13 +44,14 @@ def topk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _row(d: Draw, g: np.random.Generator, K: int, block: int, row: np.ndarray) -> None:
+def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
     """Fill `row` (K int64 slots)."""
     pad = d.choice(PADS)
     kind = d.choice(("trailing", "all_pad", "full", "scattered"))
     if K == 0 or kind == "all_pad":
         row[:] = pad
         return
+    g = lazy()
     valid = g.integers(0, 2**31, size=K)
     valid[g.integers(0, K)] = 0  # 0 is a valid index
     if kind == "full":
@@ -72,12 +73,12 @@ def _row(d: Draw, g: np.random.Generator, K: int, block: int, row: np.ndarray) -
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     K = d.choice(WIDTHS[k["width"]])
     S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
-    g = rng(d.seed())
+    lazy = LazyRng(d.seed())
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
     values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
     for i in range(S):
-        _row(d, g, K, block, values[i])
+        _row(d, lazy, K, block, values[i])
     out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)

@@ -29,6 +29,20 @@ def rng(seed: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(_Words(state)))
 
 
+class LazyRng:
+    """`rng(seed)`, made at the first call: a case whose values draw nothing skips its cost."""
+
+    __slots__ = ("seed", "g")
+
+    def __init__(self, seed: int) -> None:
+        self.seed, self.g = seed, None
+
+    def __call__(self) -> np.random.Generator:
+        if self.g is None:
+            self.g = rng(self.seed)
+        return self.g
+
+
 def _state_hash() -> tuple[tuple[int, int], ...]:
     """SeedSequence.generate_state's hash constants for 8 words: (xor, multiplier) per word."""
     out, h = [], 0x8B51F9DD  # INIT_B
