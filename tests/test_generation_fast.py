@@ -11,8 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from kvfuzz.case import TensorSpec
-from kvfuzz.strategies import GENERATORS
+from kvfuzz.case import Case, TensorSpec
+from kvfuzz.strategies import GENERATORS, spec
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
 from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_layout, class_layout
 from kvfuzz.strategies.values import rng
@@ -87,3 +87,23 @@ def test_compile_class_pickles_its_fields_only():
     assert CompileClass("op", (("a", 1), ("a", 2)))["a"] == 1  # the first of a repeated name, as before
     with pytest.raises(KeyError):
         k["c"]
+
+
+def _spec_blocks_by_scan(la: int, lb: int) -> set[str]:
+    """The row's block classes by walking its blocks (what spec_features used to do)."""
+    out = set()
+    for start in range(0, la + lb, spec.BLOCK):
+        out.add("block:all_a" if start + spec.BLOCK < la else "block:all_b" if start >= la else "block:mixed")
+    return out
+
+
+def test_spec_features_block_classes_match_a_scan_of_the_blocks():
+    B = spec.BLOCK
+    lengths = [*range(0, 20), *range(B - 16, B + 16), *range(2 * B - 8, 2 * B + 8), 3 * B, 3 * B + 1, 1000]
+    for la, lb in itertools.product(lengths, lengths):
+        case = Case(spec.OP, {"speculative_num_draft_tokens": 1},
+                    {"seq_len_a": TensorSpec.contiguous("int64", (1,)), "seq_len_b": TensorSpec.contiguous("int64", (1,))},
+                    {"seq_len_a": np.array([la]), "seq_len_b": np.array([lb])})
+        got = spec.spec_features(case)
+        assert {f for f in got if f.startswith("block:")} == _spec_blocks_by_scan(la, lb), (la, lb)
+        assert ("edge:total:%d" % (la + lb) in got) == (abs(la + lb - B) <= 1)

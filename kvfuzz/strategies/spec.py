@@ -147,19 +147,21 @@ def spec_features(case: Case) -> set[str]:
             out.add("zero_a")
         if lb == 0:
             out.add("zero_b")
-        for e in (-1, 0, 1):
-            if la == BLOCK + e:
-                out.add(f"edge:la:{BLOCK + e}")
-            if la + lb == BLOCK + e:
-                out.add(f"edge:total:{BLOCK + e}")
-        for start in range(0, la + lb, BLOCK):
-            if start + BLOCK < la:
-                out.add("block:all_a")
-            elif start >= la:
-                out.add("block:all_b")
-            else:
-                out.add("block:mixed")
+        if la in _EDGES:
+            out.add(f"edge:la:{la}")
+        if la + lb in _EDGES:
+            out.add(f"edge:total:{la + lb}")
+        # the row's blocks [start, start + BLOCK) for start < la + lb: before la, across it, past it
+        if la > BLOCK:
+            out.add("block:all_a")
+        if la > 0:
+            out.add("block:mixed")
+        if lb > 0 and -(-la // BLOCK) * BLOCK < la + lb:
+            out.add("block:all_b")
     return out
+
+
+_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1)
 
 
 def required_features() -> set[str]:
