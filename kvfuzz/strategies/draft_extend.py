@@ -123,9 +123,9 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
     values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
     if bcast["seq_lens"] is not None:  # a constant column: every row the longest
         values["seq_lens"] = np.full(B, int(lens.max()))
-    final_live = np.clip(-(-values["seq_lens"].astype(np.int64) // ps), 0, W)
     if padding_pool and bcast["req_pool_indices"] is None and tensors["req_pool_indices"].strides != (0,):
         bad = -1 if k["dtype:req_pool_indices"] == "int32" else d.choice((-1, R, 2**40))
+        final_live = np.clip(-(-values["seq_lens"].astype(np.int64) // ps), 0, W)
         values["req_pool_indices"] = np.where(final_live > 0, values["req_pool_indices"], bad)
     return Case(OP, {"page_size": ps}, tensors, values, variant=variant)
 
