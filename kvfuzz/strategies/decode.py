@@ -140,15 +140,35 @@ def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None
     return v
 
 
+def _class_facts(k: CompileClass) -> tuple:
+    """What decode_in_class derives from the class alone, once per class: the column block, the
+    edges of max_seq_pages, its cap, and the scalars of the later releases' flags."""
+    facts = k.memo.get(OP)
+    if facts is None:
+        ps = k["page_size"]
+        block = block_of(ps, k["swa"], bool(k.get("full_v2p")))
+        flags = {}
+        for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
+            if k.get(field_) is not None:
+                flags[flag_] = bool(k[field_])
+        if k.get("mult") is not None:
+            flags["kernel_page_multiplier"] = int(k["mult"])
+        if k.get("read_table") is not None:
+            flags["src_is_read_table"] = bool(k["read_table"])
+        facts = k.memo[OP] = (
+            block, [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1], [block, 16, 2 * block, 32],
+            MAX_TOKENS // ps if ps >= 64 else None,  # req_to_token's width is P * page_size
+            flags)
+    return facts
+
+
 def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     """An in-contract case of class `k`, leaning on zero pages, block edges and odd values."""
     ps, swa, delta = k["page_size"], k["swa"], k["seq_len_delta"]
     swa_v2p, full_v2p, read_table = k.get("swa_map") == "v2p", bool(k.get("full_v2p")), bool(k.get("read_table"))
-    block = block_of(ps, swa, full_v2p)
+    block, plain_pages, div16_pages, cap, flags = _class_facts(k)
     B = 1 if k["B"] == ONE else d.integer(2, 6)
-    cap = MAX_TOKENS // ps if ps >= 64 else None  # req_to_token's width is P * page_size
-    pages = _size(d, k["P"], [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1],
-                  [block, 16, 2 * block, 32], cap)
+    pages = _size(d, k["P"], plain_pages, div16_pages, cap)
 
     # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
     # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
@@ -214,17 +234,12 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     for name in ("full_v2p", "swa_v2p"):
         if name in shapes:
             values[name] = v2p_table(d.choice(V2P_PATTERNS), d.seed(), shapes[name][1][0])
-    values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     if bcast["seq_lens"] is not None and pages > 0:  # a constant row must still reach P pages
         values["seq_lens"] = np.full(B, int(lens.max()) - delta)
-    scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps}
-    for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
-        if k.get(field_) is not None:
-            scalars[flag_] = bool(k[field_])
-    if k.get("mult") is not None:
-        scalars["kernel_page_multiplier"] = int(k["mult"])
-    if k.get("read_table") is not None:
-        scalars["src_is_read_table"] = bool(k["read_table"])
+    scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps, **flags}
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
