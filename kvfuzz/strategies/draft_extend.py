@@ -120,13 +120,15 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
             mapping = np.clip(mapping, -(2**31), 2**31 - 1)
         values["full_to_swa_index_mapping"] = mapping
         values["out_cache_loc"] = tokens(d.choice(SWA_TOKEN_PATTERNS), d.seed(), (B * tpr,), N)
-    values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     if bcast["seq_lens"] is not None:  # a constant column: every row the longest
         values["seq_lens"] = np.full(B, int(lens.max()))
     if padding_pool and bcast["req_pool_indices"] is None and tensors["req_pool_indices"].strides != (0,):
         bad = -1 if k["dtype:req_pool_indices"] == "int32" else d.choice((-1, R, 2**40))
-        final_live = np.clip(-(-values["seq_lens"].astype(np.int64) // ps), 0, W)
-        values["req_pool_indices"] = np.where(final_live > 0, values["req_pool_indices"], bad)
+        live_now = (values["seq_lens"] > 0) & (W > 0)  # cdiv(len, ps), at most W, is positive
+        values["req_pool_indices"] = np.where(live_now, values["req_pool_indices"], bad)
     return Case(OP, {"page_size": ps}, tensors, values, variant=variant)
 
 

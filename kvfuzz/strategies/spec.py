@@ -91,7 +91,9 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
         "seq_len_a": la,
         "seq_len_b": lb,
     }
-    values = {name: apply_broadcast(np.asarray(v), bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     # a stride-0 length vector holds one value: stay in contract by widening dst in its class
     if bcast["seq_len_a"] is not None or bcast["seq_len_b"] is not None:  # else W >= total already
         la_row, lb_row = values["seq_len_a"].tolist(), values["seq_len_b"].tolist()
