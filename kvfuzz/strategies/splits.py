@@ -82,9 +82,11 @@ def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     else:  # zero lengths: defined by kvfuzz's default variant, out of contract for SGLang's
         lens = g.integers(0, mx + 1, size=num_seq)
         lens[g.integers(0, num_seq, size=max(1, num_seq // 3))] = 0
-    scalars = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
-                                          "device_core_count")}
-    scalars["num_seq"] = num_seq
+    fixed = k.memo.get(OP)  # the scalars the class fixes, once per class
+    if fixed is None:
+        fixed = k.memo[OP] = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
+                                                         "device_core_count")}
+    scalars = {**fixed, "num_seq": num_seq}
     seq_spec, _ = class_layout(k, "seq_lens", k["dtype:seq_lens"], (num_seq,))
     out_spec, _ = class_layout(k, "num_kv_splits", "int32", (num_seq * k["num_group"],))
     tensors = {"num_kv_splits": out_spec, "seq_lens": seq_spec}
