@@ -116,11 +116,14 @@ def splits_features(case: Case) -> set[str]:
     if n in (255, 256, 257):
         out.add(f"edge:num_seq:{n}")
     lens = case.values.get("seq_lens")
-    if lens is not None and lens.size and int(lens.min()) == 0:
+    if lens is None or not lens.size:
+        return out
+    shortest = int(lens.min())
+    if shortest == 0:
         out.add("zero_length")
-    if "uneven_batch" in case.tensors and lens is not None and lens.size:
-        live = lens[lens >= 1]
-        hi, lo = (int(live.max()), int(live.min())) if live.size else (1, 1)
+    if "uneven_batch" in case.tensors:  # the longest and shortest of the lengths >= 1 (1, 1 if none)
+        hi = int(lens.max())
+        hi, lo = (1, 1) if hi < 1 else (hi, shortest if shortest >= 1 else int(lens[lens >= 1].min()))
         out.add("uneven_batch:" + ("uneven" if hi * 8 >= lo * 10 else "even"))
     return out
 
