@@ -13,6 +13,7 @@ import pytest
 
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.strategies import GENERATORS, spec
+from kvfuzz.strategies.coverage import generic_features
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
 from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_layout, class_layout
 from kvfuzz.strategies.values import rng
@@ -107,3 +108,20 @@ def test_spec_features_block_classes_match_a_scan_of_the_blocks():
         got = spec.spec_features(case)
         assert {f for f in got if f.startswith("block:")} == _spec_blocks_by_scan(la, lb), (la, lb)
         assert ("edge:total:%d" % (la + lb) in got) == (abs(la + lb - B) <= 1)
+
+
+def test_generic_features_remembered_per_spec_are_those_of_the_spec_and_name():
+    shared = TensorSpec("int32", (4, 7), (17, 1), 3)  # misaligned, odd stride
+    fresh = {"a": TensorSpec("int64", (4,), (0,)), "b": TensorSpec("int32", (4, 7), (17, 1), 3)}
+    for tensors in ({"a": shared}, {"b": shared}, {"a": shared, "b": shared}, fresh, {"a": shared}):
+        got = generic_features(Case("op", {}, tensors, {}))
+        want = set()
+        for name, s in tensors.items():
+            want.add(f"dtype:{name}:{s.dtype}")
+            if s.offset * s.itemsize % 16:
+                want |= {"misaligned", f"misaligned:{name}"}
+            if any(n > 1 and st not in (0, 1) and st % 16 for n, st in zip(s.shape, s.strides)):
+                want |= {"odd_stride", f"odd_stride:{name}"}
+            if any(n > 1 and st == 0 for n, st in zip(s.shape, s.strides)):
+                want.add(f"broadcast:{name}")
+        assert got == want, tensors
