@@ -67,7 +67,8 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     elif lb_mode == "random":
         lb = g.integers(0, WB + 1, size=M)
     else:  # la + lb exactly on a block edge
-        lb = np.clip(BLOCK - (np.repeat(la, R) % BLOCK), 0, WB)
+        la_row = la.tolist()
+        lb = np.array([min(max(BLOCK - la_row[m // R] % BLOCK, 0), WB) for m in range(M)], dtype=np.int64)
     if k["W"] in (ONE, ZERO):  # a destination of one column or none: at most that to write
         la[:] = 0
         lb = np.minimum(lb, 1 if k["W"] == ONE else 0)
