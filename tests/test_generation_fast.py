@@ -15,7 +15,7 @@ from kvfuzz.case import Case, TensorSpec
 from kvfuzz.strategies import GENERATORS, spec
 from kvfuzz.strategies.coverage import generic_features
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
-from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_layout, class_layout
+from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_broadcast, apply_layout, class_layout
 from kvfuzz.strategies.values import rng
 
 
@@ -125,3 +125,15 @@ def test_generic_features_remembered_per_spec_are_those_of_the_spec_and_name():
             if any(n > 1 and st == 0 for n, st in zip(s.shape, s.strides)):
                 want.add(f"broadcast:{name}")
         assert got == want, tensors
+
+
+def test_apply_broadcast_is_a_copy_of_the_first_slice_broadcast():
+    g = np.random.default_rng(0)
+    for shape, dtype in itertools.product([(5,), (1,), (3, 4), (1, 7), (6, 300), (2, 3, 4)], (np.int32, np.int64)):
+        values = g.integers(-9, 9, size=shape).astype(dtype)
+        for axis in range(len(shape)):
+            got = apply_broadcast(values, axis)
+            want = np.broadcast_to(np.take(values, [0], axis=axis), values.shape).copy()
+            assert got.dtype == want.dtype and got.strides == want.strides and np.array_equal(got, want)
+    with pytest.raises(IndexError):
+        apply_broadcast(np.zeros((0, 3), np.int64), 0)
