@@ -34,16 +34,28 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        object.__setattr__(self, "shape", tuple(map(int, self.shape)))  # map: this runs for every tensor drawn
-        object.__setattr__(self, "strides", tuple(map(int, self.strides)))
-        if len(self.shape) != len(self.strides):
-            raise ValueError(f"shape {self.shape} and strides {self.strides} differ in rank")
-        if min(self.shape, default=0) < 0 or min(self.strides, default=0) < 0 or self.offset < 0:
+        shape, strides = tuple(map(int, self.shape)), tuple(map(int, self.strides))
+        fields = self.__dict__  # frozen: set as object.__setattr__ would
+        fields["shape"], fields["strides"] = shape, strides
+        if len(shape) != len(strides):
+            raise ValueError(f"shape {shape} and strides {strides} differ in rank")
+        if min(shape, default=0) < 0 or min(strides, default=0) < 0 or self.offset < 0:
             raise ValueError(f"negative shape, stride or offset in {self}")
+        extent = _extent(shape, strides, self.offset)
         if self.storage_size < 0:
-            object.__setattr__(self, "storage_size", self.extent)
-        elif self.storage_size < self.extent:
-            raise ValueError(f"storage_size {self.storage_size} < extent {self.extent} of {self}")
+            fields["storage_size"] = extent
+        elif self.storage_size < extent:
+            raise ValueError(f"storage_size {self.storage_size} < extent {extent} of {self}")
+
+    @classmethod
+    def trusted(cls, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                storage_size: int) -> "TensorSpec":
+        """A spec from fields the caller has already checked (a dtype of DTYPES, tuples of
+        Python ints, nothing negative, storage_size >= extent): what `TensorSpec(...)` would
+        build, without the checks (case generators build many)."""
+        spec = object.__new__(cls)
+        spec.__dict__.update(dtype=dtype, shape=shape, strides=strides, offset=offset, storage_size=storage_size)
+        return spec
 
     @classmethod
     def contiguous(cls, dtype: str, shape: tuple[int, ...]) -> "TensorSpec":
@@ -56,13 +68,11 @@ class TensorSpec:
     @property
     def extent(self) -> int:
         """Elements from the start of storage to one past the last element the view reaches."""
-        if self.numel == 0:
-            return self.offset
-        return self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
+        return _extent(self.shape, self.strides, self.offset)
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        return _ITEMSIZE.get(self.dtype) or np.dtype(self.dtype).itemsize  # also a np.dtype equal to a name
 
     @property
     def is_contiguous(self) -> bool:
@@ -98,6 +108,18 @@ class TensorSpec:
         lay = "contiguous" if self.is_contiguous else f"strides={self.strides}"
         off = f" offset={self.offset}" if self.offset else ""
         return f"{self.dtype}{list(self.shape)} {lay}{off} storage={self.storage_size}"
+
+
+_ITEMSIZE = {dt: np.dtype(dt).itemsize for dt in DTYPES}
+
+
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> int:
+    if 0 in shape:  # no element
+        return offset
+    end = offset + 1
+    for n, s in zip(shape, strides):
+        end += (n - 1) * s
+    return end
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

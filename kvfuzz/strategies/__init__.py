@@ -9,6 +9,7 @@ engine draws the same generators from a seeded RNG (`GENERATORS`, `draw_case`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -69,7 +70,7 @@ class OpGenerator:
         in_block = OUT_OF_CONTRACT_ONE_IN - 1
         if pos < in_block:
             return block * in_block + pos, None
-        return block * in_block + in_block - 1, RandomDraw(f"{seed}:{stint_no}:violation").choice(self.violations)
+        return block * in_block + in_block - 1, _stint_violation(seed, stint_no, self.violations)
 
     def case_in_stint(self, d: Draw, k: CompileClass, violation: str | None) -> Case:
         case = self.in_class(d, k)
@@ -81,6 +82,11 @@ class OpGenerator:
     def pool(self, seed: int, size: int, variant: str | None = None) -> list[CompileClass]:
         # the same seeds for every variant: one without later arguments gets the op's own pool
         return class_pool(self.class_for(variant), self.op, seed, size, self.class_features)
+
+
+@functools.lru_cache(maxsize=256)  # asked once per case of the stint
+def _stint_violation(seed: int | str, stint_no: int, violations: tuple[str, ...]) -> str:
+    return RandomDraw(f"{seed}:{stint_no}:violation").choice(violations)
 
 
 GENERATORS: dict[str, OpGenerator] = {

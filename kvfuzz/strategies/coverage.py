@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..case import Case
+from ..case import Case, TensorSpec
 from .draw import CompileClass, RandomDraw
 
 ODD = "odd_stride"
@@ -27,15 +27,31 @@ MISALIGNED = "misaligned"
 def generic_features(case: Case) -> set[str]:
     out = set()
     for name, spec in case.tensors.items():
-        out.add(f"dtype:{name}:{spec.dtype}")
-        if (spec.offset * spec.itemsize) % 16:
-            out |= {MISALIGNED, f"{MISALIGNED}:{name}"}
-        for n, s in zip(spec.shape, spec.strides):
-            if n > 1 and s not in (0, 1) and s % 16:
-                out |= {ODD, f"{ODD}:{name}"}
-            if n > 1 and s == 0:
-                out.add(f"broadcast:{name}")
+        # specs are immutable and the cases of a stint share theirs (layouts.class_layout): each
+        # one's features are remembered by identity (the entry holds the spec, so its id stays its own)
+        known = _TENSOR_FEATURES.get(id(spec))
+        if known is None or known[0] is not spec or known[1] != name:
+            if len(_TENSOR_FEATURES) >= _KEPT:
+                _TENSOR_FEATURES.clear()
+            known = _TENSOR_FEATURES[id(spec)] = (spec, name, _tensor_features(name, spec))
+        out |= known[2]
     return out
+
+
+_TENSOR_FEATURES: dict[int, tuple[TensorSpec, str, frozenset[str]]] = {}
+_KEPT = 4096
+
+
+def _tensor_features(name: str, spec: TensorSpec) -> frozenset[str]:
+    out = {f"dtype:{name}:{spec.dtype}"}
+    if (spec.offset * spec.itemsize) % 16:
+        out |= {MISALIGNED, f"{MISALIGNED}:{name}"}
+    for n, s in zip(spec.shape, spec.strides):
+        if n > 1 and s not in (0, 1) and s % 16:
+            out |= {ODD, f"{ODD}:{name}"}
+        if n > 1 and s == 0:
+            out.add(f"broadcast:{name}")
+    return frozenset(out)
 
 
 def class_features(k: CompileClass) -> set[str]:

@@ -20,7 +20,7 @@ import numpy as np
 from ..case import Case, TensorSpec
 from ..ops.decode_metadata import VARIANT_ARGS
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "decode_metadata"
@@ -111,9 +111,9 @@ def _tensor_names(p) -> list[str]:
 
 def v2p_table(pattern: str, seed: int, n: int) -> np.ndarray:
     """A virtual -> physical page table of n entries (physical pages in [0, 2n))."""
-    g = rng(seed)
     if pattern == "identity":
         return np.arange(n, dtype=np.int64)
+    g = rng(seed)
     out = g.permutation(2 * n)[:n].astype(np.int64)
     if pattern == "tombstones" and n:
         out[g.random(n) < 0.3] = -1
@@ -140,22 +140,43 @@ def _size(d: Draw, cls: str, plain: list[int], div16: list[int], cap: int | None
     return v
 
 
+def _class_facts(k: CompileClass) -> tuple:
+    """What decode_in_class derives from the class alone, once per class: the column block, the
+    edges of max_seq_pages, its cap, and the scalars of the later releases' flags."""
+    facts = k.memo.get(OP)
+    if facts is None:
+        ps = k["page_size"]
+        block = block_of(ps, k["swa"], bool(k.get("full_v2p")))
+        flags = {}
+        for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
+            if k.get(field_) is not None:
+                flags[flag_] = bool(k[field_])
+        if k.get("mult") is not None:
+            flags["kernel_page_multiplier"] = int(k["mult"])
+        if k.get("read_table") is not None:
+            flags["src_is_read_table"] = bool(k["read_table"])
+        facts = k.memo[OP] = (
+            block, [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1], [block, 16, 2 * block, 32],
+            MAX_TOKENS // ps if ps >= 64 else None,  # req_to_token's width is P * page_size
+            flags)
+    return facts
+
+
 def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     """An in-contract case of class `k`, leaning on zero pages, block edges and odd values."""
     ps, swa, delta = k["page_size"], k["swa"], k["seq_len_delta"]
     swa_v2p, full_v2p, read_table = k.get("swa_map") == "v2p", bool(k.get("full_v2p")), bool(k.get("read_table"))
-    block = block_of(ps, swa, full_v2p)
+    block, plain_pages, div16_pages, cap, flags = _class_facts(k)
     B = 1 if k["B"] == ONE else d.integer(2, 6)
-    cap = MAX_TOKENS // ps if ps >= 64 else None  # req_to_token's width is P * page_size
-    pages = _size(d, k["P"], [block - 1, block + 1, 2, 3, 2 * block - 1, 2 * block + 1],
-                  [block, 16, 2 * block, 32], cap)
+    pages = _size(d, k["P"], plain_pages, div16_pages, cap)
 
     # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
     # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
-    g = rng(d.seed())
+    seed = d.seed()
     if pages == 0:  # the class has delta = 0
         lens = np.zeros(B, dtype=np.int64)
     else:
+        g = rng(seed)
         wider = d.boolean()
         top = max(pages * ps if wider else (pages - 1) * ps + d.integer(1, ps), delta)
         lens = g.integers(delta, top + 1, size=B)
@@ -194,8 +215,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
             shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        lay = k["layout:req_to_token" if name == "swa_src_table" else f"layout:{name}"]  # the same strides
-        tensors[name], bcast[name] = apply_layout(lay, dt, shape)
+        lay = "req_to_token" if name == "swa_src_table" else None  # the same strides
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape, lay)
 
     # with SWA or a v2p table every token id indexes a table, so only in-range patterns
     pattern = d.choice(SWA_TOKEN_PATTERNS if ranged else TOKEN_PATTERNS)
@@ -213,17 +234,12 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     for name in ("full_v2p", "swa_v2p"):
         if name in shapes:
             values[name] = v2p_table(d.choice(V2P_PATTERNS), d.seed(), shapes[name][1][0])
-    values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     if bcast["seq_lens"] is not None and pages > 0:  # a constant row must still reach P pages
         values["seq_lens"] = np.full(B, int(lens.max()) - delta)
-    scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps}
-    for flag_, field_ in (("skip_page_table", "skip"), ("zero_tail", "zero_tail")):
-        if k.get(field_) is not None:
-            scalars[flag_] = bool(k[field_])
-    if k.get("mult") is not None:
-        scalars["kernel_page_multiplier"] = int(k["mult"])
-    if k.get("read_table") is not None:
-        scalars["src_is_read_table"] = bool(k["read_table"])
+    scalars = {"max_seq_pages": int(pages), "seq_len_delta": int(delta), "page_size": ps, **flags}
     return Case(OP, scalars, tensors, values, variant=variant)
 
 
@@ -321,7 +337,7 @@ def decode_features(case: Case) -> set[str]:
         if P == block + e:
             out.add(f"edge:{path}:{block + e}")
     lens = case.values.get("seq_lens")
-    if lens is not None and lens.size and int((lens.astype(np.int64) + s.get("seq_len_delta", 0)).min()) == 0:
+    if lens is not None and lens.size and int(np.int64(lens.min()) + s.get("seq_len_delta", 0)) == 0:
         out.add("zero_length")
     return out
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "draft_extend_metadata"
@@ -101,9 +101,9 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
         shapes["swa_out_cache_loc"] = (k["dtype:swa_out_cache_loc"], (B * tpr,))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape)
     if swa:  # SGLang asserts equal shapes and strides: the same layout class on the same shape
-        tensors["swa_page_table"], _ = apply_layout(k["layout:page_table"], "int32", (B, W))
+        tensors["swa_page_table"], _ = class_layout(k, "swa_page_table", "int32", (B, W), "page_table")
 
     pattern = d.choice(SWA_TOKEN_PATTERNS if swa else TOKEN_PATTERNS)
     values = {
@@ -120,13 +120,15 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
             mapping = np.clip(mapping, -(2**31), 2**31 - 1)
         values["full_to_swa_index_mapping"] = mapping
         values["out_cache_loc"] = tokens(d.choice(SWA_TOKEN_PATTERNS), d.seed(), (B * tpr,), N)
-    values = {name: apply_broadcast(v, bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     if bcast["seq_lens"] is not None:  # a constant column: every row the longest
         values["seq_lens"] = np.full(B, int(lens.max()))
-    final_live = np.clip(-(-values["seq_lens"].astype(np.int64) // ps), 0, W)
     if padding_pool and bcast["req_pool_indices"] is None and tensors["req_pool_indices"].strides != (0,):
         bad = -1 if k["dtype:req_pool_indices"] == "int32" else d.choice((-1, R, 2**40))
-        values["req_pool_indices"] = np.where(final_live > 0, values["req_pool_indices"], bad)
+        live_now = (values["seq_lens"] > 0) & (W > 0)  # cdiv(len, ps), at most W, is positive
+        values["req_pool_indices"] = np.where(live_now, values["req_pool_indices"], bad)
     return Case(OP, {"page_size": ps}, tensors, values, variant=variant)
 
 
@@ -210,14 +212,14 @@ def draft_extend_features(case: Case) -> set[str]:
         out.add("zero_pages")
     lens = case.values.get("seq_lens")
     if lens is not None and lens.size:
-        lens = lens.astype(np.int64)
-        live = np.clip(-(-lens // ps), 0, W)
+        shortest, longest = int(lens.min()), int(lens.max())
+        live = min(max(-(-longest // ps), 0), W)  # the most live pages of a row
         for e in (-1, 0, 1):
-            if int(live.max()) == BLOCK + e:
+            if live == BLOCK + e:
                 out.add(f"edge:{path}:{BLOCK + e}")
-        if int(lens.min()) == 0:
+        if shortest == 0:
             out.add("zero_length")
-        if W and int(lens.max()) > W * ps:
+        if W and longest > W * ps:
             out.add("longer_than_table")
     return out
 

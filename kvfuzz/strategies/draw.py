@@ -101,16 +101,22 @@ class Draw(abc.ABC):
 
 
 class RandomDraw(Draw):
-    __slots__ = ("rnd",)
+    # int bounds take randrange's own fast path (`start + _randbelow(width)`) without its
+    # argument checks; anything else goes through randint/randrange, which raise as before
+    __slots__ = ("rnd", "_below")
 
     def __init__(self, seed: int | str) -> None:
         self.rnd = random.Random(seed)
+        self._below = self.rnd._randbelow
 
     def integer(self, lo: int, hi: int) -> int:
+        if type(lo) is int and type(hi) is int and hi >= lo:
+            return lo + self._below(hi - lo + 1)
         return self.rnd.randint(lo, hi)
 
     def choice(self, options: Sequence[T]) -> T:
-        return options[self.rnd.randrange(len(options))]
+        n = len(options)
+        return options[self._below(n) if n else self.rnd.randrange(n)]
 
     def boolean(self) -> bool:
         return self.rnd.random() < 0.5
@@ -175,21 +181,28 @@ class CompileClass:
     op: str
     items: tuple[tuple[str, Any], ...]
 
+    # a name -> value index (a case looks up dozens) and `memo`, what generators derive from
+    # the class once for all its cases: neither is a field, so neither is compared nor pickled
+    def __post_init__(self) -> None:
+        self.__dict__["_index"] = dict(reversed(self.items))  # reversed: the first of a repeated name wins
+        self.__dict__["memo"] = {}
+
+    def __getstate__(self) -> dict:
+        return {"op": self.op, "items": self.items}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     @classmethod
     def of(cls, op: str, params: Mapping[str, Any]) -> "CompileClass":
         return cls(op, tuple(sorted(params.items())))
 
     def __getitem__(self, name: str) -> Any:
-        for k, v in self.items:
-            if k == name:
-                return v
-        raise KeyError(name)
+        return self._index[name]
 
     def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        return self._index.get(name, default)
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         return iter(self.items)

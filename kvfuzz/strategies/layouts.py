@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..case import TensorSpec, contiguous_strides
-from .draw import Draw, round16
+from ..case import DTYPES, TensorSpec, contiguous_strides
+from .draw import CompileClass, Draw, round16
 
 KINDS_OUT = ("contiguous", "offset", "padded", "step", "transposed")
 KINDS_IN = KINDS_OUT + ("broadcast",)
@@ -60,26 +60,48 @@ def layout_class(d: Draw, role: str = "in", ndim: int = 1, allow: tuple[str, ...
 def apply_layout(lc: LayoutClass, dtype: str, shape: tuple[int, ...]) -> tuple[TensorSpec, int | None]:
     """(spec, broadcast_axis) of a `shape` tensor laid out by `lc`; broadcast_axis is the
     axis given stride 0 (the caller makes its values constant along it), or None."""
-    strides = list(contiguous_strides(shape))
-    bcast = None
-    kind = lc.kind
-    if kind == "padded" and len(shape) == 2:
-        strides = [round16(max(shape[1], 1)) + lc.pad, 1]
-    elif kind == "step":
-        if len(shape) == 1:
-            strides = [lc.step]
-        elif len(shape) == 2:
-            strides = [round16(max(shape[1], 1) * lc.step) + lc.pad, lc.step]
-    elif kind == "transposed" and len(shape) == 2:
-        strides = [1, round16(max(shape[0], 1)) + lc.pad]
-    elif kind == "broadcast" and lc.axis < len(shape):
-        # stride 0 even over one element, so the stride's class does not depend on the size
-        strides[lc.axis] = 0
-        if len(shape) == 2 and lc.axis == 0:
-            strides[1] = 1
-        bcast = lc.axis if shape[lc.axis] > 1 else None
-    spec = TensorSpec(dtype, tuple(shape), tuple(strides), lc.offset)
-    return TensorSpec(dtype, spec.shape, spec.strides, lc.offset, spec.extent + lc.slack), bcast
+    shape = tuple(map(int, shape))
+    kind, ndim, bcast = lc.kind, len(shape), None
+    if kind == "broadcast":
+        strides = list(contiguous_strides(shape))
+        if lc.axis < ndim:
+            # stride 0 even over one element, so the stride's class does not depend on the size
+            strides[lc.axis] = 0
+            bcast = lc.axis if shape[lc.axis] > 1 else None
+    elif ndim == 2:
+        width = max(shape[1], 1)
+        strides = ((round16(width) + lc.pad, 1) if kind == "padded"
+                   else (round16(width * lc.step) + lc.pad, lc.step) if kind == "step"
+                   else (1, round16(max(shape[0], 1)) + lc.pad) if kind == "transposed" else (width, 1))
+    elif ndim == 1:
+        strides = (lc.step if kind == "step" else 1,)
+    else:
+        strides = contiguous_strides(shape)
+    strides = tuple(map(int, strides))
+    offset, slack = lc.offset, lc.slack
+    if (dtype in DTYPES and type(offset) is int and type(slack) is int and offset >= 0 and slack >= 0
+            and min(shape, default=0) >= 0 and min(strides, default=0) >= 0):  # what TensorSpec checks
+        extent = offset if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+        return TensorSpec.trusted(dtype, shape, strides, offset, extent + slack), bcast
+    spec = TensorSpec(dtype, shape, strides, offset)  # raises what it always raised
+    return TensorSpec(dtype, spec.shape, spec.strides, offset, spec.extent + slack), bcast
+
+
+MEMO_SIZE = 512  # layouts a class remembers (a stint's cases repeat most of their shapes)
+
+
+def class_layout(k: CompileClass, name: str, dtype: str, shape: tuple[int, ...],
+                 layout: str | None = None) -> tuple[TensorSpec, int | None]:
+    """`apply_layout(k[f"layout:{layout or name}"], dtype, shape)` for tensor `name` of a case
+    of class `k`, remembered by the class (each name keeps its own specs)."""
+    memo = k.memo
+    key = (name, layout, dtype, shape)
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        got = memo[key] = apply_layout(k[f"layout:{layout or name}"], dtype, shape)
+    return got
 
 
 def relayout(lc: LayoutClass, dtype: str, shape: tuple[int, ...], values: np.ndarray | None = None) -> TensorSpec:
@@ -97,6 +119,10 @@ def apply_broadcast(values: np.ndarray, axis: int | None) -> np.ndarray:
     """Make values constant along a stride-0 axis (what such a view can hold)."""
     if axis is None:
         return values
+    if isinstance(values, np.ndarray) and 0 <= axis < values.ndim and values.shape[axis]:
+        out = np.empty(values.shape, values.dtype)  # what broadcast_to(first).copy() makes, in a fifth of the time
+        out[...] = values[(slice(None),) * axis + (slice(0, 1),)]
+        return out
     first = np.take(values, [0], axis=axis)
     return np.broadcast_to(first, values.shape).copy()
 

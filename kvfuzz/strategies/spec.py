@@ -8,11 +8,13 @@ every position class around the 256-column block edges, the B lengths, and the v
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, narrower, width
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 from .values import rng
 
 OP = "swa_spec_page_table"
@@ -41,9 +43,13 @@ def spec_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+@functools.cache
+def _edges_upto(WA: int) -> tuple[int, ...]:
+    return tuple(x for x in boundary_values() if x <= WA) or (0,)
+
+
 def _la(d: Draw, WA: int) -> int:
-    return d.one_of(lambda: d.choice([x for x in boundary_values() if x <= WA] or [0]),
-                    lambda: WA, lambda: d.integer(0, WA))
+    return d.one_of(lambda: d.choice(_edges_upto(WA)), lambda: WA, lambda: d.integer(0, WA))
 
 
 def spec_in_class(d: Draw, k: CompileClass) -> Case:
@@ -61,11 +67,13 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     elif lb_mode == "random":
         lb = g.integers(0, WB + 1, size=M)
     else:  # la + lb exactly on a block edge
-        lb = np.clip(BLOCK - (np.repeat(la, R) % BLOCK), 0, WB)
+        la_row = la.tolist()
+        lb = np.array([min(max(BLOCK - la_row[m // R] % BLOCK, 0), WB) for m in range(M)], dtype=np.int64)
     if k["W"] in (ONE, ZERO):  # a destination of one column or none: at most that to write
         la[:] = 0
         lb = np.minimum(lb, 1 if k["W"] == ONE else 0)
-    total = int((np.repeat(la, R) + lb).max())
+    la_row, lb_row = la.tolist(), lb.tolist()
+    total = max(la_row[m // R] + lb_row[m] for m in range(M))  # la repeated R times, plus lb
     W = width(total + d.choice((0, 0, 1, 5, BLOCK)), k["W"])
     shapes = {
         "page_table_dst": ("int32", (M, W)),
@@ -76,7 +84,7 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
     }
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast[name] = apply_layout(k[f"layout:{name}"], dt, shape)
+        tensors[name], bcast[name] = class_layout(k, name, dt, shape)
     big = d.choice((1 << 16, 1 << 31))
     values = {
         "page_table_a": g.integers(0, big, size=(bs, WA)) if WA else np.zeros((bs, 0), dtype=np.int64),
@@ -84,11 +92,15 @@ def spec_in_class(d: Draw, k: CompileClass) -> Case:
         "seq_len_a": la,
         "seq_len_b": lb,
     }
-    values = {name: apply_broadcast(np.asarray(v), bcast[name]) for name, v in values.items()}
+    for name in values:
+        if bcast[name] is not None:
+            values[name] = apply_broadcast(values[name], bcast[name])
     # a stride-0 length vector holds one value: stay in contract by widening dst in its class
-    total = int((np.repeat(values["seq_len_a"], R) + values["seq_len_b"]).max(initial=0))
-    if total > W:
-        tensors["page_table_dst"] = apply_layout(k["layout:page_table_dst"], "int32", (M, width(total, k["W"])))[0]
+    if bcast["seq_len_a"] is not None or bcast["seq_len_b"] is not None:  # else W >= total already
+        la_row, lb_row = values["seq_len_a"].tolist(), values["seq_len_b"].tolist()
+        total = max([0, *(la_row[m // R] + lb_row[m] for m in range(M))])
+        if total > W:
+            tensors["page_table_dst"] = class_layout(k, "page_table_dst", "int32", (M, width(total, k["W"])))[0]
     return Case(OP, {"speculative_num_draft_tokens": R}, tensors, values)
 
 
@@ -129,27 +141,30 @@ def spec_features(case: Case) -> set[str]:
     out: set[str] = set()
     if not isinstance(R, int) or R < 1 or la_all is None or lb_all is None:
         return out
+    la_row, lb_row = la_all.tolist(), lb_all.tolist()
     for m in range(min(lb_all.size, la_all.size * R)):
-        la, lb = int(la_all[m // R]), int(lb_all[m])
+        la, lb = la_row[m // R], lb_row[m]
         if la < 0 or lb < 0:
             continue
         if la == 0:
             out.add("zero_a")
         if lb == 0:
             out.add("zero_b")
-        for e in (-1, 0, 1):
-            if la == BLOCK + e:
-                out.add(f"edge:la:{BLOCK + e}")
-            if la + lb == BLOCK + e:
-                out.add(f"edge:total:{BLOCK + e}")
-        for start in range(0, la + lb, BLOCK):
-            if start + BLOCK < la:
-                out.add("block:all_a")
-            elif start >= la:
-                out.add("block:all_b")
-            else:
-                out.add("block:mixed")
+        if la in _EDGES:
+            out.add(f"edge:la:{la}")
+        if la + lb in _EDGES:
+            out.add(f"edge:total:{la + lb}")
+        # the row's blocks [start, start + BLOCK) for start < la + lb: before la, across it, past it
+        if la > BLOCK:
+            out.add("block:all_a")
+        if la > 0:
+            out.add("block:mixed")
+        if lb > 0 and -(-la // BLOCK) * BLOCK < la + lb:
+            out.add("block:all_b")
     return out
+
+
+_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1)
 
 
 def required_features() -> set[str]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..case import Case
 from .draw import CompileClass, Draw, PLAIN, fit
-from .layouts import apply_layout, layout_class
+from .layouts import class_layout, layout_class
 from .values import rng
 
 OP = "num_kv_splits"
@@ -67,8 +67,9 @@ def _max_len(d: Draw, dcc: int) -> int:
 def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     num_seq = _num_seq(d, k["num_seq"])
     mx = _max_len(d, k["device_core_count"])
-    g = rng(d.seed())
+    seed = d.seed()
     kind = d.choice(("equal", "ratio_edge", "spread", "zeros"))
+    g = rng(seed) if kind != "equal" else None
     if kind == "equal":
         lens = np.full(num_seq, mx)
     elif kind == "ratio_edge":  # mx * 8 < mn * 10, from both sides
@@ -81,14 +82,16 @@ def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     else:  # zero lengths: defined by kvfuzz's default variant, out of contract for SGLang's
         lens = g.integers(0, mx + 1, size=num_seq)
         lens[g.integers(0, num_seq, size=max(1, num_seq // 3))] = 0
-    scalars = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
-                                          "device_core_count")}
-    scalars["num_seq"] = num_seq
-    seq_spec, _ = apply_layout(k["layout:seq_lens"], k["dtype:seq_lens"], (num_seq,))
-    out_spec, _ = apply_layout(k["layout:num_kv_splits"], "int32", (num_seq * k["num_group"],))
+    fixed = k.memo.get(OP)  # the scalars the class fixes, once per class
+    if fixed is None:
+        fixed = k.memo[OP] = {name: k[name] for name in ("num_group", "num_head", "num_kv_head", "max_kv_splits",
+                                                         "device_core_count")}
+    scalars = {**fixed, "num_seq": num_seq}
+    seq_spec, _ = class_layout(k, "seq_lens", k["dtype:seq_lens"], (num_seq,))
+    out_spec, _ = class_layout(k, "num_kv_splits", "int32", (num_seq * k["num_group"],))
     tensors = {"num_kv_splits": out_spec, "seq_lens": seq_spec}
     if k["uneven_batch"]:
-        tensors["uneven_batch"], _ = apply_layout(k["layout:uneven_batch"], "int32", (1,))
+        tensors["uneven_batch"], _ = class_layout(k, "uneven_batch", "int32", (1,))
     return Case(OP, scalars, tensors, {"seq_lens": lens}, variant=variant)
 
 
@@ -113,11 +116,15 @@ def splits_features(case: Case) -> set[str]:
     if n in (255, 256, 257):
         out.add(f"edge:num_seq:{n}")
     lens = case.values.get("seq_lens")
-    if lens is not None and lens.size and int(lens.min()) == 0:
+    if lens is None or not lens.size:
+        return out
+    shortest = int(lens.min())
+    if shortest == 0:
         out.add("zero_length")
-    if "uneven_batch" in case.tensors and lens is not None and lens.size:
-        live = [int(x) for x in lens if x >= 1] or [1]
-        out.add("uneven_batch:" + ("uneven" if max(live) * 8 >= min(live) * 10 else "even"))
+    if "uneven_batch" in case.tensors:  # the longest and shortest of the lengths >= 1 (1, 1 if none)
+        hi = int(lens.max())
+        hi, lo = (1, 1) if hi < 1 else (hi, shortest if shortest >= 1 else int(lens[lens >= 1].min()))
+        out.add("uneven_batch:" + ("uneven" if hi * 8 >= lo * 10 else "even"))
     return out
 
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..case import Case, TensorSpec
 from .draw import CompileClass, Draw
-from .layouts import LayoutClass, apply_broadcast, apply_layout, layout_class, relayout
-from .values import rng
+from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from .values import LazyRng
 
 OP = "q8kv8_topk_length"
 # widths by (SGLang's block, Triton's integer class of the width)
@@ -44,37 +44,42 @@ def topk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _row(d: Draw, g: np.random.Generator, K: int, block: int) -> np.ndarray:
+def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
+    """Fill `row` (K int64 slots)."""
     pad = d.choice(PADS)
     kind = d.choice(("trailing", "all_pad", "full", "scattered"))
-    row = np.full(K, pad, dtype=np.int64)
     if K == 0 or kind == "all_pad":
-        return row
+        row[:] = pad
+        return
+    g = lazy()
     valid = g.integers(0, 2**31, size=K)
     valid[g.integers(0, K)] = 0  # 0 is a valid index
     if kind == "full":
-        return valid
+        row[:] = valid
+        return
     # the last valid position, on the edges of the backward scan's blocks
     last = d.choice((0, K - 1, K - block, K - block - 1, K - block + 1, block - 1, block, K // 2,
                      int(g.integers(0, K))))
     last = min(max(last, 0), K - 1)
+    row[:] = pad
     if kind == "trailing":
         row[: last + 1] = valid[: last + 1]
     else:
         keep = g.random(last + 1) < 0.3
         keep[last] = True
-        row[: last + 1] = np.where(keep, valid[: last + 1], pad)
-    return row
+        np.copyto(row[: last + 1], valid[: last + 1], where=keep)
 
 
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     K = d.choice(WIDTHS[k["width"]])
     S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
-    g = rng(d.seed())
+    lazy = LazyRng(d.seed())
     block = block_of(K)
-    spec, bcast = apply_layout(k["layout:indices"], "int32", (S, K))
-    values = np.stack([_row(d, g, K, block) for _ in range(S)]) if S else np.zeros((0, K), np.int64)
-    out, _ = apply_layout(k["layout:topk_length"], "int32", (S,))
+    spec, bcast = class_layout(k, "indices", "int32", (S, K))
+    values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
+    for i in range(S):
+        _row(d, lazy, K, block, values[i])
+    out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)
 
@@ -111,18 +116,18 @@ def topk_features(case: Case) -> set[str]:
         return out | {"zero_width"}
     if K % 128:
         out.add("unaligned_width")
-    idx = np.asarray(case.values["indices"], dtype=np.int64)
-    for row in idx:
-        valid = np.flatnonzero(row >= 0)
-        if valid.size == 0:
+    idx = np.asarray(case.values["indices"])
+    valid = idx >= 0
+    lasts = (K - 1 - valid[:, ::-1].argmax(axis=1)).tolist()  # each row's last valid position
+    for has_valid, last, low in zip(valid.any(axis=1).tolist(), lasts, idx.min(axis=1).tolist()):
+        if not has_valid:
             out.add("all_pad_row")
             continue
-        last = int(valid[-1])
         if last == K - block and K > block:
             out.add("edge:last_in_first_block_scanned")
         if last == K - block - 1:
             out.add("edge:last_in_second_block_scanned")
-        if row.min() < -1:
+        if low < -1:
             out.add("negative_pad")
     return out
 
