@@ -20,13 +20,21 @@ carries over):
             unchanged arena and a refusal), as batch_engine.judge_batch does
   total     prepare + launches + judge
 
+The first pass of a process writes memory the process never touched (page faults): take
+--repeat 2 or more, as a long campaign runs warm. The machine's load moves the numbers by tens
+of percent: compare two trees by alternating runs, e.g. the tree before a change unpacked with
+`git archive COMMIT | tar -x -C /tmp/base`, then `PYTHONPATH=/tmp/base python
+scripts/judge_speed.py --no-digest` and `PYTHONPATH=. python scripts/judge_speed.py --no-digest`
+in turns (this script runs on both).
+
 The arenas are built here from the oracle's answer and the contract's cells, independently of
-judge.py. Digests (one pass): every plan image and its regions, every case's part of its batch's image, and
-every verdict (status, reasons, refused, findings' kind/op/path/tensor/where/message/cells,
-expected's arrays, alternatives and boundary) on the correct run and on damaged runs: a required
-cell changed, a guard byte changed, an input element changed, an untouched cell written, a
-may-write cell written, a second run that differs, the torch oracle off by one, an error raised.
-Compare two outputs' digest lines (`grep digest`) before and after a change.
+judge.py. Digests (one pass): every plan image and its regions, every case's part of its batch's
+image, and every verdict (status, reasons, refused, findings' kind/op/path/tensor/where/message/
+cells, expected's arrays, alternatives and boundary) on the correct run and on damaged runs: a
+required cell changed, a guard byte changed, an input element changed, an untouched cell
+written, a may-write cell written, a second run that differs, the torch oracle off by one, an
+error raised; wherever quick_verdict answers one of those, it must say what judge says (an
+assertion). Compare two outputs' digest lines (`grep digest`) before and after a change.
 """
 
 from __future__ import annotations
