@@ -16,15 +16,6 @@ from kvfuzz.strategies import GENERATORS, spec
 from kvfuzz.strategies.coverage import generic_features
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
 from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_broadcast, apply_layout, class_layout
-from kvfuzz.strategies.values import rng
-
-
-def test_rng_is_default_rng():
-    seeds = [0, 1, 2**31, 2**32 - 1, 2**32, 2**64 + 5, *np.random.default_rng(0).integers(0, 2**32, 2000).tolist()]
-    for seed in seeds:
-        assert rng(seed).bit_generator.state == np.random.default_rng(seed).bit_generator.state, seed
-    assert rng(7).integers(0, 1 << 40, 50).tolist() == np.random.default_rng(7).integers(0, 1 << 40, 50).tolist()
-    assert rng(np.uint32(9)).bit_generator.state == np.random.default_rng(9).bit_generator.state
 
 
 def test_random_draw_answers_as_random_does():

@@ -7,32 +7,12 @@ import math
 
 import numpy as np
 from hypothesis import strategies as st
-from numpy.random import SeedSequence
-from numpy.random.bit_generator import ISeedSequence
 
 INT32_MAX = 2**31 - 1
 
 
 def rng(seed: int) -> np.random.Generator:
-    """`np.random.default_rng(seed)`, bit for bit, a quarter faster (a case seeds a few)."""
-    if type(seed) is not int:
-        return np.random.default_rng(seed)
-    # default_rng is Generator(PCG64(SeedSequence(seed))), and PCG64 seeds itself from the
-    # sequence's generate_state(4, np.uint64): that is done here, in plain Python, from the
-    # sequence's pool (numpy's own loops over NumPy scalars, under np.errstate). Its 8 words
-    # hash the pool's 4 in turn; each uint64 is a pair of them, the first the low half.
-    p0, p1, p2, p3 = SeedSequence(seed).pool.tolist()
-    w = _state_word
-    state = np.array([w(p0, 0) | w(p1, 1) << 32, w(p2, 2) | w(p3, 3) << 32,
-                      w(p0, 4) | w(p1, 5) << 32, w(p2, 6) | w(p3, 7) << 32], dtype=np.uint64)
-    return np.random.Generator(np.random.PCG64(_Words(state)))
-
-
-def _state_word(p: int, i: int) -> int:
-    """Word i of SeedSequence.generate_state, from pool word p."""
-    x, m = _STATE_HASH[i]
-    v = ((p ^ x) * m) & 0xFFFFFFFF
-    return v ^ (v >> 16)
+    return np.random.default_rng(seed)
 
 
 class LazyRng:
@@ -47,33 +27,6 @@ class LazyRng:
         if self.g is None:
             self.g = rng(self.seed)
         return self.g
-
-
-def _state_hash() -> tuple[tuple[int, int], ...]:
-    """SeedSequence.generate_state's hash constants for 8 words: (xor, multiplier) per word."""
-    out, h = [], 0x8B51F9DD  # INIT_B
-    for _ in range(8):
-        nxt = (h * 0x58F38DED) & 0xFFFFFFFF  # MULT_B
-        out.append((h, nxt))
-        h = nxt
-    return tuple(out)
-
-
-_STATE_HASH = _state_hash()
-
-
-class _Words(ISeedSequence):
-    """A seed sequence whose state is already generated (PCG64 asks for 4 uint64 words)."""
-
-    __slots__ = ("words",)
-
-    def __init__(self, words: np.ndarray) -> None:
-        self.words = words
-
-    def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
-        if n_words != 4 or dtype is not np.uint64:
-            raise ValueError(f"only PCG64's seeding (4 words of np.uint64), not {n_words} of {dtype}")
-        return self.words
 
 
 seeds = st.integers(0, 2**32 - 1)
