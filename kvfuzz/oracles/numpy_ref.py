@@ -176,8 +176,12 @@ def log2_f32(x: float) -> np.float32:
     says which float32 is nearest (`_log2_f32_unambiguous`): then that one, the same."""
     x32 = np.float32(x)
     fast = _log2_f32_unambiguous(x32)
-    if fast is not None:
-        return fast
+    return fast if fast is not None else log2_f32_by_decimal(x32)
+
+
+def log2_f32_by_decimal(x: float) -> np.float32:
+    """log2_f32's definition: the 50-digit decimal log2, rounded to the nearest float32."""
+    x32 = np.float32(x)
     with localcontext() as ctx:
         ctx.prec = 50
         exact = Decimal(float(x32)).ln() / Decimal(2).ln()
