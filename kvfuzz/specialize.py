@@ -109,7 +109,7 @@ class LaunchRecorder:
 
             def run(fn, *args, grid, warmup, _original=original, _binds=cls is jit_cls, **kwargs):
                 if _binds and not recorder.dry:
-                    if getattr(fn, "_kvfuzz_recorder", None) is not recorder:
+                    if recorder not in getattr(fn, "_kvfuzz_recorders", ()):
                         recorder._record_binder(fn)
                     return _original(fn, *args, grid=grid, warmup=warmup, **kwargs)
                 try:
@@ -127,9 +127,10 @@ class LaunchRecorder:
         """Record each compiled launch of `fn` from what Triton's own binder (one per kernel
         and device, in `fn.device_caches`) returns: a dictionary update, where binding a
         second time (`launch_key`) would cost as much as Triton's launch path itself. The
-        binders are wrapped once; the wrapper reports to the kernel's recorder of the moment."""
+        binders are wrapped once; the wrapper reports to every recorder installed on the
+        kernel at the moment (recorders nest: a test's inside the process's)."""
         self._jit_fns[id(fn)] = fn
-        fn._kvfuzz_recorder = self
+        fn._kvfuzz_recorders = (*getattr(fn, "_kvfuzz_recorders", ()), self)
         if getattr(fn, "_kvfuzz_wrapped", False):
             return
         name = kernel_name(fn)
@@ -140,8 +141,8 @@ class LaunchRecorder:
 
             def recording(*args, **kwargs):
                 bound = binder(*args, **kwargs)
-                rec = fn._kvfuzz_recorder
-                if rec is not None:
+                recorders = fn._kvfuzz_recorders
+                if recorders:
                     raw = (tuple(bound[1]), str(bound[2]))  # what compute_cache_key looks up
                     try:
                         key = seen.get(raw)
@@ -149,7 +150,8 @@ class LaunchRecorder:
                             key = seen[raw] = (name, *launch_key_parts(fn, bound[1], bound[2]))
                     except TypeError:  # an unhashable specialisation value (a tuple argument)
                         key = (name, *launch_key_parts(fn, bound[1], bound[2]))
-                    rec._note(key)
+                    for rec in recorders:
+                        rec._note(key)
                 return bound
             return (*rest, recording)
 
@@ -168,8 +170,7 @@ class LaunchRecorder:
             cls.run = original
         self._saved.clear()
         for fn in self._jit_fns.values():
-            if getattr(fn, "_kvfuzz_recorder", None) is self:
-                fn._kvfuzz_recorder = None
+            fn._kvfuzz_recorders = tuple(r for r in getattr(fn, "_kvfuzz_recorders", ()) if r is not self)
 
     def snapshot(self) -> frozenset:
         return frozenset(self.keys)

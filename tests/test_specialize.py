@@ -111,11 +111,17 @@ first.uninstall()
 k[(1,)](out, 9, 9, C=16)  # no recorder: counted by none
 second = LaunchRecorder().install()
 k[(1,)](out, 3, 5, C=4)
+inner = LaunchRecorder().install()  # nested, as a test's recorder inside the process's
+k[(1,)](out, 3, 5, C=4)
+k[(1,)](out, 3, 5, C=8)
+inner.uninstall()
 second.uninstall()
+assert list(inner.keys) == [launch_key(k, (out, 3, 5), {"C": 4}), launch_key(k, (out, 3, 5), {"C": 8})], inner.keys
+assert sum(inner.keys.values()) == 2 and sum(second.keys.values()) == 3 and len(second.keys) == 2
 expected = {launch_key(k, a, kw) for a, kw in calls}
 assert set(first.keys) == expected, (set(first.keys) ^ expected)
 assert sum(first.keys.values()) == len(calls) and len(expected) == 5
-assert list(second.keys) == [launch_key(k, (out, 3, 5), {"C": 4})] and sum(second.keys.values()) == 1
+assert list(second.keys)[0] == launch_key(k, (out, 3, 5), {"C": 4}) and second.keys[list(second.keys)[0]] == 2
 print("ok")
 """
 
