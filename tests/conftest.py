@@ -33,6 +33,38 @@ def device() -> str:
     return DEVICE
 
 
+_interpreter_refusal: list[str | None] = []  # once per session: None, or why kvfuzz refuses it
+
+
+def _cpu_interpreter_refused() -> str | None:
+    """Why kvfuzz refuses this machine's Triton interpreter (its probes, in a process of its
+    own), or None. On the CPU this session already runs it: None at once."""
+    if DEVICE == "cpu":
+        return None
+    if not _interpreter_refusal:
+        import subprocess
+        import sys
+
+        r = subprocess.run([sys.executable, "-c", "from kvfuzz import device; device.select('cpu')"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TRITON_INTERPRET": "1"})
+        tail = (r.stderr.strip().splitlines() or ["exit status %d" % r.returncode])[-1]
+        _interpreter_refusal.append(None if r.returncode == 0 else tail)
+    return _interpreter_refusal[0]
+
+
+@pytest.fixture(autouse=True)
+def _needs_cpu_interpreter(request):
+    """`@pytest.mark.interpreter`: the test runs kernels under Triton's interpreter in another
+    process (`--device cpu`, a cross-check worker). Where kvfuzz refuses this machine's
+    interpreter (a GPU image's numpy too new for its triton: docs/environment.md), it skips,
+    saying why, instead of failing on kvfuzz's rightful refusal."""
+    if request.node.get_closest_marker("interpreter") is not None:
+        why = _cpu_interpreter_refused()
+        if why:
+            pytest.skip(f"kvfuzz refuses this machine's Triton interpreter: {why}")
+
+
 @pytest.fixture(scope="session")
 def seed_path() -> Path:
     return seed_kernel_path()

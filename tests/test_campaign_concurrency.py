@@ -57,6 +57,7 @@ def check_corpus(corpus: Path) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.interpreter
 def test_eight_campaigns_save_into_one_corpus(tmp_path):
     target = tmp_path / "defects.py"
     target.write_text(DEFECTS)
@@ -71,6 +72,7 @@ def test_eight_campaigns_save_into_one_corpus(tmp_path):
     assert set(check_corpus(corpus)) == sigs  # and once on disk, whoever saved it
 
 
+@pytest.mark.interpreter
 def test_a_campaign_killed_twenty_times_while_saving_loses_nothing(tmp_path):
     target = tmp_path / "defects.py"
     target.write_text(DEFECTS)

@@ -42,6 +42,7 @@ def _campaign(target, tmp_path, device, **kw):
     return run_campaign(cfg)
 
 
+@pytest.mark.interpreter
 def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_ok, tmp_path, device):
     r = _campaign(SPLIT, tmp_path, device)
     assert [x.found.finding.signature.endswith(SIG) for x in r.saved] == [True], r.report()["findings"]
@@ -58,6 +59,7 @@ def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_
     assert judge(saved.case, InProcessExecutor(SPLIT, device).run(saved.case)).findings == []
 
 
+@pytest.mark.interpreter
 def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, device):
     r = _campaign("builtin", tmp_path, device, cross_check_every=2)
     assert r.saved == [] and r.flaky == []
@@ -65,6 +67,7 @@ def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, devic
     assert r.report()["ops"]["decode_metadata"]["cross_checked"] == r.stats[0].cross_checked
 
 
+@pytest.mark.interpreter
 def test_a_cross_checked_campaign_leaves_out_what_the_target_cannot_take(same_device_ok, seed_path, tmp_path, device):
     """0.5.14's num_kv_splits has no uneven_batch_ptr: the campaign must draw its cases without
     that tensor when the executor is the cross-check pair too (every case was kvfuzz's own
@@ -111,6 +114,7 @@ def _defects(text: str) -> list[str]:
     return re.findall(r"^DEFECT \w+: .*  \[([^\]\s]+)\]$", text, re.M)
 
 
+@pytest.mark.interpreter
 def test_a_divergence_replays_on_both_backends_and_so_does_its_repro_script(same_device_ok, tmp_path, capsys,
                                                                             monkeypatch, device):
     """`kvfuzz replay` runs a saved divergence on both backends (each in a worker process) and
@@ -178,6 +182,7 @@ def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pyt
     assert only["outcome"] == "skipped" and "a divergence between cuda and cpu" in only["message"]
 
 
+@pytest.mark.interpreter
 def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
     """The second worker runs the marked in-contract launches of a batch from the same image;
     when it dies, each launch is run alone there, so the loss is pinned on its case."""

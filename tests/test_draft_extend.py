@@ -125,6 +125,7 @@ def test_releases_read_the_swa_tensors_without_their_strides(version, device):
     assert got and all(s.startswith("draft_extend_metadata:swa:mismatch:swa_") for s in got), got
 
 
+@pytest.mark.interpreter
 def test_releases_before_0_5_16_do_not_offer_it(tmp_path, device):
     from kvfuzz.campaign import CampaignConfig, run_campaign
 

@@ -182,6 +182,7 @@ def test_0_5_10_has_0_5_14s_kernels_and_defect(device):
     assert "decode_metadata:swa:mismatch:swa_page_table:all" in judge(case, run_case(t, case, device)).signatures()
 
 
+@pytest.mark.interpreter
 def test_fuzzing_an_op_a_release_does_not_offer_is_refused_in_one_line(tmp_path):
     kernel_file("0.5.6")
     p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", "sglang==0.5.6", "--device", "cpu",
@@ -191,6 +192,7 @@ def test_fuzzing_an_op_a_release_does_not_offer_is_refused_in_one_line(tmp_path)
     assert len(p.stderr.strip().splitlines()) == 1 and "normal_decode_set_metadata is plain torch" in p.stderr
 
 
+@pytest.mark.interpreter
 def test_an_installed_old_sglang_is_extracted_from_its_backends(tmp_path):
     """`--target sglang` with 0.5.10 installed: its backend modules (here: 0.5.10's definitions and
     an import of a package that is not installed) are extracted into the cache, keyed by content."""

@@ -275,6 +275,7 @@ def test_an_unbindable_signature_is_refused_when_the_target_loads(tmp_path, devi
         load_target(str(no_swa), device)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("isolation", ([], ["--in-process"]))
 def test_the_cli_refuses_it_in_one_line_before_any_case_runs(tmp_path, isolation):
     f = write(tmp_path, "unknown_required.py", UNKNOWN_REQUIRED)
@@ -345,6 +346,7 @@ def test_an_error_while_building_a_call_is_kvfuzzs_not_the_targets(device):
 # ---------------------------------------------------------------------------- installed sglang
 
 
+@pytest.mark.interpreter
 def test_an_installed_sglang_is_found_and_judged_by_its_version(tmp_path):
     """`--target sglang` loads the installed distribution's kernel file (without importing
     sglang); `module:sglang...` imports it; both take the version from importlib.metadata."""

@@ -48,6 +48,7 @@ def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
 
 
 @needs_atheris
+@pytest.mark.interpreter
 def test_an_atheris_run_reports_its_figures_in_markdown_junit_and_the_summary(tmp_path):
     report, props, md, stdout = fuzz(tmp_path, "atheris", "--budget", "5", "--max-cases", "150")
     engine = report["ops"][OP]["engine"]
@@ -69,6 +70,7 @@ def test_an_atheris_run_reports_its_figures_in_markdown_junit_and_the_summary(tm
     assert line.endswith(f"; {engine_line(engine)}") and f"{engine['execs']} execs, " in line
 
 
+@pytest.mark.interpreter
 def test_a_hypothesis_run_has_no_engine_figures(tmp_path):
     report, props, md, stdout = fuzz(tmp_path, "hypothesis", "--budget", "2", "--max-cases", "30")
     assert report["ops"][OP]["cases"] > 0 and "engine" not in report["ops"][OP]
