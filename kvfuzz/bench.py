@@ -40,7 +40,7 @@ from .engines import batch_engine
 from .engines.common import OpStats, fit_target
 from .execute import prepare
 from .materialize import to_device
-from .worker import InProcessExecutor, WorkerExecutor
+from .worker import make_executor
 
 KERNEL_BINARIES = ("*.cubin", "*.hsaco")  # one per kernel variant Triton compiled (NVIDIA, AMD)
 MAX_BARE = 5000  # cases held on the device at once for the bare pass
@@ -54,7 +54,7 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
              passes: int = 1, shard: tuple[int, int] = (1, 1)) -> list[tuple[OpStats, int]]:
     """(stats, new variants) of `passes` runs of the campaign loop over the op's case stream in
     one worker: the first compiles (or loads) what it meets, the later ones run warm."""
-    executor = WorkerExecutor(target, device) if isolate else InProcessExecutor(target, device)
+    executor = make_executor(target, device, isolate)
     out = []
     try:
         for i in range(passes):
@@ -77,7 +77,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     op, target, device, seed, budget_s, max_cases, isolate, shard = args
     try:
         cases, stages = 0, {}
-        executor = WorkerExecutor(target, device) if isolate else InProcessExecutor(target, device)
+        executor = make_executor(target, device, isolate)
         try:
             n = _run(op, executor, device, seed, shard, max_cases, budget_s).cases  # compiles (or loads)
             barrier.wait()
