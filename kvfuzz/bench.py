@@ -19,7 +19,12 @@ first pass, all wait for each other, then each runs passes over its own first pa
 until a common window closes (every shard busy all the while, as in a campaign, where no
 shard waits for another); `checked_per_s` is all their cases in the window over its length.
 The bare figure stays one process's; `checked_one_job_per_s` keeps the single process's
-steady figure.
+steady figure. On the CPU `jobs_speedup` compares like with like: after the window each
+shard, in turn and alone on the machine, runs its pass again, timed case by case; the seconds
+one job takes for exactly the cases the shards checked in the window (each shard's whole
+passes and the prefix the window's end cut) over the window's length. (Under the interpreter
+one class can cost several times another, so two shards' mixes and one job's differ.) On a
+GPU it is None: jobs passes alone would double the bench, and classes cost alike there.
 
 Figures per op: `bare_per_s`, `checked_per_s` (steady state), their `ratio`,
 `compiles_per_1000` on the cold and on the warm cache (kernels Triton built: new binaries in
@@ -70,13 +75,15 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
 def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     """One shard of a `--jobs` bench, in its own process: its first pass (compiles or loads what
     it meets), then, from the barrier on, passes over the same cases until the common window of
-    `budget_s` closes (so no shard idles while another finishes); sends (shard, cases, seconds,
-    stages) of the window."""
+    `budget_s` closes (so no shard idles while another finishes). With `alone` (the CPU), then,
+    one shard at a time while the others wait, a pass over the same cases alone, timed case by
+    case. Sends (shard, cases, seconds, stages) of the window and the seconds one job alone
+    takes for the window's cases (None without `alone`)."""
     os.environ.update(env)
     devmod.select(args[2])
-    op, target, device, seed, budget_s, max_cases, isolate, shard = args
+    op, target, device, seed, budget_s, max_cases, isolate, shard, alone = args
     try:
-        cases, stages = 0, {}
+        passes, stages = [], {}
         executor = make_executor(target, device, isolate)
         try:
             n = _run(op, executor, device, seed, shard, max_cases, budget_s).cases  # compiles (or loads)
@@ -84,30 +91,50 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
             t0 = time.monotonic()
             while time.monotonic() < t0 + budget_s:  # every shard busy for the whole window
                 stats = _run(op, executor, device, seed, shard, n, t0 + budget_s - time.monotonic())
-                cases += stats.cases
+                passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
                 for k, v in stats.stages.items():
                     stages[k] = stages.get(k, 0.0) + v
+            window = time.monotonic() - t0
+            one_job_s = None
+            if alone:
+                for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
+                    barrier.wait()
+                    if turn == shard[0]:
+                        upto = _alone_times(op, executor, device, seed, shard, n)
+                        one_job_s = sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
+                barrier.wait()
         finally:
             executor.close()
-        results.put((shard[0], cases, time.monotonic() - t0, stages))
+        results.put((shard[0], sum(passes), window, stages, one_job_s))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((shard[0], repr(exc)))
 
 
-def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_cases: int, budget_s: float):
+def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, int], n: int) -> list[float]:
+    """Seconds from the start of a pass over the shard's first `n` cases to each case judged:
+    entry m-1 is what the pass's first m cases take (a pass the window's end cut short is such
+    a prefix)."""
+    stamps: list[float] = []
+    t0 = time.monotonic()
+    _run(op, executor, device, seed, shard, n, 1e9, on_case=lambda *_: stamps.append(time.monotonic() - t0))
+    return stamps
+
+
+def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_cases: int, budget_s: float,
+         on_case=None):
     """One pass of the campaign loop over shard `shard`'s first `max_cases` cases."""
     stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
     stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard, budget_s=budget_s,
                                     max_cases=max_cases, device=device, in_contract_only=True,
-                                    rerun_every=1 if device == "cuda" else 10)
+                                    rerun_every=1 if device == "cuda" else 10, on_case=on_case)
     return stats
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
-                  jobs: int) -> tuple[int, float, dict]:
-    """(cases in the window, the longest shard's window in seconds, stages summed) of `jobs`
-    shards run at once."""
+                  jobs: int) -> tuple[int, float, dict, float | None]:
+    """(cases in the window, the longest shard's window in seconds, stages summed, seconds one
+    job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -116,8 +143,9 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     ctx = mp.get_context("spawn")  # a fresh interpreter: CUDA cannot be forked
     barrier, results = ctx.Barrier(jobs), ctx.Queue()
     gpus = gpu_count() if device == "cuda" else 0
+    alone = device == "cpu"
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
-                                                     (i, jobs)), shard_env(i, device, gpus), barrier, results))
+                                                     (i, jobs), alone), shard_env(i, device, gpus), barrier, results))
              for i in range(1, jobs + 1)]
     for p in procs:
         p.start()
@@ -131,7 +159,10 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     for g in got:
         for k, v in g[3].items():
             stages[k] = stages.get(k, 0.0) + v
-    return sum(g[1] for g in got), max(g[2] for g in got), stages
+    # what one job takes to check the very cases the shards checked in the window, each shard's
+    # passes timed alone (a class can cost several times another under the interpreter)
+    one_job_s = sum(g[4] for g in got) if alone else None
+    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s
 
 
 def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
@@ -206,15 +237,19 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             checked = warm.cases / max(warm.seconds, 1e-9)
             stages = warm.stages
             one_job = checked
+            speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
-                cases_j, seconds_j, stages = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs)
+                cases_j, seconds_j, stages, one_job_s = _checked_jobs(op, target, device, seed, per_op / 3,
+                                                                     isolate, jobs)
                 checked = cases_j / max(seconds_j, 1e-9)
+                speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)
             out["ops"][op] = {
                 "cases": n,
                 "bare_per_s": round(bare, 1),
                 "checked_per_s": round(checked, 1),
                 "checked_first_pass_per_s": round(cold.cases / max(cold.seconds, 1e-9), 1),
                 "checked_one_job_per_s": round(one_job, 1),
+                "jobs_speedup": None if speedup is None else round(speedup, 3),
                 "ratio": round(checked / max(bare, 1e-9), 3),
                 "compiles_per_1000": {"cold": round(1000 * (mid - before) / n, 2),
                                       "warm": round(1000 * (after - mid) / max(fresh.cases, 1), 2)},
@@ -229,16 +264,24 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     return out
 
 
+def _speedup(x: float | None) -> str:
+    return f"{x:>11.2f}x" if x is not None else f"{'-':>12}"
+
+
 def render(result: dict) -> str:
     lines = [f"kvfuzz bench: target {result['target']} on {result['device_name']}"
              + (" (cold Triton cache)" if result["cold_cache"] else "")
              + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else ""),
              f"{'op':<22}{'cases':>8}{'bare/s':>11}{'checked/s':>11}{'ratio':>8}"
              f"{'compiles/1000 cold':>20}{'warm':>7}{'variants/1000':>15}"]
+    jobs = result.get("jobs", 1)
+    if jobs > 1:
+        lines[1] += f"{'vs one job':>12}"
     for op, r in result["ops"].items():
         c = r["compiles_per_1000"]
         lines.append(f"{op:<22}{r['cases']:>8}{r['bare_per_s']:>11.1f}{r['checked_per_s']:>11.1f}"
-                     f"{r['ratio']:>8.3f}{c['cold']:>20.2f}{c['warm']:>7.2f}{r['variants_per_1000']:>15.2f}")
+                     f"{r['ratio']:>8.3f}{c['cold']:>20.2f}{c['warm']:>7.2f}{r['variants_per_1000']:>15.2f}"
+                     + (_speedup(r.get("jobs_speedup")) if jobs > 1 else ""))
     for op, r in result["ops"].items():
         for who, stages in (("kvfuzz", {k: v for k, v in r["stages"].items() if not k.startswith("worker ")}),
                             ("worker", {k[7:]: v for k, v in r["stages"].items() if k.startswith("worker ")})):

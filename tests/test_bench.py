@@ -25,14 +25,30 @@ def check_op(r: dict, device: str) -> None:
     assert STAGES_OF_THE_LOOP <= set(r["stages"])
 
 
+def check_jobs(r: dict, jobs: int, device: str) -> None:
+    """The shards against one job on the very same cases (on the CPU): a speed-up of at most
+    the shards' count (with slack for a host busier while the alone passes ran), at least a
+    fraction of one."""
+    if device == "cpu":
+        assert r["jobs_speedup"] is not None and 0.2 < r["jobs_speedup"] < jobs * 1.25
+    else:
+        assert r["jobs_speedup"] is None
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_bench_reports_consistent_figures(jobs, device):
     # the session's device: a process that runs CUDA kernels cannot switch to the interpreter
     result = run_bench(["num_kv_splits"], "builtin", device, budget_s=6.0, seed=1, jobs=jobs)
     assert result["jobs"] == jobs and result["device"] == device
-    check_op(result["ops"]["num_kv_splits"], device)
+    r = result["ops"]["num_kv_splits"]
+    check_op(r, device)
+    if jobs > 1:
+        check_jobs(r, jobs, device)
+    else:
+        assert r["jobs_speedup"] is None
     text = render(result)
     assert "num_kv_splits" in text and ("2 shards at once" in text) == (jobs == 2)
+    assert ("vs one job" in text) == (jobs == 2)
 
 
 def test_bench_cli_writes_its_report_and_refuses_bad_input(tmp_path, device):
@@ -44,3 +60,12 @@ def test_bench_cli_writes_its_report_and_refuses_bad_input(tmp_path, device):
                          "--budget", "4", "--report", str(report)], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     check_op(json.loads(report.read_text())["ops"]["swa_spec_page_table"], device)
+
+
+def test_render_shows_the_speedup_where_measured_and_a_dash_where_not():
+    op = {"cases": 8, "bare_per_s": 10.0, "checked_per_s": 5.0, "ratio": 0.5, "variants_per_1000": 1.0,
+          "compiles_per_1000": {"cold": 0.0, "warm": 0.0}, "stages": {}, "jobs_speedup": 1.87}
+    result = {"target": "builtin", "device_name": "x", "cold_cache": True, "jobs": 2, "ops": {"num_kv_splits": op}}
+    assert render(result).splitlines()[2].endswith("1.87x")
+    op["jobs_speedup"] = None  # a GPU bench measures no alone passes
+    assert render(result).splitlines()[2].endswith(" -")
