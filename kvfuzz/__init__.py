@@ -8,6 +8,7 @@ kernel is loaded. Heavier pieces load on first use.
 from __future__ import annotations
 
 import importlib
+import time
 from typing import Any
 
 from .case import Case, TensorSpec
@@ -15,6 +16,7 @@ from .errors import BadCaseFile, BadInput, DeviceModeError, TargetLoadError
 from .findings import KINDS, Finding
 
 __version__ = "0.1.0"
+IMPORTED_AT = time.monotonic()  # a campaign's report counts its process's start-up from here
 
 _LAZY = {
     "CONTRACTS": ("kvfuzz.ops", "CONTRACTS"),

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import kvfuzz
+
 from . import cross
 from . import device as devmod
 from .case import Case
@@ -36,7 +38,7 @@ from .minimize import minimize
 from .ops import CONTRACTS, get_contract
 from .progress import OpProgress, lines_to
 from .targets import check_variant, variant_for
-from .worker import Executor, WorkerExecutor, make_executor
+from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
 PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
@@ -148,6 +150,9 @@ class CampaignResult:
     flaky: list[Flaky] = field(default_factory=list)
     startup_s: float = 0.0  # from the campaign's start to its first judged case
     versions: dict = field(default_factory=dict)
+    # from kvfuzz's import to the first judged case, for the first campaign of a process (the
+    # whole start-up of `kvfuzz fuzz`: imports, device choice, the worker's start); else None
+    since_import_s: float | None = None
 
     @property
     def cases(self) -> int:
@@ -176,6 +181,7 @@ class CampaignResult:
             "cross_check": self.config.cross_check,
             "seconds": round(self.seconds, 2),
             "startup_s": round(self.startup_s, 2),
+            "since_import_s": None if self.since_import_s is None else round(self.since_import_s, 2),
             "interrupted": self.interrupted,
             "cases": self.cases,
             "cases_per_s": round(self.cases / max(sum(s.seconds for s in self.stats), 1e-9), 1),
@@ -214,17 +220,6 @@ def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]
         except Exception:
             return False
     return still_fails
-
-
-def triton_cache_dir(target: str, device: str) -> Path:
-    """Where compiled kernels of `target` on `device` persist between campaigns (warm start)."""
-    import hashlib
-
-    from .targets.wheels import cache_dir
-
-    tag = hashlib.sha256(target.encode()).hexdigest()[:12]
-    where = "cpu" if device == "cpu" else devmod.describe(device).replace(" ", "_")
-    return cache_dir() / "triton" / f"{tag}-{where}"
 
 
 class CampaignState:
@@ -281,6 +276,9 @@ def check_forced_variant(cfg: CampaignConfig, executor: Executor | None = None) 
             executor.close()
 
 
+_campaigns_run: list[float] = []  # the start of each campaign this process ran
+
+
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None,
                  status: Callable[[OpProgress], None] | None = None) -> CampaignResult:
     """`progress` gets event lines (findings, an op done); `status` a snapshot of the current op
@@ -292,10 +290,18 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if state is not None and cfg.corpus is None:
         cfg.corpus = Path(cfg.campaign_dir) / "corpus"
     t0 = time.monotonic()
-    device = devmod.select(cfg.device)
-    if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # workers inherit it
-        os.environ["TRITON_CACHE_DIR"] = str(triton_cache_dir(cfg.target, device))
-    executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True)
+    # the worker starts first: it imports torch and Triton (and probes the interpreter) while
+    # this process does the same, instead of after it
+    early = early_worker(cfg.target, cfg.device) if cfg.isolate else None
+    try:
+        device = devmod.select(cfg.device)
+        if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # later workers inherit it
+            os.environ["TRITON_CACHE_DIR"] = str(devmod.triton_cache_dir(cfg.target, device))
+    except BaseException:
+        discard(early)
+        raise
+    executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True,
+                             proc=early)
     lacking = [op for op in cfg.ops if op in executor.missing] if cfg.ops_named else []
     if lacking:  # before anything runs; a campaign over all ops skips them instead
         executor.close()
@@ -446,8 +452,11 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                      first_saved.get(sig), confirmed[sig], interrupted=True))
     finally:
         executor.close()
+    first_of_process = not _campaigns_run
+    _campaigns_run.append(t0)
+    since_import = t0 + first_case[0] - kvfuzz.IMPORTED_AT if first_of_process and first_case[0] else None
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
-                            versions["gpu"], interrupted, flaky, first_case[0], versions)
+                            versions["gpu"], interrupted, flaky, first_case[0], versions, since_import)
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result

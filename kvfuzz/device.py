@@ -9,6 +9,7 @@ process, and the target loader refuses kernels that were defined in the other mo
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from . import environment
 from .errors import DeviceModeError
@@ -88,3 +89,14 @@ def identity(device: str) -> str:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return f"GPU-{props.uuid}" if getattr(props, "uuid", None) is not None else f"cuda:{torch.cuda.current_device()}"
+
+
+def triton_cache_dir(target: str, device: str) -> Path:
+    """Where compiled kernels of `target` on `device` persist between campaigns (warm start)."""
+    import hashlib
+
+    from .targets.wheels import cache_dir
+
+    tag = hashlib.sha256(target.encode()).hexdigest()[:12]
+    where = "cpu" if device == "cpu" else describe(device).replace(" ", "_")
+    return cache_dir() / "triton" / f"{tag}-{where}"

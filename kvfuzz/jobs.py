@@ -137,6 +137,9 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check"):
         out[key] = first.get(key)
     out["seconds"] = max(r["seconds"] for r in reports)
+    for key in ("startup_s", "since_import_s"):  # the job starts when its slowest shard has
+        got = [r[key] for r in reports if r.get(key) is not None]
+        out[key] = max(got) if got else None
     out["interrupted"] = any(r.get("interrupted") for r in reports)
     out["cases"] = sum(r["cases"] for r in reports)
     out["cases_per_s"] = round(out["cases"] / max(out["seconds"], 1e-9), 1)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -110,14 +111,16 @@ class WorkerExecutor:
 
     def __init__(self, target_spec: str, device: str, timeout_s: float = 60.0,
                  env: dict[str, str] | None = None, standby: bool = False,
-                 _proc: subprocess.Popen | None = None) -> None:
+                 _proc: subprocess.Popen | None = None, _early: "EarlyWorker | None" = None) -> None:
         self.target_spec, self.device, self.timeout_s = target_spec, device, timeout_s
         self.extra_env = dict(env or {})  # e.g. CUDA_VISIBLE_DEVICES to pin this worker to one GPU
         self.proc: subprocess.Popen | None = None
-        self.standby: subprocess.Popen | None = _proc  # a process already started for us
+        self.standby: subprocess.Popen | None = _early.proc if _early else _proc  # a process already started for us
         self.use_standby = standby
+        self._standby_due = False  # start the standby once the worker has answered a request
         self._shm = None  # the batches' shared memory (created on the first batch)
-        self.log = tempfile.NamedTemporaryFile(prefix="kvfuzz-worker-", suffix=".log", delete=False)
+        self.log = _early.log if _early else tempfile.NamedTemporaryFile(prefix="kvfuzz-worker-", suffix=".log",
+                                                                          delete=False)
         self.restarts = 0
         self.launch_keys: set = set()
         self.compiled = 0  # summed over the worker's lives
@@ -132,15 +135,22 @@ class WorkerExecutor:
 
     # process management --------------------------------------------------------------
     def _spawn(self) -> subprocess.Popen:
-        env = dict(os.environ) | self.extra_env
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return subprocess.Popen(
-            [sys.executable, "-m", "kvfuzz.worker", self.target_spec, self.device],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env)
+        return _spawn_worker(self.target_spec, self.device, dict(os.environ) | self.extra_env, self.log)
 
     def _start(self) -> dict[str, Any]:
         ready = self.standby is not None and self.standby.poll() is None
         self.proc, self.standby = (self.standby if ready else self._spawn()), None
+        payload = self._hello()
+        if payload.get("device", self.device) != self.device:  # an early worker resolved "auto" otherwise
+            self._kill()
+            self.proc = self._spawn()
+            payload = self._hello()
+        # the standby imports while this one works, from its first answer on: on a machine of
+        # two cores, importing beside the first batch would delay the first judged case
+        self._standby_due = self.use_standby
+        return payload
+
+    def _hello(self) -> dict[str, Any]:
         try:
             reply = self._recv(time.monotonic() + max(self.timeout_s, 300.0))
         except TimeoutError:
@@ -151,15 +161,20 @@ class WorkerExecutor:
         if kind == "error":
             self._kill()
             raise TargetLoadError(payload)
-        if self.use_standby:
-            self.standby = self._spawn()  # imports while this one works
         return payload
+
+    def _start_standby(self) -> None:
+        if self._standby_due:
+            self._standby_due = False
+            if self.standby is None:
+                self.standby = self._spawn()
 
     def fresh(self) -> "WorkerExecutor":
         """A new executor on a process that has run no case (the standby, if one is up)."""
         proc, self.standby = self.standby, None
         if self.use_standby:
             self.standby = self._spawn()
+            self._standby_due = False
         return WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
 
     def _kill(self) -> None:
@@ -251,6 +266,7 @@ class WorkerExecutor:
             return None, f"{DIED}: {_exit_reason(code)}", t0
         _, payload, keys, compiled = reply
         self._telemetry(keys, compiled)
+        self._start_standby()
         return payload, None, t0
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
@@ -336,10 +352,57 @@ def _exit_reason(code: int | None) -> str:
 
 
 def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s: float = 60.0,
-                  standby: bool = False) -> Executor:
+                  standby: bool = False, proc: "EarlyWorker | None" = None) -> Executor:
     if isolate:
-        return WorkerExecutor(target_spec, device, timeout_s, standby=standby)
+        return WorkerExecutor(target_spec, device, timeout_s, standby=standby, _early=proc)
     return InProcessExecutor(target_spec, device)
+
+
+# Without TRITON_CACHE_DIR, a worker started before its parent chose the device takes the
+# per-target cache a campaign uses (device.triton_cache_dir): only it knows the GPU by then.
+CACHE_PER_TARGET_ENV = "KVFUZZ_TRITON_CACHE_PER_TARGET"
+
+
+@dataclass
+class EarlyWorker:
+    proc: subprocess.Popen
+    log: Any  # the file its stderr goes to
+
+
+def early_worker(target_spec: str, device: str) -> EarlyWorker | None:
+    """A worker started before this process has chosen its device, so that its imports (torch,
+    Triton, the interpreter's probes: seconds) run beside this process's own instead of after
+    them. `device` may be "auto": the worker resolves it as this process will (the same
+    environment), and `WorkerExecutor` replaces it should their answers differ. None for a
+    device name this process will refuse anyway."""
+    from . import device as devmod
+
+    if device not in devmod.CHOICES:
+        return None
+    env = dict(os.environ)
+    if "TRITON_CACHE_DIR" not in env:
+        env[CACHE_PER_TARGET_ENV] = "1"
+    log = tempfile.NamedTemporaryFile(prefix="kvfuzz-worker-", suffix=".log", delete=False)
+    return EarlyWorker(_spawn_worker(target_spec, device, env, log), log)
+
+
+def discard(early: EarlyWorker | None) -> None:
+    """An early worker no executor took (this process refused its arguments first)."""
+    if early is not None:
+        if early.proc.poll() is None:
+            early.proc.kill()
+        early.proc.wait()
+        early.log.close()
+        try:
+            os.unlink(early.log.name)
+        except OSError:
+            pass
+
+
+def _spawn_worker(target_spec: str, device: str, env: dict[str, str], log) -> subprocess.Popen:
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.Popen([sys.executable, "-m", "kvfuzz.worker", target_spec, device],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
 
 
 # the child's side ---------------------------------------------------------------------
@@ -415,6 +478,8 @@ def _serve(spec: str, device: str) -> int:
 
     try:
         dev = devmod.select(device)
+        if os.environ.pop(CACHE_PER_TARGET_ENV, None) and dev == "cuda" and "TRITON_CACHE_DIR" not in os.environ:
+            os.environ["TRITON_CACHE_DIR"] = str(devmod.triton_cache_dir(spec, dev))  # before any compile
         target = load_target(spec, dev)
     except BadInput as exc:
         send(("error", str(exc)))
@@ -422,7 +487,7 @@ def _serve(spec: str, device: str) -> int:
     recorder = launch_recorder()
     reported: set = set()
     shared = _Attached(dev)
-    send(("ready", {"description": target.description, "identity": devmod.identity(dev),
+    send(("ready", {"device": dev, "description": target.description, "identity": devmod.identity(dev),
                     "missing": dict(target.missing), "variants": dict(target.variants),
                     "lacks": target.lacks, "takes": target.takes}))
     while True:

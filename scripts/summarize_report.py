@@ -5,7 +5,8 @@ import sys
 
 for path in sys.argv[1:]:
     r = json.load(open(path))
-    print(f"{path}: {r['cases']} cases in {r['seconds']} s, startup {r.get('startup_s')} s")
+    print(f"{path}: {r['cases']} cases in {r['seconds']} s, startup {r.get('startup_s')} s "
+          f"(from kvfuzz's import: {r.get('since_import_s')} s)")
     for op, s in r["ops"].items():
         rate = s["cases"] / max(s["seconds"], 1e-9)
         print(f"  {op}: {s['cases']} cases, {rate:.0f}/s, {s['classes']} classes, {s['variants']} variants "

@@ -8,7 +8,9 @@ meaningful).
 
 Each function takes `inputs`, the input tensors as views (a batch passes views of its host
 image), or reads the case's values. The functions are device-agnostic torch: `device` says
-where to build their tensors.
+where to build their tensors. torch is imported where it is used: the campaign's own process
+loads the contracts but runs no torch oracle, and importing torch there (1.5 s) would delay
+its start.
 """
 
 from __future__ import annotations
@@ -16,24 +18,29 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import torch
 
 from ..case import Case
 
-Inputs = Mapping[str, torch.Tensor] | None
+Inputs = Mapping[str, "torch.Tensor"] | None
 
 
 def _t(case: Case, name: str, device, inputs: Inputs = None) -> torch.Tensor:
     if inputs is not None:
         return inputs[name]
+    import torch
+
     return torch.from_numpy(np.array(case.values[name])).to(device)
 
 
 def _out(t: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return t.to(torch.int64)
 
 
 def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    import torch
+
     s = case.scalars
     ps, delta, P = s["page_size"], s["seq_len_delta"], s["max_seq_pages"]
     seq_lens = _t(case, "seq_lens", device, inputs)
@@ -85,6 +92,8 @@ def decode_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torc
 
 
 def swa_spec_page_table(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    import torch
+
     R = case.scalars["speculative_num_draft_tokens"]
     a = _t(case, "page_table_a", device, inputs).long()
     b = _t(case, "page_table_b", device, inputs).long()
@@ -109,6 +118,8 @@ def swa_spec_page_table(case: Case, device, inputs: Inputs = None) -> dict[str, 
 
 
 def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
+    import torch
+
     s = case.scalars
     num_seq, num_group = s["num_seq"], s["num_group"]
     lens = _t(case, "seq_lens", device, inputs).long()[:num_seq]
@@ -147,6 +158,8 @@ def num_kv_splits(case: Case, device, inputs: Inputs = None) -> dict[str, torch.
 
 def draft_extend_metadata(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     """SGLang's eager DRAFT_EXTEND_V2 update: the casts and cumsums, then bounded gathers."""
+    import torch
+
     ps = case.scalars["page_size"]
     seq_lens = _t(case, "seq_lens", device, inputs).long()
     extend = _t(case, "extend_seq_lens", device, inputs).long()
@@ -176,6 +189,8 @@ def draft_extend_metadata(case: Case, device, inputs: Inputs = None) -> dict[str
 
 def q8kv8_topk_length(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     """The unfused derivation SGLang's docstring names: ((indices >= 0) * ramp).amax, min 1."""
+    import torch
+
     idx = _t(case, "indices", device, inputs)
     S, K = idx.shape
     if K == 0:

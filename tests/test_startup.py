@@ -1,0 +1,86 @@
+"""Start-up: `kvfuzz fuzz` starts its worker before it imports torch and chooses the device
+itself, so the two processes' imports overlap; the standby worker starts after the first
+answer, so that it does not slow the first batch; reports say how long the start took."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvfuzz.case import Case
+from kvfuzz.judge import judge
+from kvfuzz.worker import WorkerExecutor, early_worker
+from cases import splits
+
+
+def test_what_fuzz_loads_before_its_worker_starts_imports_neither_torch_nor_triton():
+    code = ("import sys, kvfuzz.cli, kvfuzz.campaign; "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("asked", ["auto", "session"])
+def test_an_early_worker_is_the_one_the_executor_runs_cases_on(asked, device):
+    # "auto": the worker resolves the device itself, as this process did
+    early = early_worker("builtin", device if asked == "session" else "auto")
+    ex = WorkerExecutor("builtin", device, _early=early)
+    try:
+        assert ex.proc.pid == early.proc.pid
+        case: Case = splits([5, 17, 0, 9])
+        verdict = judge(case, ex.run(case))
+        assert verdict.status == "in_contract" and not verdict.findings
+        assert ex.proc.pid == early.proc.pid  # no restart
+    finally:
+        ex.close()
+    assert early.proc.poll() is not None
+
+
+def test_the_standby_starts_after_the_first_answer_not_beside_the_first_batch(device):
+    ex = WorkerExecutor("builtin", device, standby=True)
+    try:
+        assert ex.standby is None
+        ex.run(splits([5, 17, 0, 9]))
+        assert ex.standby is not None and ex.standby.poll() is None
+        first_standby = ex.standby.pid
+        fresh = ex.fresh()  # takes the standby and starts the next one at once
+        try:
+            assert fresh.proc.pid == first_standby and ex.standby is not None and ex.standby.pid != first_standby
+        finally:
+            fresh.close()
+    finally:
+        ex.close()
+
+
+def test_a_refused_device_leaves_no_early_worker_behind(monkeypatch, tmp_path, device):
+    if device == "cuda":
+        pytest.skip("--device cuda is refused only where no GPU is visible")
+    import kvfuzz.campaign as campaign
+    from kvfuzz.errors import DeviceModeError
+
+    started = []
+
+    def spy(*args):
+        started.append(early_worker(*args))
+        return started[-1]
+
+    monkeypatch.setattr(campaign, "early_worker", spy)
+    with pytest.raises(DeviceModeError):
+        campaign.run_campaign(campaign.CampaignConfig(ops=["num_kv_splits"], device="cuda", budget_s=1,
+                                                      corpus=tmp_path / "c"))
+    assert started and started[0].proc.poll() is not None  # killed and reaped
+
+
+def test_a_fuzz_report_says_how_long_the_start_took(tmp_path, device):
+    report = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--device", device, "--op", "num_kv_splits",
+                        "--budget", "1", "--corpus", str(tmp_path / "c"), "--report", str(report)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(report.read_text())
+    # from kvfuzz's import: the imports, the device's choice and the worker's start, then the
+    # first batch; the campaign's own figure starts later
+    assert 0 < r["startup_s"] <= r["since_import_s"] < r["seconds"] + 30
