@@ -204,10 +204,12 @@ class BatchResult:
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
-              after_out: np.ndarray | None = None) -> BatchResult:
+              after_out: np.ndarray | None = None, repeat_out: np.ndarray | None = None) -> BatchResult:
     """Every launch of `batch` on one arena (and the repeated ones on a second), one sync.
     With `after_out` (shared memory, from a worker's parent) the first arena is copied back
-    into it, and `afters[0]` is None."""
+    into it, and `afters[0]` is None; with `repeat_out` too, the repeated cases' bytes of the
+    second arena go there, each at its case's base, and `afters[1]` is None (on a GPU every
+    case repeats: megabytes a batch that would otherwise be pickled through the pipe)."""
     import torch
 
     dev = torch_device(device)
@@ -269,7 +271,11 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             after = None
         else:
             after = arenas[0].cpu().numpy()
-        afters = [after, _repeated(arenas[1], batch)]
+        if repeat_out is not None and arenas[1] is not None:
+            _repeated_into(arenas[1], batch, repeat_out)
+            afters = [after, None]
+        else:
+            afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs, host)
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
@@ -292,6 +298,25 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
         out[i] = host[at : at + batch[i].size]
         at += batch[i].size
     return out
+
+
+def _repeated_into(arena, batch: list[Launch], out: np.ndarray) -> None:
+    """The repeated cases' part of the second arena into `out`, each at its own base: the
+    whole arena in one copy where every case repeated (a GPU's default), else case by case."""
+    import torch
+
+    picked = [b for b in batch if b.repeat]
+    host = torch.from_numpy(out)
+    if len(picked) == len(batch):
+        host[: arena.numel()].copy_(arena)
+        return
+    for b in picked:
+        host[b.base : b.base + b.size].copy_(arena[b.base : b.base + b.size])
+
+
+def repeated_from(section: np.ndarray, batch: list[Launch]) -> dict[int, np.ndarray]:
+    """`afters[1]` from what `_repeated_into` wrote: each repeated case's bytes, copied out."""
+    return {i: np.array(section[b.base : b.base + b.size]) for i, b in enumerate(batch) if b.repeat}
 
 
 def _refs_to_host(refs: list[dict | None], image) -> list[dict[str, np.ndarray] | None]:

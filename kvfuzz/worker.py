@@ -32,7 +32,8 @@ import numpy as np
 
 from .case import Case
 from .errors import BadInput, TargetLoadError
-from .execute import HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, run_batch, run_case
+from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
+                      run_batch, run_case)
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
@@ -280,12 +281,13 @@ class WorkerExecutor:
         return outcome
 
     def _shared(self, n: int) -> np.ndarray:
-        """A shared segment of at least 2n bytes (the image, then the arena after the run)."""
+        """A shared segment of at least 3n bytes (the image, the arena after the run, the
+        repeated cases' arena after theirs)."""
         from multiprocessing import shared_memory
 
-        if self._shm is None or self._shm.size < 2 * n:
+        if self._shm is None or self._shm.size < 3 * n:
             self._drop_shared()
-            self._shm = shared_memory.SharedMemory(create=True, size=max(2 * n, 1 << 20))
+            self._shm = shared_memory.SharedMemory(create=True, size=max(3 * n, 1 << 20))
         return np.ndarray((self._shm.size,), dtype=np.uint8, buffer=self._shm.buf)
 
     def _drop_shared(self) -> None:
@@ -308,8 +310,11 @@ class WorkerExecutor:
             return lost_batch(batch, lost)
         if result.lost:
             self._kill()
-        elif result.afters[0] is None:  # copied out now: the next batch reuses the segment
-            result.afters[0] = np.array(self._shared(n)[n : 2 * n])
+        else:  # copied out now: the next batch reuses the segment
+            if result.afters[0] is None:
+                result.afters[0] = np.array(self._shared(n)[n : 2 * n])
+            if result.afters[1] is None:
+                result.afters[1] = repeated_from(self._shared(n)[2 * n : 3 * n], batch)
         return result
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
@@ -501,7 +506,8 @@ def _serve(spec: str, device: str) -> int:
             try:
                 shm = shared.attach(name)
                 payload = run_batch(target, np.ndarray((n,), np.uint8, shm.buf), batch, dev,
-                                    after_out=np.ndarray((n,), np.uint8, shm.buf, offset=n))
+                                    after_out=np.ndarray((n,), np.uint8, shm.buf, offset=n),
+                                    repeat_out=np.ndarray((n,), np.uint8, shm.buf, offset=2 * n))
             except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
                 payload = lost_batch(batch, f"{HARNESS}: {one_line(exc)}")
             # reading the request and everything around the stages run_batch times

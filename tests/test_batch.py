@@ -55,3 +55,48 @@ def test_a_batch_finds_what_cases_alone_find(device):
             assert b.signatures() == a.signatures()
         kinds |= {f.kind for f in b.findings}
     assert {"input_modified", "invalid_accepted"} <= kinds
+
+
+# Correct on its first run of each case; on every later call one off where the case has 3 rows
+# or more: in a batch, the runs that repeat cases (the second pass) are the calls after the
+# batch's first `n`.
+SECOND_PASS_DIFFERS = '''
+from kvfuzz.kernels import get_num_kv_splits
+
+CALLS = [0]
+FIRST_PASS = {n}
+
+
+def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
+    get_num_kv_splits(out, seq_lens, num_seq, *args)
+    CALLS[0] += 1
+    if CALLS[0] > FIRST_PASS and num_seq >= 3:
+        out.add_(1)
+'''
+
+
+@pytest.mark.parametrize("repeat", [[True] * 4, [True, False, True, False]], ids=["every case", "some cases"])
+def test_a_worker_batch_returns_each_repeated_run_through_shared_memory(repeat, tmp_path, device):
+    """Both ways the repeated runs come back (the whole second arena where every case repeats,
+    as on a GPU; case by case where some do, as on the CPU), each case's from its own bytes:
+    a repeated case of 3 rows or more is nondeterministic, every other case clean (a repeated
+    run read from the wrong bytes would differ too)."""
+    import cases as hand
+
+    from kvfuzz.execute import launches, outcomes
+
+    target = tmp_path / "second_pass_differs.py"
+    target.write_text(SECOND_PASS_DIFFERS.format(n=len(repeat)))
+    ex = WorkerExecutor(str(target), device)
+    try:
+        prepared = [prepare(hand.splits(lens)) for lens in ([5, 17, 0, 9], [300, 2], [1], [64, 65, 66])]
+        image, batch = launches(prepared, repeat)
+        result = ex.run_batch(image, batch)
+    finally:
+        ex.close()
+    assert not result.lost
+    for p, o, again in zip(prepared, outcomes(batch, result), repeat):
+        v = judge(p.case, o, prepared=p)
+        assert v.status == "in_contract"
+        differs = again and p.case.scalars["num_seq"] >= 3
+        assert {f.kind for f in v.findings} == ({"nondeterministic"} if differs else set()), v.signatures()
