@@ -84,3 +84,27 @@ def test_a_fuzz_report_says_how_long_the_start_took(tmp_path, device):
     # from kvfuzz's import: the imports, the device's choice and the worker's start, then the
     # first batch; the campaign's own figure starts later
     assert 0 < r["startup_s"] <= r["since_import_s"] < r["seconds"] + 30
+
+
+@pytest.mark.gpu
+def test_a_campaign_without_triton_cache_dir_compiles_into_its_own_and_reuses_it(tmp_path, device, monkeypatch):
+    """Warm start with the early worker: it learns the GPU before its parent does, and puts
+    what it compiles under kvfuzz's cache (per target and device); the same campaign again
+    builds nothing new there (the same cases: `--max-cases` ends it, not the clock)."""
+    if device != "cuda":
+        pytest.skip("the interpreter compiles nothing")
+    import os
+
+    from kvfuzz.device import triton_cache_dir
+
+    monkeypatch.setenv("KVFUZZ_CACHE", str(tmp_path / "kvcache"))
+    where = triton_cache_dir("builtin", "cuda")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+    counts = []
+    for run in (1, 2):
+        p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--device", "cuda", "--op", "num_kv_splits",
+                            "--budget", "60", "--max-cases", "384", "--seed", "4", "--corpus", str(tmp_path / "c")],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        counts.append(sum(1 for _ in where.rglob("*.cubin")))
+    assert counts[0] > 0 and counts[1] == counts[0], counts
