@@ -17,12 +17,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
 
+from . import spawn
 from .progress import JSON_ENV, parse
 
 REPORT_FIELDS_SUMMED = ("cases", "shrink_runs", "reruns", "batches", "lost_batches", "classes", "variants",
@@ -65,11 +65,12 @@ def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, 
     with tempfile.TemporaryDirectory(prefix="kvfuzz-jobs-") as tmp:
         procs, relays = [], []
         for i in range(1, jobs + 1):
-            cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", *argv, "--shard", f"{i}/{jobs}",
-                   "--report", str(Path(tmp) / f"shard-{i}.json")]
+            cmd = spawn.command("kvfuzz.cli", "fuzz", *argv, "--shard", f"{i}/{jobs}",
+                                "--report", str(Path(tmp) / f"shard-{i}.json"))
             # a session of its own: a terminal's Ctrl-C reaches this process only, which then
             # stops every shard once, with SIGTERM
-            p = subprocess.Popen(cmd, env=shard_env(i, device, gpus) | {JSON_ENV: "1"}, stdout=subprocess.PIPE,
+            p = subprocess.Popen(cmd, env=spawn.environment(shard_env(i, device, gpus) | {JSON_ENV: "1"}),
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
             procs.append(p)
             relays.append(threading.Thread(target=_relay, args=(p.stderr, say, status), daemon=True))

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import spawn
 from .case import Case
 from .errors import BadInput, TargetLoadError
 from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
@@ -405,8 +406,9 @@ def discard(early: EarlyWorker | None) -> None:
 
 
 def _spawn_worker(target_spec: str, device: str, env: dict[str, str], log) -> subprocess.Popen:
+    env = spawn.environment(env)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen([sys.executable, "-m", "kvfuzz.worker", target_spec, device],
+    return subprocess.Popen(spawn.command("kvfuzz.worker", target_spec, device),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
 
 

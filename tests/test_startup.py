@@ -5,6 +5,7 @@ answer, so that it does not slow the first batch; reports say how long the start
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 
 from kvfuzz.case import Case
 from kvfuzz.judge import judge
+import kvfuzz.spawn
 from kvfuzz.worker import WorkerExecutor, early_worker
 from cases import splits
 
@@ -108,3 +110,24 @@ def test_a_campaign_without_triton_cache_dir_compiles_into_its_own_and_reuses_it
         assert p.returncode == 0, p.stderr[-2000:]
         counts.append(sum(1 for _ in where.rglob("*.cubin")))
     assert counts[0] > 0 and counts[1] == counts[0], counts
+
+
+def test_workers_import_this_kvfuzz_even_from_inside_another_checkout(tmp_path, monkeypatch, device):
+    """Run from a directory that holds another kvfuzz package (an older revision, a user's
+    clone), `python -m kvfuzz.worker` would import that one; kvfuzz's own processes import
+    the kvfuzz that started them, and a target module in the working directory still loads."""
+    import kvfuzz
+
+    other = tmp_path / "kvfuzz"
+    other.mkdir()
+    (other / "__init__.py").write_text("raise ImportError('the other checkout was imported')\n")
+    (other / "worker.py").write_text("raise SystemExit('the other checkout was imported')\n")
+    (tmp_path / "my_kernels.py").write_text("from kvfuzz.kernels import get_num_kv_splits as get_num_kv_splits_triton\n")
+    monkeypatch.chdir(tmp_path)
+    ex = WorkerExecutor("my_kernels", device)  # a module found in the working directory
+    try:
+        case = splits([5, 17, 0, 9])
+        assert not judge(case, ex.run(case)).findings
+    finally:
+        ex.close()
+    assert kvfuzz.__file__.startswith(str(Path(kvfuzz.spawn.ROOT)))

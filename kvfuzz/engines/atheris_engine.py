@@ -38,13 +38,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable
 
+from .. import spawn
 from ..case import Case
 from ..judge import Verdict, judge
 from ..strategies import GENERATORS
@@ -181,8 +181,9 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
                "extra_args": [*DEFAULT_ARGS, *libfuzzer_args]}
         t_start = time.monotonic()
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "kvfuzz.engines.atheris_child", json.dumps(cfg)],
-                                    pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            proc = subprocess.Popen(spawn.command("kvfuzz.engines.atheris_child", json.dumps(cfg)),
+                                    env=spawn.environment(dict(os.environ)), pass_fds=(write,),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         os.close(write)
         conn = Connection(read, writable=False)
         info["lives"] += 1
