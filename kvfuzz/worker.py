@@ -147,9 +147,13 @@ class WorkerExecutor:
             self._kill()
             self.proc = self._spawn()
             payload = self._hello()
-        # the standby imports while this one works, from its first answer on: on a machine of
-        # two cores, importing beside the first batch would delay the first judged case
-        self._standby_due = self.use_standby
+        # the standby imports while this one works: for the first worker from its first answer
+        # on (on two cores, importing beside the first batch delayed the first judged case);
+        # for a lost worker's replacement at once (a target that crashes loses the next soon)
+        if self.use_standby and self.restarts:
+            self.standby = self._spawn()
+        else:
+            self._standby_due = self.use_standby
         return payload
 
     def _hello(self) -> dict[str, Any]:
