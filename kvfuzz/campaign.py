@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import kvfuzz
-
-from . import cross
+from . import IMPORTED_AT, cross
 from . import device as devmod
 from .case import Case
 from .confirm import TRIES, Confirmation, confirm
@@ -276,7 +274,7 @@ def check_forced_variant(cfg: CampaignConfig, executor: Executor | None = None) 
             executor.close()
 
 
-_campaigns_run: list[float] = []  # the start of each campaign this process ran
+_first_campaign = [True]  # whether this process has run no campaign yet (its report counts since_import_s)
 
 
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None,
@@ -301,7 +299,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         discard(early)
         raise
     executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True,
-                             proc=early)
+                             early=early)
     lacking = [op for op in cfg.ops if op in executor.missing] if cfg.ops_named else []
     if lacking:  # before anything runs; a campaign over all ops skips them instead
         executor.close()
@@ -452,9 +450,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                      first_saved.get(sig), confirmed[sig], interrupted=True))
     finally:
         executor.close()
-    first_of_process = not _campaigns_run
-    _campaigns_run.append(t0)
-    since_import = t0 + first_case[0] - kvfuzz.IMPORTED_AT if first_of_process and first_case[0] else None
+    since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
+    _first_campaign[0] = False
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
                             versions["gpu"], interrupted, flaky, first_case[0], versions, since_import)
     if cfg.report:

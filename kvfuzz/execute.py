@@ -285,19 +285,13 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
 
 
 def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
-    """The repeated cases' part of the second arena, in one copy (not the whole arena: most
-    cases run once under the interpreter)."""
+    """The repeated cases' part of the second arena, on the host (no shared segment to put
+    it in: an in-process run)."""
     if arena is None:
         return None
-    import torch
-
-    picked = [i for i, b in enumerate(batch) if b.repeat]
-    host = torch.cat([arena[batch[i].base : batch[i].base + batch[i].size] for i in picked]).cpu().numpy()
-    out, at = {}, 0
-    for i in picked:
-        out[i] = host[at : at + batch[i].size]
-        at += batch[i].size
-    return out
+    out = np.empty(arena.numel(), dtype=np.uint8)
+    _repeated_into(arena, batch, out)
+    return repeated_from(out, batch)
 
 
 def _repeated_into(arena, batch: list[Launch], out: np.ndarray) -> None:

@@ -362,9 +362,9 @@ def _exit_reason(code: int | None) -> str:
 
 
 def make_executor(target_spec: str, device: str, isolate: bool = True, timeout_s: float = 60.0,
-                  standby: bool = False, proc: "EarlyWorker | None" = None) -> Executor:
+                  standby: bool = False, early: "EarlyWorker | None" = None) -> Executor:
     if isolate:
-        return WorkerExecutor(target_spec, device, timeout_s, standby=standby, _early=proc)
+        return WorkerExecutor(target_spec, device, timeout_s, standby=standby, _early=early)
     return InProcessExecutor(target_spec, device)
 
 
