@@ -5,13 +5,16 @@ cases only, so that bare calls cannot take the process down), in one run:
 
 * checked: the campaign's loop (batched engine in a worker process, every detector on: both
   oracles, guard bands and canaries, the determinism re-run at the device's default) for a
-  third of the op's time on an empty Triton cache, then the same cases again in the same
-  worker (steady state: every variant in memory, as in a long campaign);
-* warm cache: a quarter of those cases in a new worker on the cache the first filled;
-* bare: the target called on the same cases' prepared inputs in this process, each once to
-  warm up, then passes over all of them, each timed with one synchronisation at its end: the
-  fastest of the passes that fit in a second counts (at most 20; under the interpreter one
-  pass takes longer than that).
+  fifth of the op's time on an empty Triton cache, then the same cases again in the same
+  worker (steady state: every variant in memory, as in a long campaign), in `ROUNDS` rounds;
+* bare: the target called on the same cases' prepared inputs in this process: on a GPU each
+  once to warm up (compiles), then in each round, right after that round's checked pass, a
+  pass over all of them with one synchronisation at its end (on a GPU the fastest of the
+  passes that fit in a second, at most 20; under the interpreter one pass takes longer than
+  that). Checked and bare alternate so that a busy spell of the host (a shared CPU) weighs on
+  both: each figure is its rounds' cases over their seconds, and one pass of each, minutes
+  apart, read 0.76 in one run and 0.98 in the next for the same code;
+* warm cache: a quarter of those cases in a new worker on the cache the first filled.
 
 With `jobs` > 1 the checked figure is that of `jobs` shards of the campaign running at once on
 the device (each its own process and worker, as `kvfuzz fuzz --jobs`): each shard runs its
@@ -49,6 +52,7 @@ from .worker import make_executor
 
 KERNEL_BINARIES = ("*.cubin", "*.hsaco")  # one per kernel variant Triton compiled (NVIDIA, AMD)
 MAX_BARE = 5000  # cases held on the device at once for the bare pass
+ROUNDS = 3  # checked and bare passes, alternating, per op
 
 
 def _binaries(cache: Path) -> int:
@@ -56,18 +60,23 @@ def _binaries(cache: Path) -> int:
 
 
 def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_cases: int, isolate: bool,
-             passes: int = 1, shard: tuple[int, int] = (1, 1)) -> list[tuple[OpStats, int]]:
-    """(stats, new variants) of `passes` runs of the campaign loop over the op's case stream in
-    one worker: the first compiles (or loads) what it meets, the later ones run warm."""
+             rounds: int = 0) -> tuple[OpStats, int, list[OpStats], float]:
+    """(first pass's stats, its new variants, the later passes' stats, bare calls per second) of
+    the campaign loop over the op's case stream in one worker: the first pass compiles (or
+    loads) what it meets; then `rounds` times a pass over the same cases, warm, and right after
+    it a bare pass over them in this process (0 for the bare figure with no rounds)."""
     executor = make_executor(target, device, isolate)
-    out = []
     try:
-        for i in range(passes):
-            keys = set(executor.launch_keys)
-            stats = _run(op, executor, device, seed, shard, max_cases, budget_s if i == 0 else 10 * budget_s)
-            out.append((stats, len(set(executor.launch_keys) - keys)))
-            max_cases = stats.cases  # the later passes: the same cases
-        return out
+        keys = set(executor.launch_keys)
+        first = _run(op, executor, device, seed, (1, 1), max_cases, budget_s)
+        variants = len(set(executor.launch_keys) - keys)
+        later, bare_s, bare_n = [], 0.0, 0
+        bare = _Bare(op, target, device, seed, min(first.cases, MAX_BARE)) if rounds else None
+        for _ in range(rounds):
+            later.append(_run(op, executor, device, seed, (1, 1), first.cases, 10 * budget_s))
+            bare_s += bare.pass_seconds()
+            bare_n += len(bare.inputs)
+        return first, variants, later, bare_n / max(bare_s, 1e-9)
     finally:
         executor.close()
 
@@ -165,36 +174,41 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s
 
 
-def _bare(op: str, target: str, device: str, seed: int, n: int) -> float:
-    """Calls per second of the target on the checked run's first `n` cases, prepared."""
-    from .targets import load_target
+class _Bare:
+    """The target called on the checked run's first `n` cases, prepared in this process."""
 
-    t = load_target(target, device)
-    cases = [fit_target(case, t.lacks) for _, case in batch_engine.case_stream(op, seed, n, device,
-                                                                                 in_contract_only=True)]
-    dev = devmod.torch_device(device)
-    inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
+    def __init__(self, op: str, target: str, device: str, seed: int, n: int) -> None:
+        from .targets import load_target
 
-    def one_pass() -> float:
+        self.op, self.device, self.target = op, device, load_target(target, device)
+        cases = [fit_target(case, self.target.lacks)
+                 for _, case in batch_engine.case_stream(op, seed, n, device, in_contract_only=True)]
+        dev = devmod.torch_device(device)
+        self.inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
+        if device != "cpu":
+            self._one_pass()  # compiles (or loads) every variant; the interpreter compiles nothing
+
+    def _one_pass(self) -> float:
         t0 = time.perf_counter()
-        for case, views in inputs:
+        for case, views in self.inputs:
             try:
-                t.invoke(op, views, case.scalars)
+                self.target.invoke(self.op, views, case.scalars)
             except Exception:
                 pass  # a refusal is a call too
-        if device == "cuda":
+        if self.device == "cuda":
             import torch
 
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    one_pass()  # compiles (or loads) every variant
-    # the fastest of the passes that fit in a second (at most 20, at least one): a pass over a few
-    # thousand cases takes tens of milliseconds on a GPU, short enough for the host to skew it
-    times, t_end = [], time.perf_counter() + 1.0
-    while not times or (time.perf_counter() < t_end and len(times) < 20):
-        times.append(one_pass())
-    return len(inputs) / max(min(times), 1e-9)
+    def pass_seconds(self) -> float:
+        """One pass's seconds: the fastest of the passes that fit in a second (at most 20, at
+        least one). A pass over a few thousand cases takes tens of milliseconds on a GPU,
+        short enough for the host to skew it; under the interpreter one pass takes seconds."""
+        times, t_end = [], time.perf_counter() + 1.0
+        while not times or (time.perf_counter() < t_end and len(times) < 20):
+            times.append(self._one_pass())
+        return min(times)
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
@@ -227,15 +241,17 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
         per_op = budget_s / len(ops)
         for op in ops:
             before = _binaries(cache)
-            (cold, variants), (warm, _) = _checked(op, target, device, seed, per_op / 3, 1_000_000, isolate, 2)
+            cold, variants, warm, bare = _checked(op, target, device, seed, per_op / 5, 1_000_000, isolate, ROUNDS)
             n = max(cold.cases, 1)
             mid = _binaries(cache)
             # a new process on the cache the first one filled: it must compile nothing
-            [(fresh, _)] = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate)
+            fresh = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate)[0]
             after = _binaries(cache)
-            bare = _bare(op, target, device, seed, min(n, MAX_BARE))
-            checked = warm.cases / max(warm.seconds, 1e-9)
-            stages = warm.stages
+            checked = sum(w.cases for w in warm) / max(sum(w.seconds for w in warm), 1e-9)
+            stages: dict = {}
+            for w in warm:
+                for k, v in w.stages.items():
+                    stages[k] = stages.get(k, 0.0) + v
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from kvfuzz import bench
 from kvfuzz.bench import render, run_bench
 
 STAGES_OF_THE_LOOP = {"generate", "judge", "submit", "wait", "worker launch", "worker transfer"}
@@ -49,6 +50,31 @@ def test_bench_reports_consistent_figures(jobs, device):
     text = render(result)
     assert "num_kv_splits" in text and ("2 shards at once" in text) == (jobs == 2)
     assert ("vs one job" in text) == (jobs == 2)
+
+
+def test_checked_and_bare_passes_alternate_and_each_figure_sums_its_rounds(monkeypatch, device):
+    """A busy spell of a shared host must weigh on both sides of the ratio: after the first
+    (compiling) pass, each round is a warm checked pass over the same cases and, right after
+    it, a bare pass over them; the bare figure is all its rounds' calls over their seconds."""
+    events, bare_times = [], iter([0.5, 1.0, 2.0])
+    real_run = bench._run
+
+    def run(op, executor, device_, seed, shard, max_cases, budget_s, on_case=None):
+        stats = real_run(op, executor, device_, seed, shard, max_cases, budget_s, on_case)
+        events.append(("checked", stats.cases))
+        return stats
+
+    def bare_pass(self):
+        events.append(("bare", len(self.inputs)))
+        return next(bare_times)
+
+    monkeypatch.setattr(bench, "_run", run)
+    monkeypatch.setattr(bench._Bare, "pass_seconds", bare_pass)
+    first, _, later, bare_per_s = bench._checked("num_kv_splits", "builtin", device, 2, 1.5, 40, False, rounds=3)
+    n = first.cases
+    assert n > 0 and [w.cases for w in later] == [n, n, n]
+    assert events == [("checked", n)] + [("checked", n), ("bare", n)] * 3
+    assert bare_per_s == pytest.approx(3 * n / 3.5)
 
 
 def test_bench_cli_writes_its_report_and_refuses_bad_input(tmp_path, device):

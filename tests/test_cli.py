@@ -92,6 +92,7 @@ def _saved_case(tmp_path, expected="xfail", target="builtin"):
     """A must-refuse case (page_size 48) recorded as a known defect of `target`, seen on the
     device this session runs (prune replays only cases seen on its own device)."""
 
+    from kvfuzz import device as devmod
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
     from kvfuzz.findings import Finding
 
@@ -100,7 +101,8 @@ def _saved_case(tmp_path, expected="xfail", target="builtin"):
 
     case = cases.decode(ps=4).with_scalars(page_size=48)
     finding = Finding("invalid_accepted", "decode_metadata", "general", "-", "page_size", "ran it")
-    saved = SavedCase(case=case, finding=finding, target=target, device=DEVICE, versions=environment_versions(),
+    versions = environment_versions(devmod.gpu_name(DEVICE))  # as a campaign on this device records them
+    saved = SavedCase(case=case, finding=finding, target=target, device=DEVICE, versions=versions,
                       origin="hand", expected=expected, reason="hand-made" if expected == "xfail" else None)
     return DirectoryCorpus(tmp_path / "c").save(saved).path
 
