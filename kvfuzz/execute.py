@@ -209,7 +209,8 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     With `after_out` (shared memory, from a worker's parent) the first arena is copied back
     into it, and `afters[0]` is None; with `repeat_out` too, the repeated cases' bytes of the
     second arena go there, each at its case's base, and `afters[1]` is None (on a GPU every
-    case repeats: megabytes a batch that would otherwise be pickled through the pipe)."""
+    case repeats: megabytes a batch that would otherwise be pickled through the pipe). On the
+    CPU with both, the two arenas are those sections themselves."""
     import torch
 
     dev = torch_device(device)
@@ -221,9 +222,23 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     refs: list = [None] * len(batch)
     ref_errors: list = [None] * len(batch)
     t0 = time.perf_counter()
-    first = host.to(dev, copy=True)
-    # the repeated cases' arena: a copy on the device, made before any kernel runs (one transfer, not two)
-    spare = first.clone() if passes[1] else None
+    # the interpreter runs on host memory: each pass runs in its section of the shared segment
+    # itself, so nothing is copied back, and the second gets only the repeated cases' bytes
+    in_place = dev.type == "cpu" and after_out is not None and repeat_out is not None
+    if in_place:
+        first = torch.from_numpy(after_out)
+        first.copy_(host)
+        spare = torch.from_numpy(repeat_out) if passes[1] else None
+        if spare is not None and len(passes[1]) == len(batch):
+            spare.copy_(host)
+        elif spare is not None:
+            for i in passes[1]:
+                b = batch[i]
+                spare[b.base : b.base + b.size].copy_(host[b.base : b.base + b.size])
+    else:
+        first = host.to(dev, copy=True)
+        # the repeated cases' arena: a copy on the device, made before any kernel runs (one transfer, not two)
+        spare = first.clone() if passes[1] else None
     stages["transfer"] += time.perf_counter() - t0
     for sel, arena in zip(passes, (first, spare)):
         if not sel:
@@ -266,16 +281,19 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         t0 = time.perf_counter()
         _sync(device)
         t1 = time.perf_counter()
-        if after_out is not None:
-            torch.from_numpy(after_out).copy_(arenas[0])
-            after = None
+        if in_place:
+            afters = [None, None]  # the kernels ran in the sections
         else:
-            after = arenas[0].cpu().numpy()
-        if repeat_out is not None and arenas[1] is not None:
-            _repeated_into(arenas[1], batch, repeat_out)
-            afters = [after, None]
-        else:
-            afters = [after, _repeated(arenas[1], batch)]
+            if after_out is not None:
+                torch.from_numpy(after_out).copy_(arenas[0])
+                after = None
+            else:
+                after = arenas[0].cpu().numpy()
+            if repeat_out is not None and arenas[1] is not None:
+                _repeated_into(arenas[1], batch, repeat_out)
+                afters = [after, None]
+            else:
+                afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs, host)
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1

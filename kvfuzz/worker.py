@@ -35,9 +35,28 @@ from .case import Case
 from .errors import BadInput, TargetLoadError
 from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
                       run_batch, run_case)
+from .materialize import GUARD_MAX
 
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
+
+# A batch's shared segment: the image, the arena after the first pass, the repeated cases'
+# arena after theirs, each followed by `SECTION_GAP` bytes. On the CPU the kernels run in the
+# last two sections themselves (execute.run_batch), and the interpreter checks no bounds: a wild
+# write past an arena's guard bands lands in a gap, not in another section's cases.
+SECTION_GAP = GUARD_MAX
+
+
+def segment_size(n: int) -> int:
+    return 3 * (n + SECTION_GAP)
+
+
+def sections(segment: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image, after, repeat): the three `n`-byte sections of a shared segment."""
+    step = n + SECTION_GAP
+    return segment[:n], segment[step : step + n], segment[2 * step : 2 * step + n]
+
+
 BATCH_SECONDS_PER_CASE = 1.0  # a batch's deadline: the case timeout plus this per case
 # a worker that dies of these was stopped, not crashed by the kernel: the run is interrupted
 _STOPPED_FROM_OUTSIDE = (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP)  # exit codes
@@ -286,13 +305,12 @@ class WorkerExecutor:
         return outcome
 
     def _shared(self, n: int) -> np.ndarray:
-        """A shared segment of at least 3n bytes (the image, the arena after the run, the
-        repeated cases' arena after theirs)."""
+        """A shared segment with room for the three sections of a batch of `n` bytes (`sections`)."""
         from multiprocessing import shared_memory
 
-        if self._shm is None or self._shm.size < 3 * n:
+        if self._shm is None or self._shm.size < segment_size(n):
             self._drop_shared()
-            self._shm = shared_memory.SharedMemory(create=True, size=max(3 * n, 1 << 20))
+            self._shm = shared_memory.SharedMemory(create=True, size=max(segment_size(n), 1 << 20))
         return np.ndarray((self._shm.size,), dtype=np.uint8, buffer=self._shm.buf)
 
     def _drop_shared(self) -> None:
@@ -304,7 +322,7 @@ class WorkerExecutor:
     def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
         """Start a batch; the caller prepares the next one while the worker runs this one."""
         n = image.size
-        self._shared(n)[:n] = image
+        self._shared(n)[: n] = image  # the image section, at offset 0
         self._pending = (batch, n)
         self._begin(("batch", self._shm.name, n, batch), self.timeout_s + BATCH_SECONDS_PER_CASE * len(batch))
 
@@ -316,10 +334,11 @@ class WorkerExecutor:
         if result.lost:
             self._kill()
         else:  # copied out now: the next batch reuses the segment
+            _, after, repeat = sections(self._shared(n), n)
             if result.afters[0] is None:
-                result.afters[0] = np.array(self._shared(n)[n : 2 * n])
+                result.afters[0] = np.array(after)
             if result.afters[1] is None:
-                result.afters[1] = repeated_from(self._shared(n)[2 * n : 3 * n], batch)
+                result.afters[1] = repeated_from(repeat, batch)
         return result
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
@@ -511,9 +530,8 @@ def _serve(spec: str, device: str) -> int:
             _, name, n, batch = request
             try:
                 shm = shared.attach(name)
-                payload = run_batch(target, np.ndarray((n,), np.uint8, shm.buf), batch, dev,
-                                    after_out=np.ndarray((n,), np.uint8, shm.buf, offset=n),
-                                    repeat_out=np.ndarray((n,), np.uint8, shm.buf, offset=2 * n))
+                image, after, repeat = sections(np.ndarray((shm.size,), np.uint8, shm.buf), n)
+                payload = run_batch(target, image, batch, dev, after_out=after, repeat_out=repeat)
             except Exception as exc:  # kvfuzz's own harness failed: the cases are re-run one by one
                 payload = lost_batch(batch, f"{HARNESS}: {one_line(exc)}")
             # reading the request and everything around the stages run_batch times

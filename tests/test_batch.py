@@ -100,3 +100,22 @@ def test_a_worker_batch_returns_each_repeated_run_through_shared_memory(repeat, 
         assert v.status == "in_contract"
         differs = again and p.case.scalars["num_seq"] >= 3
         assert {f.kind for f in v.findings} == ({"nondeterministic"} if differs else set()), v.signatures()
+
+
+def test_the_shared_segments_sections_lie_a_guard_band_apart():
+    """On the CPU a batch's kernels run in the shared segment's sections themselves, and the
+    interpreter checks no bounds: a write up to GUARD_MAX bytes past a section's end lands in a
+    gap, never in the next section's cases; every section keeps the arena's 256-byte alignment
+    (a pointer's alignment class is part of the case)."""
+    import numpy as np
+
+    from kvfuzz.materialize import ALIGN, GUARD_MAX
+    from kvfuzz.worker import sections, segment_size
+
+    for n in (ALIGN, 64 * ALIGN, 3 << 20):
+        segment = np.zeros(segment_size(n), np.uint8)
+        starts = [part.ctypes.data - segment.ctypes.data for part in sections(segment, n)]
+        assert [part.size for part in sections(segment, n)] == [n, n, n]
+        assert all(s % ALIGN == 0 for s in starts)
+        ends = [s + n for s in starts]
+        assert all(nxt - end >= GUARD_MAX for end, nxt in zip(ends, starts[1:] + [segment.size]))

@@ -103,10 +103,18 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             drawn += 1
         return out
 
-    def submit(prepared: list[Prepared]) -> list[Launch]:
+    def pack(prepared: list[Prepared]) -> tuple:
+        """The batch's image and launches: made when the batch is drawn, while the worker runs
+        the one before, so that between two batches the worker waits only for the copy and send."""
+        t = tick()
         repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
         cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
-        image, batch_ = launches(prepared, repeat, cross)
+        packed = launches(prepared, repeat, cross)
+        stats.add_stage("submit", tick() - t)
+        return packed
+
+    def submit(prepared: list[Prepared], packed: tuple | None) -> list[Launch]:
+        image, batch_ = packed or pack(prepared)
         executor.submit(image, batch_)
         return batch_
 
@@ -186,6 +194,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 
     # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
     nxt = draw_batch(batch) if more() else []
+    packed = pack(nxt) if nxt else None  # nxt's image and launches
     while nxt or flight:
         done = None
         if flight:
@@ -194,17 +203,20 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             flight.clear()
         if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
             t = tick()
-            flight.update(prepared=nxt, launches=submit(nxt))
+            flight.update(prepared=nxt, launches=submit(nxt, packed))
             stats.add_stage("submit", tick() - t)
-            nxt = []
+            nxt, packed = [], None
         if done:
             t = tick()
             judge_batch(*done)
             stats.add_stage("judge", tick() - t)
             if skip_until[0]:  # drawn before a hang was known: drop what lies in the skipped stint
-                nxt = [q for q in nxt if q.index >= skip_until[0]]
+                kept = [q for q in nxt if q.index >= skip_until[0]]
+                if len(kept) < len(nxt):
+                    nxt, packed = kept, None  # packed again at its submission
         if not nxt and more():
             nxt = draw_batch(batch)
+            packed = pack(nxt) if nxt else None
     stats.seconds = time.monotonic() - t0
     live_counts()
     return stats, found
