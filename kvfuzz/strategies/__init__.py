@@ -81,7 +81,12 @@ class OpGenerator:
 
     def pool(self, seed: int, size: int, variant: str | None = None) -> list[CompileClass]:
         # the same seeds for every variant: one without later arguments gets the op's own pool
-        return class_pool(self.class_for(variant), self.op, seed, size, self.class_features)
+        return list(_pool(self, seed, size, variant))
+
+
+@functools.lru_cache(maxsize=64)  # the same pool for each pass of a bench, each resumed run (tens of ms each)
+def _pool(gen: OpGenerator, seed: int, size: int, variant: str | None) -> tuple[CompileClass, ...]:
+    return tuple(class_pool(gen.class_for(variant), gen.op, seed, size, gen.class_features))
 
 
 @functools.lru_cache(maxsize=256)  # asked once per case of the stint
