@@ -20,12 +20,13 @@ With `jobs` > 1 the checked figure is that of `jobs` shards of the campaign runn
 the device (each its own process and worker, as `kvfuzz fuzz --jobs`): each shard runs its
 first pass, all wait for each other, then each runs passes over its own first pass's cases
 until a common window closes (every shard busy all the while, as in a campaign, where no
-shard waits for another); `checked_per_s` is all their cases in the window over its length.
+shard waits for another), `ROUNDS` windows in all; `checked_per_s` is all their cases in the
+windows over the windows' length.
 The bare figure stays one process's; `checked_one_job_per_s` keeps the single process's
-steady figure. On the CPU `jobs_speedup` compares like with like: after the window each
+steady figure. On the CPU `jobs_speedup` compares like with like: after each window each
 shard, in turn and alone on the machine, runs its pass again, timed case by case; the seconds
-one job takes for exactly the cases the shards checked in the window (each shard's whole
-passes and the prefix the window's end cut) over the window's length. (Under the interpreter
+one job takes for exactly the cases the shards checked in the windows (each shard's whole
+passes and the prefix each window's end cut) over the windows' length. (Under the interpreter
 one class can cost several times another, so two shards' mixes and one job's differ.) On a
 GPU it is None: jobs passes alone would double the bench, and classes cost alike there.
 
@@ -83,38 +84,44 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
 
 def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     """One shard of a `--jobs` bench, in its own process: its first pass (compiles or loads what
-    it meets), then, from the barrier on, passes over the same cases until the common window of
-    `budget_s` closes (so no shard idles while another finishes). With `alone` (the CPU), then,
-    one shard at a time while the others wait, a pass over the same cases alone, timed case by
-    case. Sends (shard, cases, seconds, stages) of the window and the seconds one job alone
-    takes for the window's cases (None without `alone`)."""
+    it meets), then `ROUNDS` rounds of: from a barrier on, passes over the same cases until the
+    round's common window of `budget_s / ROUNDS` closes (so no shard idles while another
+    finishes); with `alone` (the CPU), then, one shard at a time while the others wait, a pass
+    over the same cases alone, timed case by case (windows and alone passes alternate, so a
+    busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows
+    and the seconds one job alone takes for the windows' cases (None without `alone`)."""
     os.environ.update(env)
     devmod.select(args[2])
     op, target, device, seed, budget_s, max_cases, isolate, shard, alone = args
     try:
-        passes, stages = [], {}
+        cases, windows, stages = 0, 0.0, {}
+        one_job_s = 0.0 if alone else None
         executor = make_executor(target, device, isolate)
         try:
-            n = _run(op, executor, device, seed, shard, max_cases, budget_s).cases  # compiles (or loads)
-            barrier.wait()
-            t0 = time.monotonic()
-            while time.monotonic() < t0 + budget_s:  # every shard busy for the whole window
-                stats = _run(op, executor, device, seed, shard, n, t0 + budget_s - time.monotonic())
-                passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
-                for k, v in stats.stages.items():
-                    stages[k] = stages.get(k, 0.0) + v
-            window = time.monotonic() - t0
-            one_job_s = None
-            if alone:
-                for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
-                    barrier.wait()
-                    if turn == shard[0]:
-                        upto = _alone_times(op, executor, device, seed, shard, n)
-                        one_job_s = sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
+            # compiles (or loads) what it meets; its cases are the ones each window's passes run
+            n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS).cases
+            for _ in range(ROUNDS):
+                passes = []
                 barrier.wait()
+                t0 = time.monotonic()
+                end = t0 + budget_s / ROUNDS
+                while time.monotonic() < end:  # every shard busy for the whole window
+                    stats = _run(op, executor, device, seed, shard, n, end - time.monotonic())
+                    passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
+                    for k, v in stats.stages.items():
+                        stages[k] = stages.get(k, 0.0) + v
+                windows += time.monotonic() - t0
+                cases += sum(passes)
+                if alone:
+                    for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
+                        barrier.wait()
+                        if turn == shard[0]:
+                            upto = _alone_times(op, executor, device, seed, shard, n)
+                            one_job_s += sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
+                    barrier.wait()
         finally:
             executor.close()
-        results.put((shard[0], sum(passes), window, stages, one_job_s))
+        results.put((shard[0], cases, windows, stages, one_job_s))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((shard[0], repr(exc)))
@@ -142,7 +149,7 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int) -> tuple[int, float, dict, float | None]:
-    """(cases in the window, the longest shard's window in seconds, stages summed, seconds one
+    """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
     import multiprocessing as mp
 
