@@ -106,15 +106,19 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     def pack(prepared: list[Prepared]) -> tuple:
         """The batch's image and launches: made when the batch is drawn, while the worker runs
         the one before, so that between two batches the worker waits only for the copy and send."""
-        t = tick()
         repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
         cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
-        packed = launches(prepared, repeat, cross)
+        return launches(prepared, repeat, cross)
+
+    def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
+        nxt = draw_batch(batch)
+        t = tick()
+        packed = pack(nxt) if nxt else None
         stats.add_stage("submit", tick() - t)
-        return packed
+        return nxt, packed
 
     def submit(prepared: list[Prepared], packed: tuple | None) -> list[Launch]:
-        image, batch_ = packed or pack(prepared)
+        image, batch_ = packed or pack(prepared)  # packed again: what a skipped stint left of it
         executor.submit(image, batch_)
         return batch_
 
@@ -193,8 +197,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         return time.monotonic() < min(deadline + outside[0], until) and max(drawn, skip_until[0]) < max_cases
 
     # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
-    nxt = draw_batch(batch) if more() else []
-    packed = pack(nxt) if nxt else None  # nxt's image and launches
+    nxt, packed = drawn_and_packed() if more() else ([], None)  # packed: nxt's image and launches
     while nxt or flight:
         done = None
         if flight:
@@ -215,8 +218,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 if len(kept) < len(nxt):
                     nxt, packed = kept, None  # packed again at its submission
         if not nxt and more():
-            nxt = draw_batch(batch)
-            packed = pack(nxt) if nxt else None
+            nxt, packed = drawn_and_packed()
     stats.seconds = time.monotonic() - t0
     live_counts()
     return stats, found
