@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from . import device as devmod
@@ -94,7 +95,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     devmod.select(args[2])
     op, target, device, seed, budget_s, max_cases, isolate, shard, alone = args
     try:
-        cases, windows, stages = 0, 0.0, {}
+        cases, windows, stages = 0, 0.0, Counter()
         one_job_s = 0.0 if alone else None
         executor = make_executor(target, device, isolate)
         try:
@@ -108,8 +109,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                 while time.monotonic() < end:  # every shard busy for the whole window
                     stats = _run(op, executor, device, seed, shard, n, end - time.monotonic())
                     passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
-                    for k, v in stats.stages.items():
-                        stages[k] = stages.get(k, 0.0) + v
+                    stages.update(stats.stages)  # summed
                 windows += time.monotonic() - t0
                 cases += sum(passes)
                 if alone:
@@ -171,10 +171,9 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     failed = [g for g in got if len(g) == 2]
     if failed:
         raise BadInput(f"bench shard {failed[0][0]}/{jobs} failed: {failed[0][1]}")
-    stages: dict = {}
+    stages: Counter = Counter()
     for g in got:
-        for k, v in g[3].items():
-            stages[k] = stages.get(k, 0.0) + v
+        stages.update(g[3])  # summed
     # what one job takes to check the very cases the shards checked in the window, each shard's
     # passes timed alone (a class can cost several times another under the interpreter)
     one_job_s = sum(g[4] for g in got) if alone else None
@@ -255,10 +254,9 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             fresh = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate)[0]
             after = _binaries(cache)
             checked = sum(w.cases for w in warm) / max(sum(w.seconds for w in warm), 1e-9)
-            stages: dict = {}
+            stages: Counter = Counter()
             for w in warm:
-                for k, v in w.stages.items():
-                    stages[k] = stages.get(k, 0.0) + v
+                stages.update(w.stages)  # summed over the rounds
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled

@@ -228,13 +228,10 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     if in_place:
         first = torch.from_numpy(after_out)
         first.copy_(host)
-        spare = torch.from_numpy(repeat_out) if passes[1] else None
-        if spare is not None and len(passes[1]) == len(batch):
-            spare.copy_(host)
-        elif spare is not None:
-            for i in passes[1]:
-                b = batch[i]
-                spare[b.base : b.base + b.size].copy_(host[b.base : b.base + b.size])
+        spare = None
+        if passes[1]:
+            _repeated_into(host, batch, repeat_out)
+            spare = torch.from_numpy(repeat_out)
     else:
         first = host.to(dev, copy=True)
         # the repeated cases' arena: a copy on the device, made before any kernel runs (one transfer, not two)
@@ -313,8 +310,9 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
 
 
 def _repeated_into(arena, batch: list[Launch], out: np.ndarray) -> None:
-    """The repeated cases' part of the second arena into `out`, each at its own base: the
-    whole arena in one copy where every case repeated (a GPU's default), else case by case."""
+    """The repeated cases' bytes of `arena` (the second arena after its run; on the CPU, the
+    image before it) into `out`, each at its own base: in one copy where every case repeats (a
+    GPU's default), else case by case."""
     import torch
 
     picked = [b for b in batch if b.repeat]

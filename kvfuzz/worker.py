@@ -322,7 +322,7 @@ class WorkerExecutor:
     def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
         """Start a batch; the caller prepares the next one while the worker runs this one."""
         n = image.size
-        self._shared(n)[: n] = image  # the image section, at offset 0
+        sections(self._shared(n), n)[0][:] = image
         self._pending = (batch, n)
         self._begin(("batch", self._shm.name, n, batch), self.timeout_s + BATCH_SECONDS_PER_CASE * len(batch))
 
