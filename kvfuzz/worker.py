@@ -506,6 +506,12 @@ def _serve(spec: str, device: str) -> int:
     from .specialize import recorder as launch_recorder
     from .targets import load_target
 
+    # One thread per worker: its tensors are small, and parallelism comes from more workers
+    # (`--jobs`, the bench's shards). Two workers on two cores, each with torch's default of a
+    # thread per core, copied a batch's arena 20x slower (OpenMP threads contending).
+    import torch
+
+    torch.set_num_threads(1)
     try:
         dev = devmod.select(device)
         if os.environ.pop(CACHE_PER_TARGET_ENV, None) and dev == "cuda" and "TRITON_CACHE_DIR" not in os.environ:

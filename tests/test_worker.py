@@ -43,3 +43,22 @@ def test_hang_is_a_timeout_crash(tmp_path, device):
         assert v.signatures() == ["num_kv_splits:splits:crash:-:timeout"]
     finally:
         ex.close()
+
+
+THREADS = """
+import torch
+def get_num_kv_splits_triton(out, *args):
+    raise RuntimeError(f"torch threads: {torch.get_num_threads()}")
+"""
+
+
+def test_the_worker_runs_torch_on_one_thread(tmp_path, device):
+    # several workers share the host's cores (--jobs, the bench's shards): a thread per core
+    # in each made them contend (a batch's arena copy 20x slower with two on two cores)
+    f = tmp_path / "threads.py"
+    f.write_text(THREADS)
+    ex = WorkerExecutor(str(f), device)
+    try:
+        assert ex.run(cases.splits([4])).runs[0].error.endswith("torch threads: 1")
+    finally:
+        ex.close()
