@@ -37,6 +37,11 @@ from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_bat
                       run_batch, run_case)
 from .materialize import GUARD_MAX
 
+# torch's threads in a worker: one. Its tensors are small, and parallelism comes from more
+# workers (`--jobs`, the bench's shards); two CPU workers on two cores, each with torch's
+# default of a thread per core, copied a batch's arena 20x slower (OpenMP threads contending).
+TORCH_THREADS = 1
+
 _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
 
@@ -506,12 +511,9 @@ def _serve(spec: str, device: str) -> int:
     from .specialize import recorder as launch_recorder
     from .targets import load_target
 
-    # One thread per worker: its tensors are small, and parallelism comes from more workers
-    # (`--jobs`, the bench's shards). Two workers on two cores, each with torch's default of a
-    # thread per core, copied a batch's arena 20x slower (OpenMP threads contending).
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(TORCH_THREADS)
     try:
         dev = devmod.select(device)
         if os.environ.pop(CACHE_PER_TARGET_ENV, None) and dev == "cuda" and "TRITON_CACHE_DIR" not in os.environ:

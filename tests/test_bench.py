@@ -95,3 +95,23 @@ def test_render_shows_the_speedup_where_measured_and_a_dash_where_not():
     assert render(result).splitlines()[2].endswith("1.87x")
     op["jobs_speedup"] = None  # a GPU bench measures no alone passes
     assert render(result).splitlines()[2].endswith(" -")
+
+
+def test_bare_calls_run_on_a_workers_torch_threads(monkeypatch, device):
+    """Bare and checked calls run on as many torch threads (the worker's); the bench's own
+    setting comes back after the pass."""
+    import torch
+
+    from kvfuzz.worker import TORCH_THREADS
+
+    bare = bench._Bare("num_kv_splits", "builtin", device, 1, 4)
+    seen = []
+    monkeypatch.setattr(bare.target, "invoke", lambda *args: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    try:
+        bare.pass_seconds()
+        assert seen and set(seen) == {TORCH_THREADS}
+        assert torch.get_num_threads() == before + 1
+    finally:
+        torch.set_num_threads(before)
