@@ -195,35 +195,33 @@ class _Bare:
             self._one_pass()  # compiles (or loads) every variant; the interpreter compiles nothing
 
     def _one_pass(self) -> float:
-        t0 = time.perf_counter()
-        for case, views in self.inputs:
-            try:
-                self.target.invoke(self.op, views, case.scalars)
-            except Exception:
-                pass  # a refusal is a call too
-        if self.device == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    def pass_seconds(self) -> float:
-        """One pass's seconds: the fastest of the passes that fit in a second (at most 20, at
-        least one). A pass over a few thousand cases takes tens of milliseconds on a GPU,
-        short enough for the host to skew it; under the interpreter one pass takes seconds.
-        The calls run on as many torch threads as a worker's (under the interpreter, with a
-        thread per core, bare calls ran 4-7% slower than on one: a bare figure the checked
-        one would be flattered against)."""
+        """One pass's seconds, on as many torch threads as a worker's (under the interpreter,
+        with a thread per core, bare calls ran 4-7% slower than on one: a bare figure the
+        checked one would be flattered against); this process's own setting comes back after."""
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(TORCH_THREADS)
         try:
-            times, t_end = [], time.perf_counter() + 1.0
-            while not times or (time.perf_counter() < t_end and len(times) < 20):
-                times.append(self._one_pass())
+            t0 = time.perf_counter()
+            for case, views in self.inputs:
+                try:
+                    self.target.invoke(self.op, views, case.scalars)
+                except Exception:
+                    pass  # a refusal is a call too
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - t0
         finally:
             torch.set_num_threads(threads)
+
+    def pass_seconds(self) -> float:
+        """One pass's seconds: the fastest of the passes that fit in a second (at most 20, at
+        least one). A pass over a few thousand cases takes tens of milliseconds on a GPU,
+        short enough for the host to skew it; under the interpreter one pass takes seconds."""
+        times, t_end = [], time.perf_counter() + 1.0
+        while not times or (time.perf_counter() < t_end and len(times) < 20):
+            times.append(self._one_pass())
         return min(times)
 
 

@@ -20,12 +20,7 @@ def _one(op: str, n: int, me: int, barrier, results) -> None:
     from kvfuzz import device as devmod
 
     devmod.select("cpu")
-    import torch
-
-    from kvfuzz.bench import _Bare
-    from kvfuzz.worker import TORCH_THREADS
-
-    torch.set_num_threads(TORCH_THREADS)  # as kvfuzz's workers and the bench's bare pass run
+    from kvfuzz.bench import _Bare  # its passes run on a worker's torch threads
     bare = _Bare(op, "builtin", "cpu", 0, n)
     bare._one_pass()  # warm
     times = []
