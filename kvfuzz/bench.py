@@ -46,6 +46,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import device as devmod
+from . import environment
 from .engines import batch_engine
 from .engines.common import OpStats, fit_target
 from .execute import prepare
@@ -250,7 +251,7 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
                  "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "ops": {},
-                 "skipped": skipped}
+                 "skipped": skipped, "notes": environment.notes()}
     try:
         per_op = budget_s / len(ops)
         for op in ops:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import IMPORTED_AT, cross
+from . import IMPORTED_AT, cross, environment
 from . import device as devmod
 from .case import Case
 from .confirm import TRIES, Confirmation, confirm
@@ -151,6 +151,7 @@ class CampaignResult:
     # from kvfuzz's import to the first judged case, for the first campaign of a process (the
     # whole start-up of `kvfuzz fuzz`: imports, device choice, the worker's start); else None
     since_import_s: float | None = None
+    notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
 
     @property
     def cases(self) -> int:
@@ -172,6 +173,7 @@ class CampaignResult:
             "device": self.device,
             "device_name": self.device_name,
             "versions": self.versions,
+            "notes": self.notes,
             "seed": self.config.seed,
             "shard": list(self.config.shard),
             "engine": self.config.engine,
@@ -453,7 +455,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
     _first_campaign[0] = False
     result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
-                            versions["gpu"], interrupted, flaky, first_case[0], versions, since_import)
+                            versions["gpu"], interrupted, flaky, first_case[0], versions, since_import,
+                            notes=environment.notes())
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result

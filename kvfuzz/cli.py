@@ -15,6 +15,7 @@ Only this module prints or exits; everything it calls is library code.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -170,6 +171,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, old)
 
 
+def _say_environment_notes() -> None:
+    """Once per run (a `--jobs` shard leaves it to its parent): what the report's "notes" say."""
+    from . import environment
+    from .progress import JSON_ENV
+
+    if os.environ.get(JSON_ENV) != "1":
+        for note in environment.notes():
+            print(f"kvfuzz: note: {note}", file=sys.stderr)
+
+
 # commands ---------------------------------------------------------------------------------
 
 
@@ -198,6 +209,7 @@ def cmd_fuzz(args) -> int:
         _check_writable(path, option)
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
+    _say_environment_notes()
     if args.jobs > 1:
         return _fuzz_jobs(args, cfg)
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
@@ -302,6 +314,7 @@ def cmd_bench(args) -> int:
     from .ops import CONTRACTS
 
     _check_writable(args.report)
+    _say_environment_notes()
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
                        isolate=not args.in_process, jobs=args.jobs)
     print(render(result))

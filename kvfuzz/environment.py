@@ -30,6 +30,44 @@ ADVICE = (f"kvfuzz's CPU mode is tested with {SUPPORTED}: install with -c constr
           "(oldest pair) or -c constraints/newest.txt (newest pair), or run on a GPU (--device cuda)")
 
 
+# The triton releases kvfuzz is tested with, on the GPU and the CPU alike (docs/environment.md).
+# The install accepts any triton (a CUDA torch pins its own); outside this range a GPU run goes
+# on and says so once, a CPU run is still judged by the probes.
+TESTED_TRITON = ((3, 6), (3, 8))
+
+
+def untested_triton(version: str | None = None) -> str | None:
+    """A one-line note when triton (`version`, default the installed one, read from its package
+    metadata without importing it) is outside `TESTED_TRITON`, else None."""
+    if version is None:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("triton")
+        except metadata.PackageNotFoundError:
+            return None
+    got = _major_minor(version)
+    low, high = TESTED_TRITON
+    if got is None or low <= got <= high:
+        return None
+    return (f"triton {version} is outside the range kvfuzz is tested with "
+            f"({low[0]}.{low[1]}-{high[0]}.{high[1]}); kernels run as this triton compiles them, and a "
+            "finding that no tested triton shows may be Triton's")
+
+
+def notes() -> list[str]:
+    """What a run's log and report say about this environment once (empty when all is tested)."""
+    return [n for n in (untested_triton(),) if n]
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
 # --------------------------------------------------------------------------- the probes
 
 

@@ -141,6 +141,7 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     for key in ("startup_s", "since_import_s"):  # the job starts when its slowest shard has
         got = [r[key] for r in reports if r.get(key) is not None]
         out[key] = max(got) if got else None
+    out["notes"] = list(dict.fromkeys(n for r in reports for n in r.get("notes", ())))
     out["interrupted"] = any(r.get("interrupted") for r in reports)
     out["cases"] = sum(r["cases"] for r in reports)
     out["cases_per_s"] = round(out["cases"] / max(out["seconds"], 1e-9), 1)

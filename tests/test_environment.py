@@ -4,6 +4,7 @@ raised by small real kernels (docs/environment.md has the experiments behind the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -264,3 +265,33 @@ def test_triton_imported_before_the_interpreter_was_switched_on_is_refused():
     script = "import triton.language\nfrom kvfuzz import device\ndevice.select('cpu')\n"
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode != 0 and "DeviceModeError: triton was imported before TRITON_INTERPRET=1" in p.stderr
+
+
+# --------------------------------------------------------------------------- an untested triton
+
+
+@pytest.mark.parametrize("version", ["3.6.0", "3.7.1", "3.8.0", "3.8.1+gitabc"])
+def test_a_tested_triton_gets_no_note(version):
+    assert environment.untested_triton(version) is None
+
+
+@pytest.mark.parametrize("version", ["3.9.0", "4.0.0", "3.5.1"])
+def test_an_untested_triton_is_named_with_the_tested_range(version):
+    note = environment.untested_triton(version)
+    assert note is not None and f"triton {version}" in note and "(3.6-3.8)" in note
+
+
+def test_a_run_with_an_untested_triton_says_so_once_and_runs(tmp_path, monkeypatch, capsys):
+    # the install accepts any triton; a run on one outside the tested range goes on, and says so
+    # once on stderr and in the report
+    from kvfuzz.cli import main
+
+    monkeypatch.setattr(environment, "untested_triton", lambda version=None: "triton 9.9.9 is outside the range")
+    report = tmp_path / "r.json"
+    rc = main(["fuzz", "--target", "builtin", "--op", "num_kv_splits", "--max-cases", "40", "--in-process",
+               "--seed", "1", "--report", str(report), "--corpus", str(tmp_path / "corpus")])
+    err = capsys.readouterr().err
+    doc = json.loads(report.read_text())
+    assert rc == 0 and doc["cases"] >= 40
+    assert err.count("kvfuzz: note: triton 9.9.9 is outside the range") == 1
+    assert doc["notes"] == ["triton 9.9.9 is outside the range"]
