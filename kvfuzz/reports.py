@@ -4,7 +4,7 @@ merge of `--jobs` shards).
 `markdown`: a page for a CI summary or a wiki: per op the cases, speed, classes, compiled
 variants and findings, the findings (new or known), flaky ones, the coverage record, and PNG
 plots beside it (cases over time, speed/compiles/findings per op, features exercised) when
-matplotlib is installed (`pip install kvfuzz[report]`).
+matplotlib is installed (the `[report]` extra: `report_extra_hint` says how to install it).
 
 `junit_xml`: one test per op and target. It fails when the op has a new finding (one the
 corpus did not already hold), lists known findings in its output, and is skipped when the
@@ -160,6 +160,17 @@ def _plots(report: dict, folder: Path, stem: str) -> list[tuple[str, str]]:
     return made
 
 
+def report_extra_hint() -> str:
+    """How to install the `[report]` extra for the kvfuzz that runs: from its checkout when it
+    runs from one (an editable install, as the README's), else from the package index."""
+    from .spawn import ROOT
+
+    pyproject = ROOT / "pyproject.toml"
+    if pyproject.is_file() and 'name = "kvfuzz"' in pyproject.read_text(errors="replace"):
+        return f'`python3 -m pip install -e ".[report]"` in the kvfuzz checkout ({ROOT})'
+    return '`python3 -m pip install "kvfuzz[report]"`'
+
+
 def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
     ops = report.get("ops", {})
     findings = report.get("findings", [])
@@ -195,7 +206,7 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
     for title, name in plots:
         lines += ["", f"## {title}", "", f"![{title}]({name})"]
     if not plots:
-        lines += ["", "(Plots need matplotlib: `pip install kvfuzz[report]`.)"]
+        lines += ["", f"(Plots need matplotlib: {report_extra_hint()}.)"]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -93,3 +94,33 @@ def test_a_merged_jobs_report_shows_the_figures_it_has():
              for c in ET.fromstring(junit_xml(merged).split("\n", 1)[1]).iter("testcase")}
     assert cases[OP]["engine.lives"] == "2"
     assert not [k for k in cases["decode_metadata"] if k.startswith("engine.")]
+
+
+def _markdown_without_matplotlib(tmp_path, monkeypatch) -> str:
+    from kvfuzz.reports import write_markdown
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    written = write_markdown(tmp_path / "r.md", {"target": "builtin", "ops": {}, "findings": []})
+    assert written == [tmp_path / "r.md"]  # no plots
+    return (tmp_path / "r.md").read_text()
+
+
+def test_without_matplotlib_the_hint_installs_the_report_extra_from_this_checkout(tmp_path, monkeypatch):
+    from kvfuzz.spawn import ROOT
+
+    assert (ROOT / "pyproject.toml").is_file()  # the tests run from a checkout
+    text = _markdown_without_matplotlib(tmp_path, monkeypatch)
+    assert f'(Plots need matplotlib: `python3 -m pip install -e ".[report]"` in the kvfuzz checkout ({ROOT}).)' in text
+
+
+@pytest.mark.parametrize("pyproject", [None, '[project]\nname = "someone-else"\n'])
+def test_without_matplotlib_outside_a_checkout_the_hint_names_the_package(tmp_path, monkeypatch, pyproject):
+    import kvfuzz.spawn
+
+    installed = tmp_path / "site-packages"  # kvfuzz installed beside no pyproject.toml of its own
+    installed.mkdir()
+    if pyproject:
+        (installed / "pyproject.toml").write_text(pyproject)
+    monkeypatch.setattr(kvfuzz.spawn, "ROOT", installed)
+    text = _markdown_without_matplotlib(tmp_path, monkeypatch)
+    assert '(Plots need matplotlib: `python3 -m pip install "kvfuzz[report]"`.)' in text
