@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The nightly job (docs/nightly.md): every op against each configured target, findings confirmed,
-# minimized and saved, new ones merged into corpora/, reports written.
+# minimized and saved, new ones merged into the regression corpus, reports written.
 #   usage: scripts/nightly.sh [OUTDIR]            (default nightly/<date>)
+#   CORPUS   the corpus new cases are merged into (default: corpora/ of the checkout this script
+#            lives in, found from the script's own path, whatever the working directory)
 #   TARGETS  targets, space-separated (default "builtin sglang==0.5.14"; a seed file path works too)
 #   BUDGET   seconds of fuzzing per target (default 600); JOBS shards per target (default 1)
 #   TIME_LIMIT wall clock per target, confirming and minimizing included (default 1.5 x BUDGET):
@@ -12,6 +14,8 @@
 # streams, and findings it already holds come back as known. Exit 1 if any target had a new
 # finding, 2 if a run could not be judged (bad usage, a broken environment), else 0.
 set -u
+checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+corpus=${CORPUS:-$checkout/corpora}
 out=${1:-nightly/$(date +%F)}
 state=${STATE:-nightly-state}
 mkdir -p "$out" "$state"
@@ -29,8 +33,8 @@ for target in ${TARGETS:-builtin sglang==0.5.14}; do
     # every saved case joins the regression suite (a builtin finding is a must-pass case: the
     # suite fails until kvfuzz's kernel is fixed; an external target's is a strict xfail)
     if [ -d "$state/$name/corpus" ]; then
-        kvfuzz corpus merge "$state/$name/corpus" corpora || status=2
+        kvfuzz corpus merge "$state/$name/corpus" "$corpus" || status=2
     fi
 done
-echo "nightly: reports in $out, exit $status"
+echo "nightly: reports in $out, new cases merged into $corpus, exit $status"
 exit "$status"
