@@ -39,7 +39,8 @@ submit)
     here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     checkout=$(cd "$here/../../.." && pwd)
     mkdir -p "$run_dir" || exit 2
-    export SHARDS=$shards RUN_DIR=$(cd "$run_dir" && pwd) CORPUS=${CORPUS:-$checkout/corpora}
+    run_dir=$(cd "$run_dir" && pwd)
+    export SHARDS=$shards RUN_DIR=$run_dir CORPUS=${CORPUS:-$checkout/corpora}
     array=$(sbatch --parsable --array="0-$((shards - 1))" "$here/kvfuzz-shards.sh" task) || exit 2
     array=${array%%;*}  # "jobid" or "jobid;cluster"
     merge=$(sbatch --parsable --dependency="afterany:$array" --job-name=kvfuzz-merge --time=00:30:00 \
@@ -56,6 +57,7 @@ task)
     mkdir -p "$out" || exit 2
     budget=${BUDGET:-6000}
     # exit 1: new findings (saved in $out/corpus for the merge job); 2: the run could not be judged
+    # shellcheck disable=SC2086 # FUZZ_ARGS is a list of options
     exec kvfuzz fuzz --target "${TARGET:-sglang==0.5.23}" --device "${DEVICE:-cuda}" \
         --budget "$budget" --time-limit "${TIME_LIMIT:-$(( ${budget%.*} * 3 / 2 ))}" \
         --shard "$shard/$shards" --campaign "$run_dir/campaign" --corpus "$out/corpus" \
