@@ -171,13 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, old)
 
 
-def _say_environment_notes() -> None:
-    """Once per run (a `--jobs` shard leaves it to its parent): what the report's "notes" say."""
-    from . import environment
+def _say_notes(report: dict) -> None:
+    """A report's notes about the environment (an untested triton), once per run: after it, so a
+    refused run says only why; a `--jobs` shard leaves them to its parent."""
     from .progress import JSON_ENV
 
     if os.environ.get(JSON_ENV) != "1":
-        for note in environment.notes():
+        for note in report.get("notes", ()):
             print(f"kvfuzz: note: {note}", file=sys.stderr)
 
 
@@ -209,7 +209,6 @@ def cmd_fuzz(args) -> int:
         _check_writable(path, option)
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
-    _say_environment_notes()
     if args.jobs > 1:
         return _fuzz_jobs(args, cfg)
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
@@ -238,7 +237,9 @@ def cmd_fuzz(args) -> int:
         print(f"  {x.found.finding.message}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
-    _write_reports(args, result.report())
+    report = result.report()
+    _write_reports(args, report)
+    _say_notes(report)
     known = len(result.saved) - len(result.new)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
@@ -272,6 +273,7 @@ def _fuzz_jobs(args, cfg) -> int:
     finally:
         display.close()
     _write_reports(args, merged)
+    _say_notes(merged)
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
@@ -314,10 +316,10 @@ def cmd_bench(args) -> int:
     from .ops import CONTRACTS
 
     _check_writable(args.report)
-    _say_environment_notes()
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
                        isolate=not args.in_process, jobs=args.jobs)
     print(render(result))
+    _say_notes(result)
     if args.report:
         from .campaign import write_json_atomic
 

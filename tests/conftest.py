@@ -9,9 +9,25 @@ from pathlib import Path
 import pytest
 
 from kvfuzz import device as devmod
+from kvfuzz.errors import DeviceModeError
 
-DEVICE = devmod.select(os.environ.get("KVFUZZ_DEVICE", "auto"))
+try:
+    DEVICE = devmod.select(os.environ.get("KVFUZZ_DEVICE", "auto"))
+    INTERPRETER_REFUSED: str | None = None
+except DeviceModeError as exc:  # kvfuzz refuses this machine's interpreter (a triton whose probes fail)
+    DEVICE, INTERPRETER_REFUSED = "cpu", str(exc)
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Where kvfuzz refuses this machine's Triton interpreter and no GPU runs the kernels, only
+    the tests marked `nokernel` (and not `interpreter`) can run; every other one skips with
+    kvfuzz's one-line reason."""
+    if INTERPRETER_REFUSED:
+        skip = pytest.mark.skip(reason=f"kvfuzz refuses this machine's Triton interpreter: {INTERPRETER_REFUSED}")
+        for item in items:
+            if item.get_closest_marker("nokernel") is None or item.get_closest_marker("interpreter") is not None:
+                item.add_marker(skip)
 
 
 def seed_kernel_path() -> Path:
@@ -40,7 +56,7 @@ def _cpu_interpreter_refused() -> str | None:
     """Why kvfuzz refuses this machine's Triton interpreter (its probes, in a process of its
     own), or None. On the CPU this session already runs it: None at once."""
     if DEVICE == "cpu":
-        return None
+        return INTERPRETER_REFUSED
     if not _interpreter_refusal:
         import subprocess
         import sys

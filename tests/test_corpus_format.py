@@ -38,6 +38,8 @@ from kvfuzz.corpus import store as store_mod
 from kvfuzz.errors import BadCaseFile, BadInput
 from kvfuzz.findings import Finding
 
+pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
+
 OP = "swa_spec_page_table"
 FOUND_AT = "2025-06-01T12:00:00+00:00"
 
@@ -777,6 +779,7 @@ def test_prune_needs_the_device_it_replays_on(tmp_path):
         prune(tmp_path, lambda s: False, device="auto")
 
 
+@pytest.mark.interpreter  # the command selects the device, which probes the interpreter on the CPU
 def test_corpus_prune_command_lists_why_it_skipped_a_case(tmp_path, monkeypatch, capsys, device):
     import kvfuzz.replay
     from kvfuzz.cli import main

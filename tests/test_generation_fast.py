@@ -17,6 +17,8 @@ from kvfuzz.strategies.coverage import generic_features
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
 from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_broadcast, apply_layout, class_layout
 
+pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
+
 
 def test_random_draw_answers_as_random_does():
     bounds = [(0, 0), (2, 6), (-5, 5), (0, 2**32 - 1), (0, 2**70), (np.int64(1), 4), (True, 3)]

@@ -11,6 +11,8 @@ from kvfuzz.case import TensorSpec
 from kvfuzz.contract import disjoint
 from kvfuzz.oracles import numpy_ref
 
+pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
+
 
 def test_the_double_log2_shortcut_rounds_as_the_decimal_one():
     rng = np.random.default_rng(0)

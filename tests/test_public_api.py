@@ -3,11 +3,15 @@ strategies) pulls in no triton, so the device can still be chosen afterwards."""
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
 import kvfuzz
 import kvfuzz.strategies as strategies
+
+pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
 
 
 def test_all_names_resolve():

@@ -18,6 +18,8 @@ from kvfuzz.execute import Outcome, RunResult, prepare
 from kvfuzz.judge import clean_image, judge, quick_verdict
 from kvfuzz.ops import CONTRACTS
 
+pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
+
 OPS = sorted(CONTRACTS)
 
 
