@@ -88,6 +88,7 @@ def test_kernel_block_paths_are_distinct_coverage(tmp_path, seed_path, device):
     assert with_abm > with_am  # the all-B block's branch
 
 
+@pytest.mark.slow
 @needs_atheris
 def test_campaign_finds_planted_defect_and_saves_replayable_minimized_case(tmp_path, device):
     """A finding goes the same way as the other engines': confirmed in a fresh worker, saved,

@@ -36,6 +36,7 @@ def check_jobs(r: dict, jobs: int, device: str) -> None:
         assert r["jobs_speedup"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_bench_reports_consistent_figures(jobs, device):
     # the session's device: a process that runs CUDA kernels cannot switch to the interpreter

@@ -195,6 +195,7 @@ def _no_process_left(proc):
             time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, sigint_at_start", [("SIGTERM", "SIG_IGN"), ("SIGINT", "SIG_DFL")])
 def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sigint_at_start):
     """A scheduler's SIGTERM (or Ctrl-C) to the process group mid-run: the finding found so far
@@ -222,6 +223,7 @@ def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sig
     _no_process_left(proc)
 
 
+@pytest.mark.slow
 def test_a_killed_fuzz_run_has_already_saved_its_finding(tmp_path):
     """SIGKILL (the OOM killer, a scheduler's hard stop) leaves no chance to clean up: the finding
     went to the corpus the moment it was seen, before the shrink it is killed in, and replays."""
@@ -247,6 +249,7 @@ def test_a_killed_fuzz_run_has_already_saved_its_finding(tmp_path):
     _no_process_left(proc)
 
 
+@pytest.mark.slow
 def test_a_finding_the_corpus_refuses_is_reported_and_the_run_goes_on(tmp_path):
     """The finding's slot holds an unreadable case: that case is left as it is (never replaced by
     a guess), the finding is still reported with the reason it was not saved, the run ends normally."""
@@ -322,6 +325,7 @@ def test_a_finding_the_corpus_already_holds_is_known_and_fails_nothing(tmp_path)
     assert two.get("failures") == "0" and "known: num_kv_splits" in two.find("testcase/system-out").text
 
 
+@pytest.mark.slow
 def test_a_campaign_killed_and_started_again_continues_and_knows_its_findings(tmp_path):
     import signal
     import time
@@ -352,6 +356,7 @@ def test_a_campaign_killed_and_started_again_continues_and_knows_its_findings(tm
     assert other.returncode == 2 and "another campaign" in other.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_markdown_report_with_plots(tmp_path):
     kernels = tmp_path / "wrong.py"
     kernels.write_text(WRONG_FOR_THREE)
@@ -395,6 +400,7 @@ def test_a_forced_variant_whose_arguments_the_target_lacks_is_refused(target, va
     assert "cases" not in out  # refused before any case ran
 
 
+@pytest.mark.slow
 def test_a_forced_variant_is_refused_once_for_jobs_and_by_replay_and_the_corpus_plugin(tmp_path):
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
 

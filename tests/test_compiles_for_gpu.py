@@ -17,6 +17,7 @@ from kvfuzz.environment import classify_error
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_every_builtin_kernel_variant_compiles_for_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_CACHE_DIR": str(tmp_path)}
     r = subprocess.run([sys.executable, str(HERE / "gpu_compile_check.py"), "1"], capture_output=True, text=True,

@@ -33,6 +33,7 @@ def test_same_seed_same_cases(device):
     assert other.cases != runs[0]
 
 
+@pytest.mark.slow
 def test_new_finding_is_shrunk_keeping_its_signature(seed_path, device):
     ex = WorkerExecutor(str(seed_path), device)  # the seed can take its process down
     seen = []  # what on_new was shown: each finding once, as first seen, before any shrinking

@@ -130,6 +130,7 @@ def _seed_whose_first_stint_has(device: str, rows: set[int], repeats_skip=(3, 25
     raise AssertionError("no seed")
 
 
+@pytest.mark.slow
 def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_path, device):
     spec = _target(tmp_path, "faulting", FAULTING)
     seed = _seed_whose_first_stint_has(device, {2, 3, 255})

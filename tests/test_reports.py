@@ -48,6 +48,7 @@ def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
     return [dict(zip(header, r)) for r in body]
 
 
+@pytest.mark.slow
 @needs_atheris
 @pytest.mark.interpreter
 def test_an_atheris_run_reports_its_figures_in_markdown_junit_and_the_summary(tmp_path):

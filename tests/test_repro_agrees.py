@@ -43,6 +43,19 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CASES = list(iter_cases(CORPUS))
 
 
+def _one_per_kind(cases) -> list:
+    """Every case, the first of each (op, kind, expectation) in the fast suite and the rest
+    marked slow (`pytest -m slow` runs them: each is a script run in a process of its own)."""
+    seen, out = set(), []
+    for item in cases:
+        path, saved = item
+        key = (saved.case.op, saved.finding.kind if saved.finding else None, saved.expected) \
+            if isinstance(saved, SavedCase) else ("unreadable", path.name, None)
+        out.append(pytest.param(item, id=_case_id(item), marks=[pytest.mark.slow] if key in seen else []))
+        seen.add(key)
+    return out
+
+
 def _case_id(item) -> str:
     path, saved = item
     if not isinstance(saved, SavedCase):
@@ -129,7 +142,7 @@ def show(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("item", CASES, ids=[_case_id(c) for c in CASES])
+@pytest.mark.parametrize("item", _one_per_kind(CASES))
 def test_script_verdict_equals_replay(item, judge_on, tmp_path):
     from kvfuzz.repro import write_repro
 

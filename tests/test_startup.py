@@ -41,6 +41,7 @@ def test_an_early_worker_is_the_one_the_executor_runs_cases_on(asked, device):
     assert early.proc.poll() is not None
 
 
+@pytest.mark.slow
 def test_the_standby_starts_after_the_first_answer_not_beside_the_first_batch(device):
     ex = WorkerExecutor("builtin", device, standby=True)
     try:
@@ -76,6 +77,7 @@ def test_a_refused_device_leaves_no_early_worker_behind(monkeypatch, tmp_path, d
     assert started and started[0].proc.poll() is not None  # killed and reaped
 
 
+@pytest.mark.slow
 def test_a_fuzz_report_says_how_long_the_start_took(tmp_path, device):
     report = tmp_path / "r.json"
     p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--device", device, "--op", "num_kv_splits",

@@ -224,6 +224,7 @@ def read_acks(path: Path) -> set[int]:
     return {int(line) for line in text.split("\n")[:-1]}  # a torn last line (no newline) was not acked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 def test_a_writer_killed_20_times_mid_save_loses_and_corrupts_nothing(tmp_path, exchange):
     """Kill -9 a saving writer 20 times: half of them at a chosen point inside `save` (after the

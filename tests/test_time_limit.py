@@ -23,6 +23,7 @@ def test_slots_split_the_limit_evenly_with_time_to_minimize_and_headroom():
     assert time_slots(["a"], 0.0, None) == {} and time_slots([], 0.0, 10.0) == {}
 
 
+@pytest.mark.slow
 def test_a_defective_target_fuzzes_every_op_and_ends_inside_its_limit(seed_path, tmp_path, device):
     """The seed has defects in all three of its ops: without the limit, a budget this large
     would keep the first op busy for 20 minutes."""
