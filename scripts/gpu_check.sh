@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hand-run GPU check (see docs/gpu.md). Needs the seed and the sglang cache under .carry/
+# The hand-run GPU check (docs/getting-started.md: running on a GPU). Needs the seed and the sglang cache under .carry/
 # (git-ignored):
 #   mkdir -p .carry/seed && cp ../shared/seed/metadata_kernels.py .carry/seed/
 #   KVFUZZ_CACHE=.carry/cache python -c "from kvfuzz.targets.wheels import sglang_kernel_file as f; f('0.5.14')"
