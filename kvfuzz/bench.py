@@ -283,6 +283,7 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 "ratio": round(checked / max(bare, 1e-9), 3),
                 "compiles_per_1000": {"cold": round(1000 * (mid - before) / n, 2),
                                       "warm": round(1000 * (after - mid) / max(fresh.cases, 1), 2)},
+                "variants": variants,  # the count itself: per 1,000 it rounds to 0.00 on a fast GPU
                 "variants_per_1000": round(1000 * variants / n, 2),
                 "classes": cold.classes,
                 "stages": {k: round(v, 3) for k, v in sorted(stages.items())},

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvfuzz.environment import classify_error
 
 HERE = Path(__file__).resolve().parent

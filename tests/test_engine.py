@@ -3,6 +3,8 @@ signature holds; the budget and case count bound a run."""
 
 from __future__ import annotations
 
+import pytest
+
 from kvfuzz.engines.hypothesis_engine import fuzz_op
 from kvfuzz.worker import InProcessExecutor, WorkerExecutor
 
