@@ -54,7 +54,7 @@ _interpreter_refusal: list[str | None] = []  # once per session: None, or why kv
 
 def _cpu_interpreter_refused() -> str | None:
     """Why kvfuzz refuses this machine's Triton interpreter (its probes, in a process of its
-    own), or None. On the CPU this session already runs it: None at once."""
+    own), or None. On the CPU this pytest run already selected it: its own answer."""
     if DEVICE == "cpu":
         return INTERPRETER_REFUSED
     if not _interpreter_refusal:

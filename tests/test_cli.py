@@ -90,7 +90,7 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
 
 def _saved_case(tmp_path, expected="xfail", target="builtin"):
     """A must-refuse case (page_size 48) recorded as a known defect of `target`, seen on the
-    device this session runs (prune replays only cases seen on its own device)."""
+    device this test run uses (prune replays only cases seen on its own device)."""
 
     from kvfuzz import device as devmod
     from kvfuzz.corpus import DirectoryCorpus, SavedCase, environment_versions
