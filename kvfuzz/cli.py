@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
-    from .ops import CONTRACTS
+    from .ops import CONTRACTS, contract_status
     from .progress import make_display
     from .reports import engine_line
 
@@ -224,8 +224,10 @@ def cmd_fuzz(args) -> int:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
+        print(f"  {contract_status(x.case)}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
+        print(f"  {contract_status(x.finding.first)}")
     _write_reports(args, result.report())
     known = len(result.saved) - len(result.new)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
@@ -266,8 +268,12 @@ def _fuzz_jobs(args, cfg) -> int:
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))
+        if f.get("contract"):
+            print(f"  {f['contract']}")
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
+        if f.get("contract"):
+            print(f"  {f['contract']}")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
     return code
@@ -317,14 +323,23 @@ def _check_writable(path: Path | None, option: str = "--report") -> None:
         raise BadInput(f"{option} {path} is a directory")
 
 
+def _case_dir(path: Path) -> Path:
+    """A case directory named by itself or by its case.json."""
+    path = Path(path)
+    return path.parent if path.name == "case.json" else path
+
+
 def _read_case(path: Path):
     from .corpus import read_case_dir
+    from .corpus.format import CASE_FILE, TENSORS_FILE
 
-    path = Path(path)
-    if path.name == "case.json":
-        path = path.parent
+    path = _case_dir(path)
     if not path.exists():
         raise BadCaseFile(path, "no such case")
+    if path.is_dir() and not any((path / name).exists() for name in (CASE_FILE, TENSORS_FILE)):
+        inside = next((p.parent for p in sorted(path.rglob(CASE_FILE))), None)
+        raise BadInput(f"{path} is not a case folder: a case folder holds {CASE_FILE} and {TENSORS_FILE} "
+                       "(docs/case-format.md)" + (f"; replay one of the cases inside, e.g. {inside}" if inside else ""))
     return read_case_dir(path)
 
 
@@ -335,7 +350,7 @@ def cmd_replay(args) -> int:
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
         print(f"kvfuzz: warning: {line}", file=sys.stderr)
-    print(render(r))
+    print(render(r, _case_dir(args.case).name))
     if args.emit_repro:
         from .repro import write_repro
 
@@ -382,15 +397,23 @@ def cmd_corpus_ls(args) -> int:
     from .corpus import list_cases
 
     rows = list_cases(args.paths)
+    print("  ".join(LS_COLUMNS))
     for row in rows:
         print(_row(row))
-    print(f"{len(rows)} cases")
-    return 0
+    bad = [row for row in rows if row.error]
+    for row in bad:
+        print(f"kvfuzz: unreadable case {row.path}: {row.error}", file=sys.stderr)
+    print(f"{len(rows)} cases" + (f", {len(bad)} unreadable" if bad else ""))
+    return 1 if bad else 0
+
+
+LS_COLUMNS = ("op", "key", "kind", "expected", "target", "signature", "path")  # `corpus ls`'s header line
 
 
 def _row(row) -> str:
-    fields = [getattr(row, n, "") for n in ("op", "key", "kind", "expected", "target", "signature", "path")]
-    return "  ".join(str(x) for x in fields)
+    if row.error:
+        return "  ".join(("?", row.key, "UNREADABLE", "-", "-", row.error, str(row.path)))
+    return "  ".join(str(getattr(row, n, "")) for n in LS_COLUMNS)
 
 
 def cmd_corpus_merge(args) -> int:
