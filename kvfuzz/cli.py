@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     _target_device(r, default_target=None)
     r.add_argument("--emit-repro", type=Path, metavar="FILE.py",
                    help="also write a standalone script (torch + triton only) reproducing the case")
+    r.add_argument("--short", action="store_true",
+                   help="with --emit-repro: a plain torch script of a few dozen lines (explicit tensors, the call, "
+                   "asserts on the expected cells) for a bug report; a finding only the guarded arena shows "
+                   "(out-of-bounds writes, crashes) gets the full script, and replay says why")
     r.set_defaults(run=cmd_replay)
 
     m = sub.add_parser("minimize", help="shrink one saved case")
@@ -346,6 +350,8 @@ def _read_case(path: Path):
 def cmd_replay(args) -> int:
     from .replay import render, replay, version_warnings
 
+    if args.short and not args.emit_repro:
+        raise BadInput("--short goes with --emit-repro FILE.py")
     saved = _read_case(args.case)
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
@@ -353,9 +359,18 @@ def cmd_replay(args) -> int:
     print(render(r, _case_dir(args.case).name))
     if args.emit_repro:
         from .repro import write_repro
+        from .short_repro import why_not_short, write_short_repro
 
-        write_repro(saved, args.emit_repro, device=r.device)
-        print(f"repro    wrote {args.emit_repro}: python {args.emit_repro} PATH/TO/KERNELS.py")
+        why = why_not_short(saved) if args.short else None
+        if args.short and why is None:
+            write_short_repro(saved, args.emit_repro, _case_dir(args.case).name)
+            print(f"repro    wrote {args.emit_repro} (short, plain torch): python {args.emit_repro} "
+                  "[PATH/TO/KERNELS.py]")
+        else:
+            write_repro(saved, args.emit_repro, device=r.device)
+            if why:
+                print(f"repro    {why}: wrote the full script instead")
+            print(f"repro    wrote {args.emit_repro}: python {args.emit_repro} PATH/TO/KERNELS.py")
     return 1 if r.fails else 0
 
 
