@@ -132,3 +132,15 @@ def test_a_must_refuse_case_passes_only_when_the_call_raises(tmp_path):
     p = run_script(script, accepting)
     assert p.returncode == 1 and "ran a case it must refuse: page_size 3 is not a positive power of two" in p.stderr
     assert run_script(script, tmp_path / "missing.py").returncode == 2
+
+
+@pytest.mark.parametrize("path, saved", SHOWN)
+def test_a_short_script_is_clean_and_imports_only_the_standard_library_torch_and_sglang(path, saved):
+    from test_repro import lint, script_imports
+
+    src = render_short(saved, path.name)
+    assert lint(src, "repro.py") == []
+    assert script_imports(src) <= {"importlib.util", "inspect", "os", "sys", "types", "torch",
+                                   "sglang.kernels.ops.attention.metadata",
+                                   "sglang.srt.layers.attention.triton_ops.metadata",
+                                   "sglang.srt.mem_cache.swa_memory_pool"}, script_imports(src)
