@@ -134,5 +134,5 @@ def render(r: Replayed, name: str | None = None) -> str:
     for f in v.findings:
         lines.append(f"  {f.kind}: {f.signature}")
         lines.append(f"    {f.message}")
-        lines += [f"    {line}" for line in cell_lines(f)]
+        lines += [f"    {line}" for line in cell_lines(f, c)]
     return "\n".join(lines)

@@ -5,7 +5,9 @@ summarised (dtype, shape, layout, min/max) with the rows that matter for the fai
 out: the rows the wrong output cells were computed from (`related_rows`, per op: decode's
 batch row i reads `seq_lens[i]`, `req_pool_indices[i]` and row `req_pool_indices[i]` of
 `req_to_token`; the spec op's row m reads `page_table_a[m // R]` and `page_table_b[m]`, ...).
-`cell_lines`: the wrong cells of a finding, `page_table[0, 1]: expected 5, got -559038737`.
+`cell_lines`: the wrong cells of a finding, `page_table[0, 1]: expected 5, got -559038737`,
+and, for a page-table cell, the input cells it is computed from (`cell_sources`:
+`reads req_to_token[2, 4] = 77, full_to_swa_index_mapping[77] = 9`).
 """
 
 from __future__ import annotations
@@ -87,8 +89,58 @@ def input_lines(case: Case, findings: Iterable[Finding] = ()) -> list[str]:
     return lines
 
 
-def cell_lines(f: Finding) -> list[str]:
-    """A finding's recorded cells in words: expected against what the target left."""
+def _at(table: np.ndarray, *index: int) -> str:
+    """`[i, j] = v`, or `[i, j] outside` an index past the table."""
+    where = "[" + ", ".join(str(i) for i in index) + "]"
+    inside = len(index) == table.ndim and all(0 <= i < n for i, n in zip(index, table.shape))
+    return f"{where} = {int(table[index])}" if inside else f"{where} (outside shape {list(table.shape)})"
+
+
+def cell_sources(case: Case, tensor: str, index: list[int]) -> str | None:
+    """The input cells an output cell is computed from, in words (page-table cells of the decode,
+    draft-extend and spec ops); None for the other cells."""
+    v, s = case.values, case.scalars
+    if case.op in ("decode_metadata", "draft_extend_metadata") and tensor in ("page_table", "swa_page_table"):
+        i, c = index
+        pool, rtt, ps = v["req_pool_indices"], v["req_to_token"], s["page_size"]
+        if not 0 <= i < pool.shape[0]:
+            return None
+        slot = int(pool[i])
+        parts = [f"req_pool_indices[{i}] = {slot}"]
+        if s.get("src_is_read_table"):
+            table = "req_to_token" if tensor == "page_table" else "swa_src_table"
+            return ", ".join(parts + [f"{table}{_at(v[table], slot, c)}"])
+        parts.append(f"req_to_token{_at(rtt, slot, c * ps)}")
+        if "outside" in parts[-1]:
+            return ", ".join(parts)
+        token = int(rtt[slot, c * ps])
+        if tensor == "page_table" and "full_v2p" in v:
+            parts.append(f"full_v2p{_at(v['full_v2p'], token // ps)}")
+        if tensor == "swa_page_table":
+            if "swa_v2p" in v:
+                parts.append(f"swa_v2p{_at(v['swa_v2p'], token // ps)}")
+            elif "full_to_swa_index_mapping" in v:
+                parts.append(f"full_to_swa_index_mapping{_at(v['full_to_swa_index_mapping'], token)}")
+        return ", ".join(parts)
+    if case.op == "swa_spec_page_table" and tensor == "page_table_dst":
+        m, c = index
+        R = s["speculative_num_draft_tokens"]
+        la_all, lb_all = v["seq_len_a"], v["seq_len_b"]
+        if not (0 <= m // R < la_all.shape[0] and 0 <= m < lb_all.shape[0]):
+            return None
+        la, lb = int(la_all[m // R]), int(lb_all[m])
+        head = f"seq_len_a[{m // R}] = {la}, seq_len_b[{m}] = {lb}"
+        if c < la:
+            return f"{head}, page_table_a{_at(v['page_table_a'], m // R, c)}"
+        if c < la + lb:
+            return f"{head}, page_table_b{_at(v['page_table_b'], m, c - la)}"
+        return f"{head}: past la + lb = {la + lb}"
+    return None
+
+
+def cell_lines(f: Finding, case: Case | None = None) -> list[str]:
+    """A finding's recorded cells in words: expected against what the target left, and with
+    `case`, the input cells each is computed from."""
     lines = []
     for cell in f.cells:
         if "index" not in cell:  # bytes outside the elements
@@ -103,4 +155,7 @@ def cell_lines(f: Finding) -> list[str]:
         else:
             rest = ", ".join(f"{k} {val}" for k, val in cell.items() if k != "index")
             lines.append(f"{at}: {rest}")
+        sources = cell_sources(case, f.tensor, list(cell["index"])) if case is not None else None
+        if sources:
+            lines.append(f"  reads {sources}")
     return lines

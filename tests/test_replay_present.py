@@ -90,3 +90,26 @@ def test_replay_of_a_folder_that_is_not_a_case_says_what_a_case_folder_holds(tmp
     assert f"{folder} is not a case folder: a case folder holds case.json and tensors.npz (docs/case-format.md)" in err
     if make == "corpus root":
         assert "replay one of the cases inside, e.g. " in err
+
+
+def test_a_wrong_page_table_cell_names_the_input_cells_it_is_computed_from():
+    from kvfuzz.show import cell_lines
+
+    case = cases.decode(ps=4, swa=True)
+    v = case.values
+    slot = int(v["req_pool_indices"][1])
+    token = int(v["req_to_token"][slot, 2 * 4])
+    f = Finding("mismatch", "decode_metadata", "swa", "swa_page_table", "partial", "m",
+                ({"index": [1, 2], "numpy": 7, "torch": 7, "got": 8},))
+    assert cell_lines(f, case) == [
+        "swa_page_table[1, 2]: expected 7, got 8",
+        f"  reads req_pool_indices[1] = {slot}, req_to_token[{slot}, 8] = {token}, "
+        f"full_to_swa_index_mapping[{token}] = {int(v['full_to_swa_index_mapping'][token])}"]
+    spec = cases.spec(la=(3, 300), R=2, WB=2)  # row 1: la 3, lb 1
+    g = Finding("untouched_write", "swa_spec_page_table", "spec", "page_table_dst", "cells", "m",
+                ({"index": [1, 3], "got": 5, "before": -1}, {"index": [1, 4], "got": 5, "before": -1}))
+    b = int(spec.values["page_table_b"][1, 0])
+    assert cell_lines(g, spec) == ["page_table_dst[1, 3]: must stay -1, got 5",
+                                   f"  reads seq_len_a[0] = 3, seq_len_b[1] = 1, page_table_b[1, 0] = {b}",
+                                   "page_table_dst[1, 4]: must stay -1, got 5",
+                                   "  reads seq_len_a[0] = 3, seq_len_b[1] = 1: past la + lb = 4"]
