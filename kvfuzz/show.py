@@ -22,6 +22,7 @@ from .findings import Finding
 SMALL = 64  # elements: an input this small is printed in full
 ROW_SHOWN = 32  # elements of one row printed before "..."
 ROWS_SHOWN = 4  # rows that matter printed per input
+FIRST_SHOWN = 16  # elements of a large 1-D input shown when no row of it matters
 
 
 def values_text(values: np.ndarray, limit: int = ROW_SHOWN) -> str:
@@ -83,7 +84,7 @@ def input_lines(case: Case, findings: Iterable[Finding] = ()) -> list[str]:
         lines.append(f"    min {int(values.min())}, max {int(values.max())}")
         shown = [r for r in related.get(name, []) if 0 <= r < values.shape[0]][:ROWS_SHOWN]
         if not shown and values.ndim == 1:
-            lines.append(f"    first {ROW_SHOWN}: {values_text(values)}")
+            lines.append(f"    first {FIRST_SHOWN}: {values_text(values, FIRST_SHOWN)}")
         for r in shown:
             lines.append(f"    [{r}] {values_text(values[r])}")
     return lines
