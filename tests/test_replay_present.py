@@ -19,9 +19,8 @@ SPEC_MISMATCH = CORPUS / "swa_spec_page_table" / "97a4773cf309275b"  # the seed'
 SPEC_OUT_OF_CONTRACT = CORPUS / "swa_spec_page_table" / "3007b53d920c00dd"  # la + lb past the width: builtin passes
 
 
-@pytest.mark.interpreter
-def test_replay_names_the_case_shows_its_inputs_and_the_wrong_cells(seed_path, capsys):
-    code = main(["replay", str(SPEC_MISMATCH), "--target", str(seed_path), "--device", "cpu", "--in-process"])
+def test_replay_names_the_case_shows_its_inputs_and_the_wrong_cells(seed_path, device, capsys):
+    code = main(["replay", str(SPEC_MISMATCH), "--target", str(seed_path), "--device", device, "--in-process"])
     out = capsys.readouterr().out
     assert code == 1, out
     lines = out.splitlines()
@@ -35,9 +34,8 @@ def test_replay_names_the_case_shows_its_inputs_and_the_wrong_cells(seed_path, c
     assert "    page_table_dst[1, 0]: expected 0, got -559038737" in lines
 
 
-@pytest.mark.interpreter
-def test_replay_says_which_rule_an_out_of_contract_case_breaks(capsys):
-    code = main(["replay", str(SPEC_OUT_OF_CONTRACT), "--device", "cpu", "--in-process"])
+def test_replay_says_which_rule_an_out_of_contract_case_breaks(device, capsys):
+    code = main(["replay", str(SPEC_OUT_OF_CONTRACT), "--device", device, "--in-process"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "contract out of contract: row 0: la + lb = 1 > page_table_dst width 0" in out.splitlines()

@@ -84,11 +84,10 @@ def test_a_kind_only_the_arena_shows_is_refused_with_why(path, saved):
         render_short(saved)
 
 
-@pytest.mark.interpreter
-def test_replay_short_writes_the_full_script_for_an_out_of_bounds_write_and_says_why(tmp_path, capsys):
+def test_replay_short_writes_the_full_script_for_an_out_of_bounds_write_and_says_why(tmp_path, device, capsys):
     case = CORPUS / "swa_spec_page_table" / "9eca8a1f0ba01d7d"  # out_of_bounds_write (a stride gap)
     script = tmp_path / "r.py"
-    assert main(["replay", str(case), "--device", "cpu", "--in-process", "--emit-repro", str(script), "--short"]) == 0
+    assert main(["replay", str(case), "--device", device, "--in-process", "--emit-repro", str(script), "--short"]) == 0
     out = capsys.readouterr().out
     assert "repro    a short repro cannot show out_of_bounds_write: it writes outside the tensors' elements, " \
            "which only the guarded arena shows: wrote the full script instead" in out
