@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import cases
-from kvfuzz.case import TensorSpec
 from kvfuzz.ops import CONTRACTS, contract_status
 from kvfuzz.reports import junit_xml, markdown
 from kvfuzz.strategies import random_cases
