@@ -14,7 +14,8 @@ refuse, that it raises. No kvfuzz import, no memory image:
     python FILE.py [PATH/TO/metadata.py]     # without a path: the entry point from sglang
 
 Exit status: 0 clean, 1 the defect shows (an AssertionError saying which cells, or the
-target's own exception), 2 a kernel path that does not exist.
+target's own exception), 2 a kernel path that does not exist, or no path and no importable
+sglang.
 
 Kinds a short script cannot show (`why_not_short`): bytes written outside the tensors'
 elements (`out_of_bounds_write`: only the guarded arena sees them), crashes (the full script
@@ -251,7 +252,7 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
            f"Found with target {saved.target} on {saved.device}; {contract_status(case)}.",
            "",
            f"Run: python {{this file}} [PATH/TO/metadata.py]  (no path: {entry} from sglang)",
-           'Exit 0: clean; 1: the defect shows."""',
+           'Exit 0: clean; 1: the defect shows; 2: no such kernel file, or no sglang to import."""',
            "import importlib.util"] + (["import inspect"] if case.op == "decode_metadata" else []) + [
            "import os", "import sys"] + (["import types"] if "SWAKVPool" in helpers else []) + ["",
            "import torch", "",
@@ -267,7 +268,11 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
             "        sys.exit(2)",
             f"    {entry} = load(sys.argv[1]).{entry}",
             "else:",
-            f"    from {_sglang_module(saved.target)} import {entry}",
+            "    try:",
+            f"        from {_sglang_module(saved.target)} import {entry}",
+            "    except ImportError as exc:",
+            '        print(f"cannot import sglang ({exc}): give the kernel file\'s path", file=sys.stderr)',
+            "        sys.exit(2)",
             "", "# inputs, then outputs (filled with POISON); gaps between strided elements hold kvfuzz's canary"]
     for tname, spec in sorted(case.tensors.items(), key=lambda kv: (kv[0] not in case.values, kv[0])):
         out.append(_tensor_source(tname, spec, case.values.get(tname)))

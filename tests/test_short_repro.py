@@ -133,6 +133,21 @@ def test_a_must_refuse_case_passes_only_when_the_call_raises(tmp_path):
     assert run_script(script, tmp_path / "missing.py").returncode == 2
 
 
+@pytest.mark.interpreter
+def test_without_a_path_the_entry_point_comes_from_sglang_and_no_sglang_is_exit_2(tmp_path):
+    saved = next(s for p, s in _corpus() if p.name == "97a4773cf309275b")
+    script = tmp_path / "repro.py"
+    write_short_repro(saved, script)
+    assert "from sglang.srt.layers.attention.triton_ops.metadata import prepare_swa_spec_page_table_triton" \
+        in script.read_text()  # sglang 0.5.14's module
+    fake = tmp_path / "site" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('a stand-in that cannot be imported')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(fake.parent))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 2 and "cannot import sglang" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("path, saved", SHOWN)
 def test_a_short_script_is_clean_and_imports_only_the_standard_library_torch_and_sglang(path, saved):
     from test_repro import lint, script_imports
