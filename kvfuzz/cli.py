@@ -341,7 +341,9 @@ def _read_case(path: Path):
     if not path.exists():
         raise BadCaseFile(path, "no such case")
     if path.is_dir() and not any((path / name).exists() for name in (CASE_FILE, TENSORS_FILE)):
-        inside = next((p.parent for p in sorted(path.rglob(CASE_FILE))), None)
+        # a corpus root or an op folder: name a case two levels down at most (never walk a whole tree)
+        inside = next((p.parent for pattern in (f"*/{CASE_FILE}", f"*/*/{CASE_FILE}")
+                       for p in sorted(path.glob(pattern))), None)
         raise BadInput(f"{path} is not a case folder: a case folder holds {CASE_FILE} and {TENSORS_FILE} "
                        "(docs/case-format.md)" + (f"; replay one of the cases inside, e.g. {inside}" if inside else ""))
     return read_case_dir(path)
