@@ -33,7 +33,7 @@ from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .judge import Verdict, judge
 from .minimize import minimize
-from .ops import CONTRACTS, get_contract
+from .ops import CONTRACTS, contract_status, get_contract
 from .progress import OpProgress, lines_to
 from .targets import check_variant, variant_for
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
@@ -192,6 +192,7 @@ class CampaignResult:
                 "kind": x.found.finding.kind,
                 "signature": x.found.finding.signature,
                 "message": x.found.finding.message,
+                "contract": contract_status(x.case),  # in contract, or the rule the saved case breaks
                 "case": str(x.path) if x.path else None,
                 "save_error": x.save_error,
                 "confirmed": x.confirmation.describe() if x.confirmation else None,
@@ -206,6 +207,7 @@ class CampaignResult:
                 "op": x.finding.finding.op,
                 "signature": x.finding.finding.signature,
                 "message": x.finding.finding.message,
+                "contract": contract_status(x.finding.first),
                 "reproduced": x.confirmation.reproduced,
                 "tries": x.confirmation.tries,
                 "case_digest": x.finding.first.digest(),

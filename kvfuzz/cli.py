@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     _target_device(r, default_target=None)
     r.add_argument("--emit-repro", type=Path, metavar="FILE.py",
                    help="also write a standalone script (torch + triton only) reproducing the case")
+    r.add_argument("--short", action="store_true",
+                   help="with --emit-repro: a plain torch script of a few dozen lines (explicit tensors, the call, "
+                   "asserts on the expected cells) for a bug report; a finding only the guarded arena shows "
+                   "(out-of-bounds writes, crashes) gets the full script, and replay says why")
     r.set_defaults(run=cmd_replay)
 
     m = sub.add_parser("minimize", help="shrink one saved case")
@@ -186,7 +190,7 @@ def _say_notes(report: dict) -> None:
 
 def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
-    from .ops import CONTRACTS
+    from .ops import CONTRACTS, contract_status
     from .progress import make_display
     from .reports import engine_line
 
@@ -235,8 +239,10 @@ def cmd_fuzz(args) -> int:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
+        print(f"  {contract_status(x.case)}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
+        print(f"  {contract_status(x.finding.first)}")
     report = result.report()
     _write_reports(args, report)
     _say_notes(report)
@@ -280,8 +286,12 @@ def _fuzz_jobs(args, cfg) -> int:
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))
+        if f.get("contract"):
+            print(f"  {f['contract']}")
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
+        if f.get("contract"):
+            print(f"  {f['contract']}")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
     return code
@@ -332,30 +342,52 @@ def _check_writable(path: Path | None, option: str = "--report") -> None:
         raise BadInput(f"{option} {path} is a directory")
 
 
+def _case_dir(path: Path) -> Path:
+    """A case directory named by itself or by its case.json."""
+    path = Path(path)
+    return path.parent if path.name == "case.json" else path
+
+
 def _read_case(path: Path):
     from .corpus import read_case_dir
+    from .corpus.format import CASE_FILE, TENSORS_FILE
 
-    path = Path(path)
-    if path.name == "case.json":
-        path = path.parent
+    path = _case_dir(path)
     if not path.exists():
         raise BadCaseFile(path, "no such case")
+    if path.is_dir() and not any((path / name).exists() for name in (CASE_FILE, TENSORS_FILE)):
+        # a corpus root or an op folder: name a case two levels down at most (never walk a whole tree)
+        inside = next((p.parent for pattern in (f"*/{CASE_FILE}", f"*/*/{CASE_FILE}")
+                       for p in sorted(path.glob(pattern))), None)
+        raise BadInput(f"{path} is not a case folder: a case folder holds {CASE_FILE} and {TENSORS_FILE} "
+                       "(docs/case-format.md)" + (f"; replay one of the cases inside, e.g. {inside}" if inside else ""))
     return read_case_dir(path)
 
 
 def cmd_replay(args) -> int:
     from .replay import render, replay, version_warnings
 
+    if args.short and not args.emit_repro:
+        raise BadInput("--short goes with --emit-repro FILE.py")
     saved = _read_case(args.case)
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
         print(f"kvfuzz: warning: {line}", file=sys.stderr)
-    print(render(r))
+    print(render(r, _case_dir(args.case).name))
     if args.emit_repro:
         from .repro import write_repro
+        from .short_repro import why_not_short, write_short_repro
 
-        write_repro(saved, args.emit_repro, device=r.device)
-        print(f"repro    wrote {args.emit_repro}: python {args.emit_repro} PATH/TO/KERNELS.py")
+        why = why_not_short(saved) if args.short else None
+        if args.short and why is None:
+            write_short_repro(saved, args.emit_repro, _case_dir(args.case).name)
+            print(f"repro    wrote {args.emit_repro} (short, plain torch): python {args.emit_repro} "
+                  "[PATH/TO/KERNELS.py]")
+        else:
+            write_repro(saved, args.emit_repro, device=r.device)
+            if why:
+                print(f"repro    {why}: wrote the full script instead")
+            print(f"repro    wrote {args.emit_repro}: python {args.emit_repro} PATH/TO/KERNELS.py")
     return 1 if r.fails else 0
 
 
@@ -397,15 +429,23 @@ def cmd_corpus_ls(args) -> int:
     from .corpus import list_cases
 
     rows = list_cases(args.paths)
+    print("  ".join(LS_COLUMNS))
     for row in rows:
         print(_row(row))
-    print(f"{len(rows)} cases")
-    return 0
+    bad = [row for row in rows if row.error]
+    for row in bad:
+        print(f"kvfuzz: unreadable case {row.path}: {row.error}", file=sys.stderr)
+    print(f"{len(rows)} cases" + (f", {len(bad)} unreadable" if bad else ""))
+    return 1 if bad else 0
+
+
+LS_COLUMNS = ("op", "key", "kind", "expected", "target", "signature", "path")  # `corpus ls`'s header line
 
 
 def _row(row) -> str:
-    fields = [getattr(row, n, "") for n in ("op", "key", "kind", "expected", "target", "signature", "path")]
-    return "  ".join(str(x) for x in fields)
+    if row.error:
+        return "  ".join(("?", row.key, "UNREADABLE", "-", "-", row.error, str(row.path)))
+    return "  ".join(str(getattr(row, n, "")) for n in LS_COLUMNS)
 
 
 def cmd_corpus_merge(args) -> int:

@@ -2,6 +2,11 @@
 
 One `Contract` record per op (in `kvfuzz.ops`), in the manner of PyTorch's OpInfo: the
 arguments a reader can scan, and behaviour hung off it as functions of a `Case`.
+
+`Contract.assess` is the in-contract predicate; `Contract.broken_rule` names the first rule a
+case breaks, with its values (`row 0: la + lb = 2 > page_table_dst width 1`), and
+`Contract.status_text` says it as every report does (`in contract`, `out of contract: RULE`,
+`must refuse: RULE`). Both read `assess`, so a status and its rule cannot disagree.
 """
 
 from __future__ import annotations
@@ -138,10 +143,30 @@ class Contract:
         except OutOfContract as exc:
             return "out_of_contract", exc.reasons, None
 
+    def broken_rule(self, case: Case) -> str | None:
+        """The first rule `case` breaks, as text with the values that break it, or None when
+        it is in contract (a must-refuse case breaks the rule it must be refused for)."""
+        status, reasons, _ = self.assess(case)
+        return None if status == "in_contract" else reasons[0]
+
+    def status_text(self, case: Case) -> str:
+        """`in contract`, `out of contract: RULE` or `must refuse: RULE` (RULE: broken_rule)."""
+        status, reasons, _ = self.assess(case)
+        return status_text(status, reasons)
+
     def out_of_contract(self, case: Case) -> list[str]:
         """Every reason the case is outside the contract; [] means in contract."""
         status, reasons, _ = self.assess(case)
         return reasons if status != "in_contract" else []
+
+
+def status_text(status: str, reasons: list[str]) -> str:
+    """An `assess` status and its reasons as one phrase: `in contract`, `out of contract: the
+    first broken rule`, `must refuse: the first reason`."""
+    if status == "in_contract":
+        return "in contract"
+    rule = reasons[0] if reasons else "?"
+    return f"{status.replace('_', ' ')}: {rule}"
 
 
 # Shared checks the op modules build their predicates from -------------------------------

@@ -1,4 +1,10 @@
-"""Re-run one saved case and say, for a kernel author, what is wrong with it now."""
+"""Re-run one saved case and say, for a kernel author, what is wrong with it now.
+
+`render` names the case as the corpus does (its directory), says whether it is in or out of
+contract and which rule it breaks, prints its inputs (small ones in full, larger ones
+summarised with the rows that matter: kvfuzz/show.py) and, per finding, the wrong cells'
+expected and actual values.
+"""
 
 from __future__ import annotations
 
@@ -98,24 +104,29 @@ def version_warnings(saved: SavedCase) -> list[str]:
     return out
 
 
-def render(r: Replayed) -> str:
+def render(r: Replayed, name: str | None = None) -> str:
+    """What `kvfuzz replay` prints; `name`: the case directory's name (default: the corpus key,
+    the name the corpus gives it)."""
+    from .contract import status_text
+    from .show import cell_lines, input_lines
+
     c, v = r.saved.case, r.verdict
-    lines = [f"case     {c.op} [{c.variant}] {c.digest()}  ({v.status.replace('_', ' ')})",
+    lines = [f"case     {name or r.saved.key()}  ({c.op} [{c.variant}], content digest {c.digest()})",
              f"target   {r.target}  ({r.description}) on {devmod.describe(r.device)}"
              + (f", cross-checked on {c.meta['cross_check']}" if c.meta.get("cross_check") else "")]
     if r.saved.finding is not None:
         lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
-    if v.reasons:
-        lines.append(f"contract out of contract: {'; '.join(v.reasons[:3])}")
+    lines.append(f"contract {status_text(v.status, v.reasons)}")
+    lines += [f"         also: {why}" for why in v.reasons[1:3]]
     if v.expected is not None and v.expected.boundary:
         lines.append(f"boundary {v.expected.boundary}")
     if v.refused:
         lines.append(f"raised   {v.refused}")
     lines.append("scalars  " + ", ".join(f"{k}={val}" for k, val in sorted(c.scalars.items())))
-    lines.append("layouts")
-    for name, spec in sorted(c.tensors.items()):
-        role = "in " if name in c.values else "out"
-        lines.append(f"  {role} {name}: {spec.describe()}")
+    lines.append("inputs")
+    lines += input_lines(c, v.findings)
+    lines.append("outputs")
+    lines += [f"  {out}: {spec.describe()}" for out, spec in sorted(c.tensors.items()) if out not in c.values]
     if not v.findings:
         lines.append("verdict  PASS: no findings")
         return "\n".join(lines)
@@ -123,6 +134,5 @@ def render(r: Replayed) -> str:
     for f in v.findings:
         lines.append(f"  {f.kind}: {f.signature}")
         lines.append(f"    {f.message}")
-        for cell in f.cells:
-            lines.append("    " + "  ".join(f"{k}={val}" for k, val in cell.items()))
+        lines += [f"    {line}" for line in cell_lines(f, c)]
     return "\n".join(lines)

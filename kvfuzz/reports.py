@@ -6,6 +6,9 @@ variants and findings, the findings (new or known), flaky ones, the coverage rec
 plots beside it (cases over time, speed/compiles/findings per op, features exercised) when
 matplotlib is installed (the `[report]` extra: `report_extra_hint` says how to install it).
 
+Both say of every finding whether its saved case is in or out of contract, and the rule it
+breaks (the report's `contract`, `Contract.status_text`).
+
 `junit_xml`: one test per op and target. It fails when the op has a new finding (one the
 corpus did not already hold), lists known findings in its output, and is skipped when the
 target lacks the op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
@@ -69,17 +72,25 @@ def junit_xml(report: dict) -> str:
             failures += 1
             failure = ET.SubElement(case, "failure", message=f"{len(new)} new finding(s): "
                                     + ", ".join(f["signature"] for f in new))
-            failure.text = "\n".join(f"{f['signature']}: {f['message']} ({f.get('case')})" for f in new)
+            failure.text = "\n".join(f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}"
+                                     for f in new)
         known = [f for f in mine if not f.get("new", True)]
         flaky = [f for f in report.get("flaky", []) if f["op"] == op]
-        lines = [f"known: {f['signature']} ({f.get('case')})" for f in known]
-        lines += [f"flaky: {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs" for f in flaky]
+        lines = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in known]
+        lines += [f"flaky: {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs{_contract(f)}"
+                  for f in flaky]
         if lines:
             ET.SubElement(case, "system-out").text = "\n".join(lines)
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
     suite.set("errors", "0")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _contract(f: dict) -> str:
+    """"; in contract" / "; out of contract: RULE" for a finding's line (nothing for a report
+    written before findings carried their contract status)."""
+    return f"; {f['contract']}" if f.get("contract") else ""
 
 
 def write_junit(path: Path, report: dict) -> None:
@@ -191,13 +202,15 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
     lines += _engine_table(ops)
     if findings:
-        lines += ["", "## Findings", "", "| signature | | case | what |", "| --- | --- | --- | --- |"]
+        lines += ["", "## Findings", "", "| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
         for f in findings:
             lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
-                         f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} |")
+                         f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
+                         f"{f.get('contract', '?').replace('|', '/')} |")
     if report.get("flaky"):
         lines += ["", "## Flaky (not saved)", ""]
-        lines += [f"- `{f['signature']}`: {f['reproduced']} of {f['tries']} fresh runs" for f in report["flaky"]]
+        lines += [f"- `{f['signature']}`: {f['reproduced']} of {f['tries']} fresh runs{_contract(f)}"
+                  for f in report["flaky"]]
     lines += ["", "## Coverage", "", "Cases that had each adversarial feature, per op.", ""]
     for op, s in ops.items():
         cov = s.get("coverage", {})

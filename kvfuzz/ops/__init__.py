@@ -16,3 +16,9 @@ def get_contract(name: str) -> Contract:
         from ..errors import BadInput
 
         raise BadInput(f"unknown op {name!r}; known ops: {', '.join(CONTRACTS)}") from None
+
+
+def contract_status(case) -> str:
+    """The case's contract status as every report says it: `in contract`, `out of contract:
+    RULE` or `must refuse: RULE` (Contract.status_text)."""
+    return get_contract(case.op).status_text(case)

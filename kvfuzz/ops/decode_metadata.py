@@ -188,7 +188,7 @@ def structural_reasons(case: Case) -> list[str]:
     if not isinstance(P, int) or P < 0:
         return [f"max_seq_pages must be a non-negative int, got {P!r}"]
     if not isinstance(s["seq_len_delta"], int):
-        reasons.append("seq_len_delta must be an int")
+        reasons.append(f"seq_len_delta must be an int, got {s['seq_len_delta']!r}")
     for name in ("page_table", "swa_page_table"):
         if name in t and t[name].shape[0] != B:
             reasons.append(f"{name} has {t[name].shape[0]} rows, batch is {B}")
@@ -196,10 +196,15 @@ def structural_reasons(case: Case) -> list[str]:
             reasons.append(f"max_seq_pages {P} > {name} width {t[name].shape[1]}")
     if P > 0:
         if (P - 1) * ps >= t["req_to_token"].shape[1]:
-            reasons.append(f"(max_seq_pages - 1) * page_size >= req_to_token width {t['req_to_token'].shape[1]}")
+            reasons.append(f"(max_seq_pages - 1) * page_size = ({P} - 1) * {ps} >= req_to_token width "
+                           f"{t['req_to_token'].shape[1]}")
         strided = case.values["strided_indices"]
-        if strided.shape[0] < P or not np.array_equal(strided[:P], np.arange(P) * ps):
-            reasons.append("strided_indices[:max_seq_pages] is not arange(0, P * page_size, page_size)")
+        if strided.shape[0] < P:
+            reasons.append(f"strided_indices has {strided.shape[0]} elements < max_seq_pages {P}")
+        elif not np.array_equal(strided[:P], np.arange(P) * ps):
+            j = int(np.flatnonzero(strided[:P] != np.arange(P) * ps)[0])
+            reasons.append(f"strided_indices[{j}] = {strided[j]}, not {j} * page_size = {j * ps} "
+                           "(strided_indices[:max_seq_pages] must be arange(0, P * page_size, page_size))")
     return reasons
 
 

@@ -53,7 +53,7 @@ def structural_reasons(case: Case) -> list[str]:
     t, s = case.tensors, case.scalars
     for sc in SCALARS:
         if not isinstance(s.get(sc.name), int) or isinstance(s.get(sc.name), bool):
-            reasons.append(f"{sc.name} must be an int")
+            reasons.append(f"{sc.name} must be an int, got {s.get(sc.name)!r}")
     if reasons:
         return reasons
     if t["seq_lens"].shape != (s["num_seq"],):

@@ -34,6 +34,24 @@ def cdiv32(what: str, a: int, b: int) -> int:
     return cdiv(a, b)
 
 
+def outside(values: np.ndarray, end: int, start: int = 0) -> np.ndarray:
+    """Where `values` lie outside [start, end)."""
+    return (values < start) | (values >= end)
+
+
+def _first(mask: np.ndarray) -> int | tuple[int, ...]:
+    """The first True position of `mask` (an int in 1-D, else a tuple): what a broken rule names."""
+    at = tuple(int(i) for i in np.argwhere(mask)[0])
+    return at[0] if len(at) == 1 else at
+
+
+def _not_int32(name: str, values: np.ndarray) -> str:
+    """The rule an output value past int32 breaks, naming the first such cell."""
+    at = _first(outside(np.asarray(values, dtype=np.int64), INT32_MAX + 1, INT32_MIN))
+    where = ", ".join(str(i) for i in (at if isinstance(at, tuple) else (at,)))
+    return f"{name}[{where}] = {np.asarray(values)[at]} does not fit int32"
+
+
 def _empty_out(case: Case, name: str) -> np.ndarray:
     return np.zeros(case.tensors[name].shape, dtype=np.int64)
 
@@ -61,7 +79,8 @@ def decode_metadata(case: Case) -> Expected:
         rtt = v["req_to_token"]  # gathered, then widened: only the cells read are copied
         rows = v["req_pool_indices"].astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= rtt.shape[0]):
-            raise OutOfContract(f"req_pool_indices outside [0, {rtt.shape[0]})")
+            i = _first(outside(rows, rtt.shape[0]))
+            raise OutOfContract(f"req_pool_indices[{i}] = {rows[i]} outside [0, {rtt.shape[0]})")
         cols = np.arange(P, dtype=np.int64) * ps
         if cols[-1] >= rtt.shape[1]:
             raise OutOfContract(f"(max_seq_pages - 1) * page_size = {cols[-1]} >= req_to_token width {rtt.shape[1]}")
@@ -74,7 +93,7 @@ def decode_metadata(case: Case) -> Expected:
             pages = _v2p(v["full_v2p"], pages, "full_v2p")
         pages = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18: a physical page's first block
         if not fits_int32(pages):
-            raise OutOfContract("a page_table value does not fit int32")
+            raise OutOfContract(_not_int32("page_table", pages))
         out["page_table"][:, :P] = pages
         if "swa_page_table" in case.tensors:
             if "swa_v2p" in case.tensors:  # unified SWA pool: the same virtual pages, its own table
@@ -82,10 +101,12 @@ def decode_metadata(case: Case) -> Expected:
             else:  # static SWA pool: token slot -> SWA slot, then its page
                 mapping = v["full_to_swa_index_mapping"]
                 if tokens.size and (tokens.min() < 0 or tokens.max() >= mapping.shape[0]):
-                    raise OutOfContract(f"a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
+                    i, c = _first(outside(tokens, mapping.shape[0]))
+                    raise OutOfContract(f"token id req_to_token[{rows[i]}, {c * ps}] = {tokens[i, c]} (row {i}, "
+                                        f"page {c}) lies outside the SWA mapping [0, {mapping.shape[0]})")
                 swa = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa):
-                raise OutOfContract("a swa_page_table value does not fit int32")
+                raise OutOfContract(_not_int32("swa_page_table", swa))
             out["swa_page_table"] = _empty_out(case, "swa_page_table")
             out["swa_page_table"][:, :P] = swa
         if s.get("zero_tail"):  # columns past each row's live pages are written 0
@@ -108,16 +129,20 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
         out["swa_page_table"][:, :P] = src[rows[:, None], np.arange(P)[None, :]]
     for name in ("page_table", "swa_page_table"):
         if name in out and not fits_int32(out[name]):
-            raise OutOfContract(f"a {name} value does not fit int32")
+            raise OutOfContract(_not_int32(name, out[name]))
 
 
 def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:
     """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0."""
     if pages.size and (pages.min() < 0 or pages.max() >= table.shape[0]):
-        raise OutOfContract(f"a virtual page lies outside {name} [0, {table.shape[0]})")
+        at = _first(outside(pages, table.shape[0]))
+        raise OutOfContract(f"virtual page {pages[at]} (row {at[0]}, page {at[1]}) lies outside {name} "
+                            f"[0, {table.shape[0]})")
     phys = table[pages].astype(np.int64)  # gathered, then widened: only the entries read are copied
     if phys.size and phys.min() < -1:
-        raise OutOfContract(f"a {name} entry read is below -1 (neither a physical page nor the tombstone)")
+        at = _first(phys < -1)
+        raise OutOfContract(f"{name}[{pages[at]}] = {phys[at]} (row {at[0]}, page {at[1]}) is below -1 "
+                            "(neither a physical page nor the tombstone)")
     return np.maximum(phys, 0)
 
 
@@ -263,9 +288,12 @@ def num_kv_splits(case: Case) -> Expected:
     floor = 0 if case.variant == "default" else 1
     low, high = (int(lens.min()), int(lens.max())) if lens.size else (0, 0)
     if lens.size and low < floor:
-        raise OutOfContract(f"a seq_len is below {floor}")
+        i = _first(lens < floor)
+        raise OutOfContract(f"seq_lens[{i}] = {lens[i]} is below {floor}"
+                            + (" (SGLang's contract: every seq_len >= 1)" if floor else ""))
     if not INT32_MIN <= low <= high <= INT32_MAX:  # fits_int32, from the same extremes
-        raise OutOfContract("a seq_len does not fit int32")
+        i = _first(outside(lens.astype(np.int64), INT32_MAX + 1, INT32_MIN))
+        raise OutOfContract(f"seq_lens[{i}] = {lens[i]} does not fit int32")
     if low >= 1 and lens.shape[0] <= case.scalars["num_seq"]:  # every length takes part
         mx, mn = high, low
     else:
@@ -341,22 +369,28 @@ def draft_extend_metadata(case: Case) -> Expected:
         tokens = rtt[pool[i], np.arange(n) * ps].astype(np.int64)
         pages = np.floor_divide(tokens, ps)
         if not fits_int32(pages):
-            raise OutOfContract(f"row {i}: a page_table value does not fit int32")
+            c = _first(outside(pages, INT32_MAX + 1, INT32_MIN))
+            raise OutOfContract(f"page_table[{i}, {c}] = {pages[c]} does not fit int32")
         out["page_table"][i, :n] = pages
         if swa:
             if tokens.min() < 0 or tokens.max() >= mapping.shape[0]:
-                raise OutOfContract(f"row {i}: a token id lies outside the SWA mapping [0, {mapping.shape[0]})")
+                c = _first(outside(tokens, mapping.shape[0]))
+                raise OutOfContract(f"token id req_to_token[{pool[i]}, {c * ps}] = {tokens[c]} (row {i}, page {c}) "
+                                    f"lies outside the SWA mapping [0, {mapping.shape[0]})")
             swa_pages = np.floor_divide(mapping[tokens].astype(np.int64), ps)
             if not fits_int32(swa_pages):
-                raise OutOfContract(f"row {i}: a swa_page_table value does not fit int32")
+                c = _first(outside(swa_pages, INT32_MAX + 1, INT32_MIN))
+                raise OutOfContract(f"swa_page_table[{i}, {c}] = {swa_pages[c]} does not fit int32")
             out["swa_page_table"][i, :n] = swa_pages
     if swa:
         locs = v["out_cache_loc"].astype(np.int64)
         if locs.size and (locs.min() < 0 or locs.max() >= mapping.shape[0]):
-            raise OutOfContract(f"an out_cache_loc lies outside the SWA mapping [0, {mapping.shape[0]})")
+            k = _first(outside(locs, mapping.shape[0]))
+            raise OutOfContract(f"out_cache_loc[{k}] = {locs[k]} lies outside the SWA mapping [0, {mapping.shape[0]})")
         slots = mapping[locs].astype(np.int64)
         if case.tensors["swa_out_cache_loc"].dtype == "int32" and not fits_int32(slots):
-            raise OutOfContract("a swa_out_cache_loc value does not fit int32")
+            k = _first(outside(slots, INT32_MAX + 1, INT32_MIN))
+            raise OutOfContract(f"swa_out_cache_loc[{k}] = mapping[{locs[k]}] = {slots[k]} does not fit int32")
         out["swa_out_cache_loc"] = slots
     return Expected(out)
 

@@ -1,0 +1,340 @@
+"""`kvfuzz replay CASE --emit-repro FILE.py --short`: a saved case as a plain torch script of a few
+dozen lines, the kind one attaches to an upstream bug report.
+
+The script holds the case's tensors as explicit `torch.tensor([...])` literals (each tensor's
+whole storage, so stride gaps keep the canary kvfuzz fills them with, and `.as_strided(...)`
+where the layout is not plain contiguous; such an input's storage is followed by GUARD canary
+elements, as the arena's guard band, so a kernel that ignores its strides reads canary, not
+whatever the allocator put there), calls the entry point as SGLang does, by keyword
+where releases renamed or moved arguments, and asserts the oracle's expected values on the
+required cells (any accepted answer, for a float32 rounding boundary), the poison left in the
+cells the contract leaves untouched, the inputs unchanged, and for a case the target must
+refuse, that it raises. No kvfuzz import, no memory image:
+
+    python FILE.py [PATH/TO/metadata.py]     # without a path: the entry point from sglang
+
+Exit status: 0 clean, 1 the defect shows (an AssertionError saying which cells, or the
+target's own exception), 2 a kernel path that does not exist, or no path and no importable
+sglang.
+
+Kinds a short script cannot show (`why_not_short`): bytes written outside the tensors'
+elements (`out_of_bounds_write`: only the guarded arena sees them), crashes (the full script
+isolates the call in a child process), nondeterminism and backend divergences (repeated or
+paired runs compared byte for byte), oracle disagreements (kvfuzz's own), and decode's SWA
+through SGLang's unified pool objects (`swa_v2p`, `swa_src_table`). For those `kvfuzz replay
+--short` writes the full script (kvfuzz/repro.py) and says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .case import Case, TensorSpec
+from .corpus import SavedCase
+from .materialize import CANARY_BYTE, POISON, elements_view
+from .ops import CONTRACTS, contract_status
+
+SHOWN_KINDS = ("mismatch", "untouched_write", "input_modified", "invalid_accepted")
+NOT_SHOWN = {
+    "out_of_bounds_write": "it writes outside the tensors' elements, which only the guarded arena shows",
+    "crash": "the call kills or hangs its process, or raises, which the full script isolates in a child process",
+    "nondeterministic": "it needs repeated runs compared byte for byte",
+    "backend_divergence": "it compares two backends' arenas byte for byte",
+    "oracle_disagreement": "it is a disagreement between kvfuzz's two oracles, not the target's defect",
+}
+CANARY = {dt: int(np.frombuffer(bytes([CANARY_BYTE]) * np.dtype(dt).itemsize, dtype=dt)[0]) for dt in POISON}
+LINE = 100  # characters per source line of a tensor literal
+RUN = 8  # equal values in a row written as [v] * n
+GUARD = 256  # canary elements after a strided input's storage, as the arena's guard band after it
+SMALL = 32  # elements: a plain tensor this small is written as its nested list
+UNTOUCHED_SHOWN = 64  # untouched cells checked (all of them for an untouched_write finding)
+
+# where the entry points live in an installed sglang (0.5.16 on; 0.5.13-0.5.15)
+SGLANG_MODULES = ("sglang.kernels.ops.attention.metadata", "sglang.srt.layers.attention.triton_ops.metadata")
+
+
+def why_not_short(saved: SavedCase) -> str | None:
+    """Why a short script cannot show this case's finding (None: it can)."""
+    case, f = saved.case, saved.finding
+    if f is not None and f.kind not in SHOWN_KINDS:
+        return f"a short repro cannot show {f.kind}: {NOT_SHOWN.get(f.kind, 'it needs the guarded arena')}"
+    if case.meta.get("cross_check"):
+        return "a short repro cannot show a cross-check case: " + NOT_SHOWN["backend_divergence"]
+    if case.op == "decode_metadata" and ({"swa_v2p", "swa_src_table"} & set(case.tensors)):
+        return "a short repro cannot build SGLang's unified SWA pool objects (swa_v2p, swa_src_table)"
+    return None
+
+
+# --------------------------------------------------------------------------- literals
+
+
+def _run_list(values: list[int]) -> str:
+    """A Python list expression of `values`, equal runs of RUN or more as `[v] * n`."""
+    parts, plain, i = [], [], 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        if j - i >= RUN:
+            if plain:
+                parts.append("[" + ", ".join(plain) + "]")
+                plain = []
+            parts.append(f"[{values[i]}] * {j - i}")
+        else:
+            plain += [str(v) for v in values[i:j]]
+        i = j
+    if plain or not parts:
+        parts.append("[" + ", ".join(plain) + "]")
+    return " + ".join(parts)
+
+
+def _wrap(text: str, indent: int) -> str:
+    """`text` broken after commas into lines of at most LINE characters."""
+    if len(text) + indent <= LINE:
+        return text
+    lines, cur = [], ""
+    for piece in text.split(", "):
+        if cur and len(cur) + len(piece) + 2 + indent > LINE:
+            lines.append(cur + ",")
+            cur = piece
+        else:
+            cur = f"{cur}, {piece}" if cur else piece
+    lines.append(cur)
+    return ("\n" + " " * indent).join(lines)
+
+
+def _storage(spec: TensorSpec, values: np.ndarray | None) -> np.ndarray:
+    """The tensor's whole storage as kvfuzz's arena holds it: canary in the gaps, the input's
+    values or the output's poison on its elements."""
+    storage = np.full(spec.storage_size, CANARY[spec.dtype], dtype=spec.dtype)
+    if spec.numel:
+        elements_view(spec, storage)[...] = POISON[spec.dtype] if values is None else values
+    return storage
+
+
+def _tensor_source(name: str, spec: TensorSpec, values: np.ndarray | None) -> str:
+    """`name = torch.tensor(...)`, with as_strided where the layout needs it."""
+    dtype = f"dtype=torch.{spec.dtype}, device=DEVICE"
+    storage = _storage(spec, values)
+    plain = spec.is_contiguous and spec.offset == 0 and spec.storage_size == spec.numel
+    if not plain and values is not None and storage.size:  # reads that ignore the layout land on canary
+        storage = np.concatenate([storage, np.full(GUARD, CANARY[spec.dtype], dtype=spec.dtype)])
+    if not storage.size:
+        made = f"torch.empty({tuple(spec.shape)}, {dtype})"
+    elif plain and spec.numel <= SMALL and 0 not in spec.shape:  # written as its shape's nested list
+        made = f"torch.tensor({storage.reshape(spec.shape).tolist()}, {dtype})"
+    elif len(set(storage.tolist())) == 1:
+        made = f"torch.full(({storage.size},), {int(storage[0])}, {dtype})"
+        made += f".reshape({tuple(spec.shape)})" if plain and len(spec.shape) != 1 else ""
+    else:
+        made = f"torch.tensor({_run_list(storage.tolist())}, {dtype})"
+        made += f".reshape({tuple(spec.shape)})" if plain and len(spec.shape) != 1 else ""
+    if not plain and storage.size:
+        made += f".as_strided({tuple(spec.shape)}, {tuple(spec.strides)}, {spec.offset})"
+    return _wrap(f"{name} = {made}", 4)
+
+
+def _cells_dict(mask: np.ndarray, values: np.ndarray | None = None) -> str:
+    idx = [tuple(int(i) for i in ix) for ix in np.argwhere(mask)]
+    if values is None:
+        return "[" + ", ".join(str(ix) for ix in idx) + "]"
+    return "{" + ", ".join(f"{ix}: {int(values[ix])}" for ix in idx) + "}"
+
+
+# --------------------------------------------------------------------------- the calls
+# How SGLang calls each entry point (kvfuzz/targets/calls.py, where every release's
+# signature is handled; here what the case's arguments need).
+
+
+def _call_lines(case: Case) -> list[str]:
+    t, s = case.tensors, case.scalars
+    entry = CONTRACTS[case.op].entry
+    if case.op == "swa_spec_page_table":
+        return [f"{entry}(page_table_dst, page_table_a, page_table_b, seq_len_a, seq_len_b,",
+                f"    speculative_num_draft_tokens={s['speculative_num_draft_tokens']})"]
+    if case.op == "num_kv_splits":
+        extra = ", uneven_batch_ptr=uneven_batch" if "uneven_batch" in t else ""
+        n = s["num_seq"]
+        max_num_seq = 256 if n < 256 else 1 << (n - 1).bit_length()
+        return ["# a bare @triton.jit kernel: SGLang's triton backend launches it on grid (1,)",
+                f"{entry}[(1,)](num_kv_splits, seq_lens, {n}, {s['num_group']}, {s['num_head']}, {s['num_kv_head']},",
+                f"    {s['max_kv_splits']}, {s['device_core_count']}, MAX_NUM_SEQ={max_num_seq}{extra})"]
+    if case.op == "q8kv8_topk_length":
+        return [f"topk_length.copy_({entry}(indices))  # it returns its output"]
+    if case.op == "draft_extend_metadata":
+        swa = ", ".join(f"{n}={n if n in t else None}" for n in ("full_to_swa_index_mapping", "swa_page_table",
+                                                                  "out_cache_loc", "swa_out_cache_loc"))
+        return [f"{entry}(cache_seqlens_int32, cu_seqlens_k, cu_seqlens_q, page_table, req_to_token, req_pool_indices,",
+                f"    seq_lens, extend_seq_lens, page_size={s['page_size']}, {swa})"]
+    # decode: bound by name, as releases renamed and moved arguments
+    names = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
+             "strided_indices", "seq_lens")
+    kw = [f"{n}={n}" for n in names] + [f"{n}={s[n]!r}" for n in ("max_seq_pages", "seq_len_delta", "page_size")]
+    swa = "swa_page_table" in t and "full_to_swa_index_mapping" in t
+    if swa:
+        kw.append("swa_page_table=swa_page_table")
+    kw += [f"{n}={n}" for n in ("full_v2p",) if n in t]
+    kw += [f"{n}={s[n]!r}" for n in ("skip_page_table", "zero_tail", "kernel_page_multiplier", "src_is_read_table")
+           if n in s]
+    lines = ["args = dict(" + _wrap(", ".join(kw), 12) + ")",
+             f"params = inspect.signature({entry}).parameters",
+             'if "strided_indices" not in params:  # SGLang 0.5.19 on',
+             '    del args["strided_indices"]']
+    if "full_v2p" in t:
+        lines += ['if "v2p_page_table" in params:  # SGLang 0.5.17-0.5.18 name full_v2p so',
+                  '    args["v2p_page_table"] = args.pop("full_v2p")']
+    if swa:
+        lines += ['if "full_to_swa_index_mapping" in params:  # SGLang 0.5.23 takes the mapping itself',
+                  '    args["full_to_swa_index_mapping"] = full_to_swa_index_mapping',
+                  "else:  # 0.5.13-0.5.22 an SWAKVPool holding it",
+                  '    args["token_to_kv_pool"] = swa_pool(full_to_swa_index_mapping)']
+    return lines + [f"{entry}(**args)"]
+
+
+SWA_POOL = '''
+
+def swa_pool(mapping):
+    """An SWAKVPool holding only the mapping the kernels read (a stand-in without sglang)."""
+    try:
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    except ImportError:
+        SWAKVPool = type("SWAKVPool", (), {})
+        for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache", "sglang.srt.mem_cache.swa_memory_pool"):
+            sys.modules.setdefault(name, types.ModuleType(name))
+        sys.modules["sglang.srt.mem_cache.swa_memory_pool"].SWAKVPool = SWAKVPool
+    pool = SWAKVPool.__new__(SWAKVPool)
+    pool.full_to_swa_index_mapping = mapping
+    return pool
+'''
+
+LOAD = '''
+
+def load(path):
+    """The kernel file (or package directory) at `path`, imported as a module."""
+    init = os.path.join(path, "__init__.py") if os.path.isdir(path) else None
+    spec = importlib.util.spec_from_file_location("kernels_under_test", init or path,
+                                                  submodule_search_locations=[path] if init else None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+'''
+
+
+def _sglang_module(target: str) -> str:
+    version = target.split("==", 1)[1] if target.startswith("sglang==") else ""
+    try:
+        old = tuple(int(x) for x in version.split(".")[:3]) < (0, 5, 16)
+    except ValueError:
+        old = False
+    return SGLANG_MODULES[1] if version and old else SGLANG_MODULES[0]
+
+
+def render_short(saved: SavedCase, name: str | None = None) -> str:
+    """The short script's source for `saved` (ValueError when `why_not_short` says it cannot).
+    `name`: the case's corpus name (default its key)."""
+    why = why_not_short(saved)
+    if why:
+        raise ValueError(why)
+    case, f = saved.case, saved.finding
+    contract = CONTRACTS[case.op]
+    status, _ = contract.classify(case)
+    entry, name = contract.entry, name or saved.key()
+    what = f"{f.kind} {f.signature}: {f.message}" if f else "no finding recorded: the case must pass"
+    what = what.replace("\\", "/").replace('"', "'")  # it sits in the docstring
+    helpers = LOAD + (SWA_POOL if case.op == "decode_metadata" and "full_to_swa_index_mapping" in case.tensors
+                      else "")
+    out = ['#!/usr/bin/env python3',
+           f'"""kvfuzz case {name} ({case.op}, contract variant {case.variant}): {entry}',
+           f"{what}",
+           f"Found with target {saved.target} on {saved.device}; {contract_status(case)}.",
+           "",
+           f"Run: python {{this file}} [PATH/TO/metadata.py]  (no path: {entry} from sglang)",
+           'Exit 0: clean; 1: the defect shows; 2: no such kernel file, or no sglang to import."""',
+           "import importlib.util"] + (["import inspect"] if case.op == "decode_metadata" else []) + [
+           "import os", "import sys"] + (["import types"] if "SWAKVPool" in helpers else []) + ["",
+           "import torch", "",
+           'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"',
+           'if DEVICE == "cpu":  # Triton\'s interpreter, set before triton is imported',
+           '    os.environ["TRITON_INTERPRET"] = "1"',
+           f"POISON = {{torch.int32: {int(POISON['int32'])}, torch.int64: {int(POISON['int64'])}}}  "
+           "# what outputs hold before the call"]
+    out += helpers.split("\n")
+    out += ["", "if len(sys.argv) > 1:",
+            "    if not os.path.exists(sys.argv[1]):",
+            '        print(f"no such kernel file: {sys.argv[1]}", file=sys.stderr)',
+            "        sys.exit(2)",
+            f"    {entry} = load(sys.argv[1]).{entry}",
+            "else:",
+            "    try:",
+            f"        from {_sglang_module(saved.target)} import {entry}",
+            "    except ImportError as exc:",
+            '        print(f"cannot import sglang ({exc}): give the kernel file\'s path", file=sys.stderr)',
+            "        sys.exit(2)",
+            "", "# inputs, then outputs (filled with POISON); gaps between strided elements hold kvfuzz's canary"]
+    for tname, spec in sorted(case.tensors.items(), key=lambda kv: (kv[0] not in case.values, kv[0])):
+        out.append(_tensor_source(tname, spec, case.values.get(tname)))
+    out += [_wrap("inputs = {" + ", ".join(f'"{n}": {n}' for n in sorted(case.values)) + "}", 4),
+            "inputs_before = {n: t.clone() for n, t in inputs.items()}", ""]
+    call = _call_lines(case)
+    if status == "must_refuse":
+        rule = contract.broken_rule(case)
+        out += ["try:"] + [f"    {line}" for line in call] + [
+            "except Exception as exc:",
+            '    print(f"OK: refused: {type(exc).__name__}: {exc}")',
+            "    sys.exit(0)",
+            f"raise AssertionError({('ran a case it must refuse: ' + rule)!r})"]
+        return "\n".join(out) + "\n"
+    out += call
+    out += _checks(saved, status)
+    return "\n".join(out) + "\n"
+
+
+def _checks(saved: SavedCase, status: str) -> list[str]:
+    case, f = saved.case, saved.finding
+    contract = CONTRACTS[case.op]
+    outs = [n for n in contract.outputs if n in case.tensors]
+    lines = ["", _wrap("outputs = {" + ", ".join(f'"{n}": {n}' for n in outs) + "}", 4), "wrong = []"]
+    if status == "in_contract":
+        expected = contract.numpy_ref(case)
+        cells = contract.cells(case)
+        answers = [expected.values, *expected.alternatives]
+        lines.append("# the oracle's value of every cell the contract requires" +
+                     (f"; {len(answers)} answers accepted ({expected.boundary})" if len(answers) > 1 else ""))
+        dicts = []
+        for answer in answers:
+            parts = [f'"{n}": {_cells_dict(cells[n].required, np.asarray(answer[n]))}' for n in outs
+                     if cells[n].required.any()]
+            dicts.append("{" + ", ".join(parts) + "}")
+        lines.append(_wrap("ACCEPTED = [" + ", ".join(dicts) + "]", 4))
+        untouched = {n: cells[n].untouched for n in outs if cells[n].untouched.any()}
+        if untouched and (f is not None and f.kind == "untouched_write"
+                          or sum(int(m.sum()) for m in untouched.values()) <= UNTOUCHED_SHOWN):
+            lines.append("# cells the contract leaves untouched: they must keep POISON")
+            lines.append(_wrap("UNTOUCHED = {" + ", ".join(f'"{n}": {_cells_dict(m)}' for n, m in untouched.items())
+                               + "}", 4))
+        else:
+            lines.append("UNTOUCHED = {}")
+        lines += [
+            "misses = [[f\"{n}{list(c)} expected {want}, got {outputs[n][c].item()}\" for n, cs in answer.items()",
+            "           for c, want in cs.items() if outputs[n][c].item() != want] for answer in ACCEPTED]",
+            "wrong += min(misses, key=len)",
+            "wrong += [f\"{n}{list(c)} must keep {POISON[outputs[n].dtype]}, got {outputs[n][c].item()}\"",
+            "          for n, cs in UNTOUCHED.items() for c in cs if outputs[n][c].item() != POISON[outputs[n].dtype]]"]
+    lines += ["changed = [n for n, t in inputs.items() if not torch.equal(t, inputs_before[n])]",
+              'assert not changed, f"the call changed its inputs {changed}"',
+              "assert not wrong, f\"{len(wrong)} wrong cells: \" + \"; \".join(wrong[:8])",
+              'print("OK: every required cell right, untouched cells and inputs unchanged")']
+    return lines
+
+
+def write_short_repro(saved: SavedCase, path: Path, name: str | None = None) -> None:
+    """Write the short script for `saved` to `path` (ValueError when it cannot show the case)."""
+    src = render_short(saved, name)
+    compile(src, str(path), "exec")  # a template bug must fail here, not in a maintainer's hands
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(src, encoding="utf-8")
