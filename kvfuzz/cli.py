@@ -107,24 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(run=cmd_replay)
 
     m = sub.add_parser("minimize", help="shrink one saved case")
-    m.add_argument("case", type=Path)
+    m.add_argument("case", type=Path, help="a saved case's folder (corpora/OP/KEY)")
     m.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="corpus to save the result in")
     _target_device(m, default_target=None)
-    m.add_argument("--budget", type=float, default=30.0, metavar="SECONDS")
+    m.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                   help="stop shrinking after this long and save the smallest case that still fails")
     m.set_defaults(run=cmd_minimize)
 
     c = sub.add_parser("corpus", help="ls | merge | prune")
     csub = c.add_subparsers(dest="corpus_command", required=True, parser_class=_Parser)
     ls = csub.add_parser("ls", help="list saved cases")
-    ls.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")])
+    ls.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")],
+                    help="corpus folders (default corpora/); exit 1 when a case cannot be read")
     ls.set_defaults(run=cmd_corpus_ls)
     mg = csub.add_parser("merge", help="merge corpora into DST, one case per signature and target")
-    mg.add_argument("paths", nargs="+", type=Path, metavar="SRC... DST")
+    mg.add_argument("paths", nargs="+", type=Path, metavar="SRC... DST",
+                    help="corpora to merge from, then the corpus to merge into (the last path)")
     mg.set_defaults(run=cmd_corpus_merge)
     pr = csub.add_parser("prune", help="report (or with --apply delete) xfail cases that no longer fail")
-    pr.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")])
+    pr.add_argument("paths", nargs="*", type=Path, default=[Path("corpora")],
+                    help="corpus folders (default corpora/)")
     pr.add_argument("--apply", action="store_true", help="delete them instead of only reporting")
-    pr.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    pr.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="replay on this device; a case whose defect was seen on the other is skipped")
     pr.set_defaults(run=cmd_corpus_prune)
 
     o = sub.add_parser("ops", help="list the ops and their contracts")
