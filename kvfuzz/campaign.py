@@ -25,12 +25,13 @@ from typing import Callable
 from . import IMPORTED_AT, cross
 from . import device as devmod
 from .case import Case
-from .confirm import TRIES, Confirmation, confirm
+from .confirm import MIN_TRIES, TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
 from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
+from .findings import VARIES, kind_of
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
@@ -62,7 +63,7 @@ class CampaignConfig:
     engine: str = "batch"
     rerun_every: int | None = None  # determinism re-run of every N-th case; None: 1 on CUDA, 10 on the CPU
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
-    confirm_tries: int = TRIES  # fresh processes tried for a finding that does not show at once
+    confirm_tries: int = TRIES  # fresh processes each finding (and its minimized case) must show in
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
     cross_check: str | None = None  # a second backend ("cpu": the interpreter) that runs the same cases
@@ -89,8 +90,9 @@ class CampaignConfig:
             raise BadInput(f"--batch must be >= 1, got {self.batch}")
         if self.cross_check_every < 1:
             raise BadInput(f"--cross-check-every must be >= 1, got {self.cross_check_every}")
-        if self.confirm_tries < 1:
-            raise BadInput(f"--confirm-tries must be >= 1, got {self.confirm_tries}")
+        if self.confirm_tries < MIN_TRIES:
+            raise BadInput(f"--confirm-tries must be >= {MIN_TRIES} (a finding must show in more than one "
+                           f"fresh process), got {self.confirm_tries}")
         if self.engine not in ENGINES:
             raise BadInput(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "atheris" and atheris_engine.missing():
@@ -211,10 +213,17 @@ class CampaignResult:
         }
 
 
+def repeats_for(signature: str) -> int:
+    """Runs of a case that can show `signature`: a difference between runs needs a second one."""
+    return 2 if kind_of(signature) in VARIES else 1
+
+
 def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
+    repeats = repeats_for(signature)
+
     def still_fails(candidate: Case) -> bool:
         try:
-            return signature in judge(candidate, executor.run(candidate)).signatures()
+            return signature in judge(candidate, executor.run(candidate, repeats=repeats)).signatures()
         except Exception:
             return False
     return still_fails
@@ -529,11 +538,11 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds
     if not interrupted and (case != f.first):
-        verdict = judge(case, executor.run(case))
+        verdict = judge(case, executor.run(case, repeats=repeats_for(sig)))
         finding = next((x for x in verdict.findings if x.signature == sig), None)
         c = None
         if finding is not None:
-            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, 1)
+            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, cfg.confirm_tries)
         minimized_confirmed = bool(c and c.confirmed)
         if minimized_confirmed:
             f.finding, confirmation = finding, c

@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a case (or a batch, plus 1 s a case) running longer is a hang: a crash finding (default 60)")
     f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
     f.add_argument("--confirm-tries", type=int, default=3, metavar="N",
-                   help="fresh processes tried on a finding that does not reproduce at once (default 3)")
+                   help="fresh processes every finding must reproduce in, else it is flaky and not saved (>= 2; default 3)")
     f.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="N shards in parallel processes (one per GPU on CUDA), one corpus, one report")
     f.add_argument("--shard", type=_shard, default=(1, 1), metavar="I/N",
