@@ -224,6 +224,8 @@ def cmd_fuzz(args) -> int:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
+        if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
+            print(f"  also shows: {', '.join(x.signatures[1:])}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
     _write_reports(args, result.report())
@@ -266,6 +268,8 @@ def _fuzz_jobs(args, cfg) -> int:
     for f in merged["findings"]:
         print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))
+        if len(f.get("signatures", ())) > 1:
+            print(f"  also shows: {', '.join(f['signatures'][1:])}")
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "

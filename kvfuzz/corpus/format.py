@@ -220,8 +220,13 @@ class SavedCase:
 
     def key(self) -> str:
         """The corpus directory name: one defect (signature) per target is one directory."""
-        ident = self.finding.signature if self.finding is not None else self.case.digest()
-        return hashlib.sha256(f"{ident}|{self.target}".encode()).hexdigest()[:16]
+        return key_of(self.finding.signature if self.finding is not None else self.case.digest(), self.target)
+
+
+def key_of(ident: str, target: str) -> str:
+    """The key of a case of `target` whose finding has signature `ident` (or, without a
+    finding, whose `Case.digest()` is `ident`)."""
+    return hashlib.sha256(f"{ident}|{target}".encode()).hexdigest()[:16]
 
 
 # writing ------------------------------------------------------------------------------------
