@@ -8,7 +8,11 @@ confirmed in a fresh worker from its saved form (`confirm.py`) and saved to the 
 once, so even SIGKILL loses nothing confirmed; one that does not reproduce there is
 reported as flaky and never saved. When the op's budget is spent each finding is minimized
 in the warm worker, the minimized case is confirmed the same way and saved over the first
-one; if minimizing lost the signature, the confirmed case saved earlier stays.
+one; if minimizing lost the signature, the confirmed case saved earlier stays. One defect
+often shows several signatures (where a wild write lands, which tensor a race touches): a
+finding whose minimized case shows the signature of another finding of the op, or equals its
+minimized case, takes that finding in (`_settle`). The corpus then holds one case, whose meta
+lists every signature it shows, and the report one finding with its signatures.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from typing import Callable
 from . import IMPORTED_AT, cross, environment
 from . import device as devmod
 from .case import Case
-from .confirm import TRIES, Confirmation, confirm
+from .confirm import MIN_TRIES, TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
+from .corpus.format import key_of
 from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
+from .findings import VARIES, kind_of
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, contract_status, get_contract
@@ -62,7 +68,7 @@ class CampaignConfig:
     engine: str = "batch"
     rerun_every: int | None = None  # determinism re-run of every N-th case; None: 1 on CUDA, 10 on the CPU
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
-    confirm_tries: int = TRIES  # fresh processes tried for a finding that does not show at once
+    confirm_tries: int = TRIES  # fresh processes each finding (and its minimized case) must show in
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
     cross_check: str | None = None  # a second backend ("cpu": the interpreter) that runs the same cases
@@ -89,8 +95,9 @@ class CampaignConfig:
             raise BadInput(f"--batch must be >= 1, got {self.batch}")
         if self.cross_check_every < 1:
             raise BadInput(f"--cross-check-every must be >= 1, got {self.cross_check_every}")
-        if self.confirm_tries < 1:
-            raise BadInput(f"--confirm-tries must be >= 1, got {self.confirm_tries}")
+        if self.confirm_tries < MIN_TRIES:
+            raise BadInput(f"--confirm-tries must be >= {MIN_TRIES} (a finding must show in more than one "
+                           f"fresh process), got {self.confirm_tries}")
         if self.engine not in ENGINES:
             raise BadInput(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "atheris" and atheris_engine.missing():
@@ -127,6 +134,12 @@ class Saved:
     confirmation: Confirmation | None = None  # of the case saved
     minimized_confirmed: bool | None = None  # None: not minimized further
     new: bool = True  # False: the corpus already held this finding (an earlier run, another shard)
+    signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
+    shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
+
+    def __post_init__(self) -> None:
+        if not self.signatures:
+            self.signatures = [self.found.finding.signature]
 
 
 @dataclass
@@ -191,6 +204,7 @@ class CampaignResult:
                 "op": x.found.finding.op,
                 "kind": x.found.finding.kind,
                 "signature": x.found.finding.signature,
+                "signatures": x.signatures,
                 "message": x.found.finding.message,
                 "contract": contract_status(x.case),  # in contract, or the rule the saved case breaks
                 "case": str(x.path) if x.path else None,
@@ -215,10 +229,17 @@ class CampaignResult:
         }
 
 
+def repeats_for(signature: str) -> int:
+    """Runs of a case that can show `signature`: a difference between runs needs a second one."""
+    return 2 if kind_of(signature) in VARIES else 1
+
+
 def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
+    repeats = repeats_for(signature)
+
     def still_fails(candidate: Case) -> bool:
         try:
-            return signature in judge(candidate, executor.run(candidate)).signatures()
+            return signature in judge(candidate, executor.run(candidate, repeats=repeats)).signatures()
         except Exception:
             return False
     return still_fails
@@ -329,7 +350,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     flaky: list[Flaky] = []
     found: dict[str, Found] = {}  # the current op's confirmed findings, not yet minimized
     confirmed: dict[str, Confirmation] = {}
-    first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept")
+    first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
+    listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
     interrupted = False
@@ -392,6 +414,13 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     return
                 confirmed[f.finding.signature] = c
                 res = None
+                listed = _listed_elsewhere(store, sc) if store is not None else None
+                if listed is not None:  # shown by a case saved under another finding: known
+                    first_saved[f.finding.signature] = LISTED
+                    listed_at[f.finding.signature] = listed
+                    shown[op].known += 1
+                    show(op, "fuzzing", current, t_op)
+                    return
                 if store is not None:
                     res, error = _try_save(store, sc)
                     if res is not None:
@@ -429,10 +458,11 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             show(op, "minimizing" if set(found) & set(confirmed) else "done", s, t_op)
+            groups_from = len(saved)  # this op's findings, merged as they settle, are saved[groups_from:]
             for sig in list(found):
                 if sig in confirmed:
-                    saved.append(_finish(found[sig], executor, cfg, device, versions, store, progress,
-                                         first_saved.get(sig), confirmed[sig], until=op_end))
+                    _settle(found[sig], saved, groups_from, executor, cfg, device, versions, store, progress,
+                            first_saved, listed_at, confirmed[sig], op_end)
                 del found[sig]
             show(op, "done")
     except KeyboardInterrupt:
@@ -449,7 +479,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
         for sig, f in found.items():
-            if sig in confirmed:
+            if sig in confirmed and first_saved.get(sig) == LISTED:
+                saved.append(Saved(f, f.case, listed_at[sig], new=False))
+            elif sig in confirmed:
                 saved.append(_finish(f, executor, cfg, device, versions, store, progress,
                                      first_saved.get(sig), confirmed[sig], interrupted=True))
     finally:
@@ -502,9 +534,11 @@ def _try_save(store: DirectoryCorpus, sc: SavedCase) -> tuple[SaveResult | None,
 
 
 def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions: dict,
-                log: tuple[str, ...] = ()) -> SavedCase:
+                log: tuple[str, ...] = (), signatures: list[str] | None = None) -> SavedCase:
     external = cfg.target != "builtin"
     meta = dict(seed=cfg.seed, first_seen=f.first.digest())
+    if signatures and len(signatures) > 1:  # the findings merged into this one (SavedCase.signatures)
+        meta["signatures"] = list(signatures)
     if f.finding.kind == "backend_divergence":  # what `kvfuzz replay` compares the device with
         meta["cross_check"] = cfg.cross_check
     return SavedCase(
@@ -533,12 +567,14 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     if budget > 0 and not interrupted:
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds
+    shows = {sig}
     if not interrupted and (case != f.first):
-        verdict = judge(case, executor.run(case))
+        verdict = judge(case, executor.run(case, repeats=repeats_for(sig)))
+        shows |= set(verdict.signatures())
         finding = next((x for x in verdict.findings if x.signature == sig), None)
         c = None
         if finding is not None:
-            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, 1)
+            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, cfg.confirm_tries)
         minimized_confirmed = bool(c and c.confirmed)
         if minimized_confirmed:
             f.finding, confirmation = finding, c
@@ -547,6 +583,8 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
                 progress(f"  {sig}: the minimized case did not reproduce in a fresh process; "
                          "keeping the case it was confirmed on")
             case, log = f.first, []
+    if not interrupted and case == f.first:  # what the case it keeps shows, for merging
+        shows = {sig} | set(judge(case, executor.run(case, repeats=repeats_for(sig))).signatures())
     finding = f.finding
     path, error = None, None
     if store is not None:
@@ -562,7 +600,81 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         progress(f"  {finding.kind}: {sig}")
     # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
     return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
-                 new=first_saved in (None, "new"))
+                 new=first_saved in (None, "new"), shows=frozenset(shows))
+
+
+LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
+
+
+def _listed_elsewhere(store: DirectoryCorpus, sc: SavedCase) -> Path | None:
+    """The saved case of another finding that lists `sc`'s signature (a campaign merged it
+    there), or None; a case under `sc`'s own key is for `save` to compare with."""
+    try:
+        where = store.listing(sc.case.op, sc.target, sc.finding.signature)
+    except OSError:
+        return None
+    return where if where is not None and where.name != sc.key() else None
+
+
+def _settle(f: Found, saved: list[Saved], groups_from: int, executor: Executor, cfg: CampaignConfig, device: str,
+            versions: dict, store: DirectoryCorpus | None, progress, first_saved: dict[str, str],
+            listed_at: dict[str, Path], confirmation: Confirmation, until: float | None) -> None:
+    """Minimize and save `f` (`_finish`), or merge it with this op's findings settled before it
+    (`saved[groups_from:]`): one whose case already shows `f`'s signature takes it in without
+    minimizing it; else `f`'s minimized case takes in each earlier one whose case it equals or
+    whose signatures it all shows. One defect, one finding, one saved case."""
+    sig = f.finding.signature
+    groups = saved[groups_from:]
+    host = next((g for g in groups if sig in g.shows), None)
+    if host is not None:
+        _absorb(host, [sig], [first_saved.get(sig) in (None, "new")], cfg, device, versions, store, progress,
+                first_saved)
+        return
+    if first_saved.get(sig) == LISTED:  # known: another saved case lists it
+        saved.append(Saved(f, f.case, listed_at[sig], new=False))
+        if progress:
+            progress(f"  {f.finding.kind}: {sig} -> {listed_at[sig]} (known: that case lists it)")
+        return
+    x = _finish(f, executor, cfg, device, versions, store, progress, first_saved.get(sig), confirmation,
+                until=until)
+    taken = [g for g in groups if g.case == x.case or set(g.signatures) <= x.shows]
+    for g in taken:
+        saved.remove(g)
+    saved.append(x)
+    if taken:
+        _absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures],
+                cfg, device, versions, store, progress, first_saved)
+
+
+def _absorb(host: Saved, sigs: list[str], new: list[bool], cfg: CampaignConfig, device: str, versions: dict,
+            store: DirectoryCorpus | None, progress, first_saved: dict[str, str]) -> None:
+    """`host` stands for `sigs` too: its saved case is saved again listing them, and the cases
+    this campaign saved for them are deleted once it holds the list (never a case that was in
+    the corpus before: that is an earlier run's)."""
+    sigs = [s for s in sigs if s not in host.signatures]
+    if not sigs:
+        return
+    host.signatures += sigs
+    host.new = host.new or any(new)
+    host.shows = host.shows | set(sigs)
+    if progress:
+        progress(f"  {', '.join(sigs)}: shown by the case of {host.signatures[0]}; one finding")
+    if store is None or host.path is None:
+        return
+    sc = _saved_case(host.found, host.case, cfg, device, versions, tuple(host.minimize_log), host.signatures)
+    res, error = _try_save(store, sc)
+    if res is None or res.status == "kept":  # the corpus does not hold the list: keep every case
+        if progress and error:
+            progress(f"  {host.signatures[0]}: its merged signatures not saved: {error}")
+        return
+    host.path = res.path
+    for s in sigs:
+        key = key_of(s, cfg.target)
+        if first_saved.get(s) == "new" and key != res.key:
+            try:
+                store.delete(key)
+            except (KeyError, OSError):
+                pass
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a case (or a batch, plus 1 s a case) running longer is a hang: a crash finding (default 60)")
     f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
     f.add_argument("--confirm-tries", type=int, default=3, metavar="N",
-                   help="fresh processes tried on a finding that does not reproduce at once (default 3)")
+                   help="fresh processes every finding must reproduce in, else it is flaky and not saved (>= 2; default 3)")
     f.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="N shards in parallel processes (one per GPU on CUDA), one corpus, one report")
     f.add_argument("--shard", type=_shard, default=(1, 1), metavar="I/N",
@@ -245,6 +245,8 @@ def cmd_fuzz(args) -> int:
         print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
         print(f"  {contract_status(x.case)}")
+        if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
+            print(f"  also shows: {', '.join(x.signatures[1:])}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
@@ -293,6 +295,8 @@ def _fuzz_jobs(args, cfg) -> int:
               + ("" if f.get("new", True) else " (known)"))
         if f.get("contract"):
             print(f"  {f['contract']}")
+        if len(f.get("signatures", ())) > 1:
+            print(f"  also shows: {', '.join(f['signatures'][1:])}")
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
         if f.get("contract"):

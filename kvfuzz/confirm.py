@@ -3,10 +3,11 @@ it would be saved, shows the same signature in a fresh worker process.
 
 A warm worker can carry state from earlier cases (a corrupted allocator, a poisoned CUDA
 context, a kernel cache entry), and a case can change on its way to disk. So the case is
-written to a temporary corpus directory, read back, and run in a new worker. If that first
-fresh try shows the signature, the finding is confirmed. If not, it is tried again
-`tries - 1` times and reported as flaky with how many fresh tries showed it; a flaky finding
-is never saved as a regression case.
+written to a temporary corpus directory, read back, and run in `tries` new workers, one after
+another (at least two: one fresh run that shows it says little about the next). The finding
+is confirmed only if every one of them shows the signature; where they disagree it is
+reported as flaky with how many fresh tries showed it, and a flaky finding is never saved as
+a regression case (its replay would pass or fail by chance).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .corpus import SavedCase, read_case_dir, write_case_dir
 from .judge import judge
 from .worker import WorkerExecutor
 
-TRIES = 3  # fresh processes for a finding that does not show on the first one
+TRIES = 3  # fresh processes each finding runs in
+MIN_TRIES = 2  # fewer cannot tell a defect from a finding that shows now and then
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,15 @@ def round_trip(saved: SavedCase) -> SavedCase:
 
 
 def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> Confirmation:
-    """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one)."""
+    """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
+    Every try is made, even after one that did not show it: the report says how many did."""
     signature = saved.finding.signature
     case = round_trip(saved).case
-    reproduced = made = 0
-    for attempt in range(max(tries, 1)):
+    reproduced = 0
+    for _ in range(max(tries, 1)):
         executor = fresh()
         try:
-            shows = signature in judge(case, executor.run(case, repeats=2)).signatures()
+            reproduced += signature in judge(case, executor.run(case, repeats=2)).signatures()
         finally:
             executor.close()
-        made += 1
-        reproduced += shows
-        if attempt == 0 and shows:
-            break  # confirmed on the first fresh process
-    return Confirmation(signature, reproduced, made)
+    return Confirmation(signature, reproduced, max(tries, 1))

@@ -17,6 +17,15 @@ KINDS = (
     "backend_divergence",  # the cross-check backend (the interpreter) gives another arena or raises otherwise
 )
 
+# kinds whose runs of one case differ by nature (a race, a read of stray memory): a replay that
+# does not show one proves nothing, so its saved case is a non-strict expectation
+VARIES = frozenset({"nondeterministic"})
+
+
+def kind_of(signature: str) -> str:
+    """The kind named in a signature (`op:path:kind:tensor:where`)."""
+    return signature.split(":")[2]
+
 
 @dataclass(frozen=True)
 class Finding:

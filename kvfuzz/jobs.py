@@ -128,8 +128,9 @@ def _summed(timelines: list[list]) -> list[list]:
 
 
 def merge_reports(reports: list[dict], jobs: int) -> dict:
-    """One report from the shards' reports: counts summed, coverage added up, findings and
-    flaky findings listed once per signature."""
+    """One report from the shards' reports: counts summed, coverage added up, findings listed
+    once per defect (entries that share a signature are one, with every signature listed) and
+    flaky findings once per signature."""
     out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
     if not reports:
         out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0)
@@ -170,14 +171,19 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     for m in ops.values():
         m["timeline"] = _summed(m.pop("timelines", []))
     out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}
-    seen: dict = {}
+    seen: dict = {}  # signature -> the merged finding that stands for it
     out["findings"] = []
     for r in reports:
         for f in r["findings"]:
-            if f["signature"] not in seen:
-                seen[f["signature"]] = dict(f)
-                out["findings"].append(seen[f["signature"]])
+            sigs = f.get("signatures") or [f["signature"]]
+            into = next((seen[s] for s in sigs if s in seen), None)
+            if into is None:
+                into = dict(f, signatures=list(sigs))
+                out["findings"].append(into)
             else:  # new to the corpus if the shard that saved it first says so
-                seen[f["signature"]]["new"] = seen[f["signature"]].get("new", True) or f.get("new", True)
+                into["new"] = into.get("new", True) or f.get("new", True)
+                into["signatures"] += [s for s in sigs if s not in into["signatures"]]
+            for s in sigs:  # one defect that two shards saw with other signatures: one finding
+                seen.setdefault(s, into)
     out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
     return out

@@ -256,27 +256,28 @@ def _take_many(case: Case, rows: dict[str, list[int]], axis: int = 0, scalars: d
     return _edit(case, specs, values, scalars)
 
 
-def _chunks(n: int, min_keep: int = 1) -> list[tuple[int, ...]]:
+def _chunks(n: int, min_keep: int = 1) -> Iterator[tuple[int, ...]]:
     """ddmin-style subsets of range(n) to drop: halves, quarters, ... single elements, then
-    everything but one chunk; none that leaves fewer than min_keep."""
-    seen, out = set(), []
+    everything but one chunk; none that leaves fewer than min_keep. Made as they are asked for,
+    each in O(n): a case of 100,000 rows gets its halves at once (listing every subset first,
+    with complements built by membership tests, took hours there)."""
+    seen = set()  # ("range", lo, hi) or ("but", lo, hi): one name for each subset
     k = 2
     while True:
-        parts = [tuple(int(i) for i in p) for p in np.array_split(np.arange(n), min(k, n)) if len(p)]
-        for p in parts:
-            if n - len(p) >= min_keep and p not in seen:
-                seen.add(p)
-                out.append(p)
-        if len(parts) >= 3:
-            for p in parts:
-                rest = tuple(i for i in range(n) if i not in p)
-                if len(p) >= min_keep and rest and rest not in seen:
-                    seen.add(rest)
-                    out.append(rest)
+        bounds = [(int(p[0]), int(p[-1]) + 1) for p in np.array_split(np.arange(n), min(k, n)) if len(p)]
+        for lo, hi in bounds:
+            if n - (hi - lo) >= min_keep and ("range", lo, hi) not in seen:
+                seen.add(("range", lo, hi))
+                yield tuple(range(lo, hi))
+        if len(bounds) >= 3:
+            for lo, hi in bounds:  # everything but [lo, hi)
+                name = ("range", hi, n) if lo == 0 else ("range", 0, lo) if hi == n else ("but", lo, hi)
+                if hi - lo >= min_keep and n - (hi - lo) and name not in seen:
+                    seen.add(name)
+                    yield tuple(range(0, lo)) + tuple(range(hi, n))
         if k >= n:
             break
         k *= 2
-    return out
 
 
 def _targets(n: int, lo: int, edges: Iterable[int] = ()) -> list[int]:
@@ -404,6 +405,38 @@ def _bound(case: Case, name: str) -> int | None:
     return None
 
 
+def _escape(case: Case, name: str) -> int | None:
+    """The smallest value of input `name` that lies past the table it indexes or measures: a
+    wild index or length escapes from there on, so it shrinks toward this value and no
+    further. None where the input has no such table."""
+    if case.op == "swa_spec_page_table" and name in SPEC_TABLE_OF:
+        return case.tensors[SPEC_TABLE_OF[name]].shape[1] + 1  # la in [0, WA], lb in [0, WB]
+    return _bound(case, name)
+
+
+def _wild_moves(name: str, v: np.ndarray, escape: int) -> list[tuple[str, Callable[[], np.ndarray]]]:
+    """The elements of `v` past `escape` lowered toward it: all of them to it at once, then
+    (a few wild elements) each by bisection between it and its value."""
+    wild = np.flatnonzero(v.ravel() > escape)
+    if wild.size == 0:
+        return []
+
+    def set_to(where: np.ndarray, y: int) -> np.ndarray:
+        f = v.astype(np.int64).ravel().copy()
+        f[where] = y
+        return f.reshape(v.shape)
+
+    moves = [(f"{name}: {wild.size} wild value(s) -> {escape} (the first past the table)",
+              lambda: set_to(wild, escape))]
+    if wild.size <= SMALL_VECTOR:
+        for i in wild:
+            x = int(v.ravel()[i])
+            for y in _targets(x, escape)[1:]:  # [0] is escape itself, tried above for them all
+                moves.append((f"{name}[{np.unravel_index(i, v.shape)}]: {x} -> {y} (toward {escape})",
+                              lambda i=i, y=y: set_to(np.array([i]), y)))
+    return moves
+
+
 def _halve(v: np.ndarray) -> np.ndarray:
     v = v.astype(np.int64)
     return np.sign(v) * (np.abs(v) // 2)
@@ -417,7 +450,9 @@ def value_pass(case: Case) -> Iterator[Candidate]:
         if v.size == 0 or name == "strided_indices":
             continue
         bound = _bound(case, name)
-        moves: list[tuple[str, Callable[[], np.ndarray]]] = [(f"{name}: all 0", lambda v=v: np.zeros_like(v))]
+        escape = _escape(case, name)
+        moves = _wild_moves(name, v, escape) if escape is not None else []
+        moves.append((f"{name}: all 0", lambda v=v: np.zeros_like(v)))
         if bound is None or bound > 1:
             moves.append((f"{name}: all 1", lambda v=v: np.ones_like(v)))
         moves.append((f"{name}: halved", lambda v=v: _halve(v)))
@@ -466,11 +501,12 @@ def decode_rows_pass(case: Case) -> Iterator[Candidate]:
     """Drop batch rows from every batch-indexed tensor: halves first, then single rows."""
     B = _batch(case)
     for drop in _chunks(B):
+        dropped = frozenset(drop)
         rows = {}
         for name in DECODE_BATCH:
             if name in case.tensors:
                 n0 = case.tensors[name].shape[0]
-                rows[name] = [i for i in range(n0) if i not in drop]
+                rows[name] = [i for i in range(n0) if i not in dropped]
         word = "row" if len(drop) == 1 else "rows"
         yield (f"dropped batch {word} {_fmt(drop)} (B {B} -> {B - len(drop)})",
                lambda rows=rows: _take_many(case, rows))
@@ -569,6 +605,7 @@ def decode_tables_pass(case: Case) -> Iterator[Candidate]:
         return
     read = _read_tokens(case)
     if read is None:
+        yield from _wild_pool_rows(case)
         return
     pool, cols, tokens = read
     R = t["req_to_token"].shape[0]
@@ -603,10 +640,39 @@ def decode_tables_pass(case: Case) -> Iterator[Candidate]:
         if tokens.size and tokens.min() < 0:
             return
         N = t["full_to_swa_index_mapping"].shape[0]
-        lo = max(int(tokens.max()) + 1 if tokens.size else 1, 1)
+        wild = tokens >= N  # token ids past the mapping (out of contract): they move with its end
+        lo = max(int(tokens[~wild].max(initial=-1)) + 1, 1)
         for n in _targets(N, lo):
-            yield (f"full_to_swa_index_mapping length {N} -> {n}",
-                   lambda n=n: _narrow(case, "full_to_swa_index_mapping", n, axis=0))
+            if not wild.any():
+                yield (f"full_to_swa_index_mapping length {N} -> {n}",
+                       lambda n=n: _narrow(case, "full_to_swa_index_mapping", n, axis=0))
+                continue
+
+            def shorter(n=n):
+                rtt = v["req_to_token"].astype(np.int64)
+                moved = np.where(rtt >= N, rtt - (N - n), rtt)
+                return _edit(_narrow(case, "full_to_swa_index_mapping", n, axis=0), values={"req_to_token": moved})
+
+            yield f"full_to_swa_index_mapping length {N} -> {n}, its wild token ids {N - n} lower (as far past it)", shorter
+
+
+def _wild_pool_rows(case: Case) -> Iterator[Candidate]:
+    """Pool indices past req_to_token's rows (out of contract): the rows no index reads are
+    dropped, the indices remapped, and each wild one stays as far past the new last row."""
+    R = case.tensors["req_to_token"].shape[0]
+    pool = case.values["req_pool_indices"].astype(np.int64)
+    inside = (pool >= 0) & (pool < R)
+    used = np.unique(pool[inside])
+    if inside.all() or used.size >= R:
+        return
+
+    def drop_rows():
+        c2 = _take_many(case, {"req_to_token": [int(i) for i in used]})
+        moved = np.where(inside, np.searchsorted(used, pool), np.where(pool >= R, pool - (R - used.size), pool))
+        return _edit(c2, values={"req_pool_indices": moved})
+
+    yield (f"req_to_token rows {R} -> {used.size} (unused rows dropped, req_pool_indices remapped, "
+           "the wild ones as far past the end)"), drop_rows
 
 
 def decode_page_size_pass(case: Case) -> Iterator[Candidate]:
@@ -641,6 +707,7 @@ def decode_scalars_pass(case: Case) -> Iterator[Candidate]:
 # swa_spec_page_table ---------------------------------------------------------------------------
 
 SPEC_ROWS_M = ("page_table_dst", "page_table_b", "seq_len_b")
+SPEC_TABLE_OF = {"seq_len_a": "page_table_a", "seq_len_b": "page_table_b"}  # a length and the table it measures
 SPEC_ROWS_BS = ("page_table_a", "seq_len_a")
 
 
@@ -651,8 +718,9 @@ def spec_rows_pass(case: Case) -> Iterator[Candidate]:
         return
     bs = t["seq_len_a"].shape[0]
     for drop in _chunks(bs):
-        rows = {n: [i for i in range(t[n].shape[0]) if i not in drop] for n in SPEC_ROWS_BS}
-        rows.update({n: [m for m in range(t[n].shape[0]) if m // R not in drop] for n in SPEC_ROWS_M})
+        dropped = frozenset(drop)
+        rows = {n: [i for i in range(t[n].shape[0]) if i not in dropped] for n in SPEC_ROWS_BS}
+        rows.update({n: [m for m in range(t[n].shape[0]) if m // R not in dropped] for n in SPEC_ROWS_M})
         word = "request" if len(drop) == 1 else "requests"
         yield f"dropped {word} {_fmt(drop)} (bs {bs} -> {bs - len(drop)})", (lambda rows=rows: _take_many(case, rows))
     for r2 in _targets(R, 1):
@@ -675,6 +743,17 @@ def spec_widths_pass(case: Case) -> Iterator[Candidate]:
         W = t[name].shape[1]
         for w in _targets(W, max(need, 0)):
             yield f"{name} width {W} -> {w}", (lambda n=name, w=w: _narrow(case, n, w))
+    for length, name in SPEC_TABLE_OF.items():  # a table past which a length runs: narrower, the length with it
+        W, lens = t[name].shape[1], v[length].astype(np.int64)
+        wild = lens > W
+        if not wild.any():
+            continue
+        for w in _targets(W, max(int(lens[~wild].max(initial=0)), 0)):
+
+            def narrow(name=name, length=length, w=w, W=W, lens=lens, wild=wild):
+                return _edit(_narrow(case, name, w), values={length: np.where(wild, lens - (W - w), lens)})
+
+            yield f"{name} width {W} -> {w}, its wild {length} {W - w} lower (as far past it)", narrow
 
 
 # num_kv_splits ----------------------------------------------------------------------------------
@@ -688,8 +767,9 @@ def splits_rows_pass(case: Case) -> Iterator[Candidate]:
         return
     n = t["seq_lens"].shape[0]
     for drop in _chunks(n):
-        rows = {"seq_lens": [i for i in range(n) if i not in drop],
-                "num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j // G not in drop]}
+        dropped = frozenset(drop)
+        rows = {"seq_lens": [i for i in range(n) if i not in dropped],
+                "num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j // G not in dropped]}
         word = "sequence" if len(drop) == 1 else "sequences"
         yield (f"dropped {word} {_fmt(drop)} (num_seq {ns} -> {ns - len(drop)})",
                lambda rows=rows, d=len(drop): _take_many(case, rows, scalars={"num_seq": ns - d}))
@@ -719,7 +799,8 @@ def draft_rows_pass(case: Case) -> Iterator[Candidate]:
     t, B = case.tensors, _batch(case)
     tpr = t["out_cache_loc"].shape[0] // B if "out_cache_loc" in t and B else 0
     for drop in _chunks(B):
-        keep = [i for i in range(B) if i not in drop]
+        dropped = frozenset(drop)
+        keep = [i for i in range(B) if i not in dropped]
         rows = {name: keep for name in DRAFT_BATCH if name in t}
         rows |= {name: list(range(len(keep) + 1)) for name in ("cu_seqlens_k", "cu_seqlens_q")}
         if tpr:
@@ -768,7 +849,8 @@ def topk_rows_pass(case: Case) -> Iterator[Candidate]:
         return
     S, K = spec.shape
     for drop in _chunks(S):
-        keep = [i for i in range(S) if i not in drop]
+        dropped = frozenset(drop)
+        keep = [i for i in range(S) if i not in dropped]
         yield (f"dropped row{'s' if len(drop) > 1 else ''} {_fmt(drop)} (S {S} -> {len(keep)})",
                lambda keep=keep: _take_many(case, {"indices": keep, "topk_length": keep}))
     for w in _targets(K, 0, [b for b in (128, 256, 512) if b < K]):

@@ -97,7 +97,7 @@ def test_campaign_finds_planted_defect_and_saves_replayable_minimized_case(tmp_p
     from kvfuzz.corpus import DirectoryCorpus
     from kvfuzz.replay import replay
 
-    cfg = CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=device, budget_s=8, engine="atheris", confirm_tries=1,
+    cfg = CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=device, budget_s=8, engine="atheris", confirm_tries=2,
                          minimize_budget_s=3, campaign_dir=tmp_path / "campaign", report=tmp_path / "r.json")
     result = run_campaign(cfg)
     planted = [x for x in result.saved if x.found.finding.kind in ("invalid_accepted", "input_modified")]

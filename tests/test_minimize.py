@@ -333,3 +333,80 @@ def test_seed_spec_out_of_bounds_write(seed_target):
     c = m.case
     assert c.tensors["page_table_dst"].shape[0] <= 2
     assert judge(c, seed_target.run(c)).signatures() == [sig]
+
+
+# --------------------------------------------------------------------------- wild lengths and indices
+
+
+def _swa_tokens_read(c: Case) -> np.ndarray:
+    v, s = c.values, c.scalars
+    cols = v["strided_indices"][: s["max_seq_pages"]].astype(np.int64)
+    return v["req_to_token"][v["req_pool_indices"].astype(np.int64)[:, None], cols[None, :]]
+
+
+def test_a_token_past_a_large_swa_mapping_shrinks_with_it_to_the_first_id_past_it():
+    """A token id past full_to_swa_index_mapping (out of contract: a read of stray memory) kept
+    the whole mapping: it was never narrower than the largest id read + 1. Now the mapping
+    narrows with the wild id moving along, and the id ends at the mapping's length."""
+    case = decode_case(B=3, P=6, ps=2, R=3, swa=True, swa_layout="contiguous", seed=4)
+    rtt = case.values["req_to_token"].copy()
+    N = case.tensors["full_to_swa_index_mapping"].shape[0]
+    rtt[int(case.values["req_pool_indices"][0]), 0] = N + 40  # read by row 0, page 0
+    case = case.replace(values={**case.values, "req_to_token": rtt})
+    assert N > 40 and CONTRACTS["decode_metadata"].out_of_contract(case)
+
+    def reads_past_the_mapping(c: Case) -> bool:
+        return bool((_swa_tokens_read(c) >= c.tensors["full_to_swa_index_mapping"].shape[0]).any())
+
+    m = checked_minimize(case, reads_past_the_mapping, budget_s=120)
+    n = m.case.tensors["full_to_swa_index_mapping"].shape[0]
+    assert m.complete and n <= 2, (n, m.log)
+    assert _swa_tokens_read(m.case).max() == n  # the first id past the mapping, no further
+    assert m.case.size_key()[0] <= 16, m.case.describe()
+
+
+def test_a_wild_length_shrinks_to_one_past_its_table_and_the_table_with_it():
+    """la past page_table_a by 300, on a wide table: both come down, la to WA + 1."""
+    import cases as hand
+
+    case = hand.spec(la=(3, 300), R=2, WB=2)
+    la = case.values["seq_len_a"].copy()
+    la[0] = case.tensors["page_table_a"].shape[1] + 300
+    case = case.replace(values={**case.values, "seq_len_a": la})
+    assert CONTRACTS["swa_spec_page_table"].out_of_contract(case)
+
+    def past_table_a(c: Case) -> bool:
+        return bool((c.values["seq_len_a"] > c.tensors["page_table_a"].shape[1]).any())
+
+    m = checked_minimize(case, past_table_a, budget_s=120)
+    WA = m.case.tensors["page_table_a"].shape[1]
+    assert m.complete and WA <= 1 and int(m.case.values["seq_len_a"].max()) == WA + 1, m.log
+    assert m.case.tensors["seq_len_a"].shape == (1,)
+
+
+def test_row_chunks_of_a_huge_batch_come_one_at_a_time():
+    """ddmin's subsets are made as asked for: a batch of a million rows gets its first half at
+    once (listing every subset first, complements by membership tests, never ended there)."""
+    from kvfuzz.minimize import _chunks
+
+    chunks = _chunks(1_000_000)
+    first, second = next(chunks), next(chunks)
+    assert (first[0], first[-1], len(first)) == (0, 499_999, 500_000)
+    assert (second[0], len(second)) == (500_000, 500_000)
+    assert list(_chunks(5)) == [(0, 1, 2), (3, 4), (0, 1), (2,), (3,), (4,), (2, 3, 4), (0, 1, 3, 4),
+                                (0, 1, 2, 4), (0, 1, 2, 3), (0,), (1,), (1, 2, 3, 4), (0, 2, 3, 4)]
+
+
+def test_a_pool_index_past_req_to_token_drops_the_unread_rows_and_stays_one_past():
+    case = decode_case(B=3, P=6, ps=2, R=40, seed=5)
+    pool = case.values["req_pool_indices"].copy()
+    pool[1] = 40 + 25  # row 1 reads past req_to_token's 40 rows
+    case = case.replace(values={**case.values, "req_pool_indices": pool})
+    assert CONTRACTS["decode_metadata"].out_of_contract(case)
+
+    def reads_past_the_rows(c: Case) -> bool:
+        return bool((c.values["req_pool_indices"] >= c.tensors["req_to_token"].shape[0]).any())
+
+    m = checked_minimize(case, reads_past_the_rows, budget_s=120)
+    R = m.case.tensors["req_to_token"].shape[0]
+    assert m.complete and R <= 1 and list(m.case.values["req_pool_indices"]) == [R], m.log

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..case import DTYPES, Case, TensorSpec
 from ..errors import BadCaseFile
-from ..findings import KINDS, Finding
+from ..findings import KINDS, VARIES, Finding
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -204,10 +204,29 @@ class SavedCase:
     def __hash__(self) -> int:
         return hash((self.key(), self.case))
 
+    @property
+    def signatures(self) -> tuple[str, ...]:
+        """Every signature the case shows: its finding's, then the others a campaign found the
+        same case to show (`meta["signatures"]`, when it merged their findings into this one)."""
+        own = (self.finding.signature,) if self.finding is not None else ()
+        listed = self.case.meta.get("signatures", ())
+        return own + tuple(s for s in listed if isinstance(s, str) and s not in own)
+
+    @property
+    def strict(self) -> bool:
+        """An xfail case whose replay must show its defect; False for a defect whose runs differ
+        by nature (`findings.VARIES`): a replay that happens not to show it proves nothing."""
+        return self.finding is None or self.finding.kind not in VARIES
+
     def key(self) -> str:
         """The corpus directory name: one defect (signature) per target is one directory."""
-        ident = self.finding.signature if self.finding is not None else self.case.digest()
-        return hashlib.sha256(f"{ident}|{self.target}".encode()).hexdigest()[:16]
+        return key_of(self.finding.signature if self.finding is not None else self.case.digest(), self.target)
+
+
+def key_of(ident: str, target: str) -> str:
+    """The key of a case of `target` whose finding has signature `ident` (or, without a
+    finding, whose `Case.digest()` is `ident`)."""
+    return hashlib.sha256(f"{ident}|{target}".encode()).hexdigest()[:16]
 
 
 # writing ------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Union
 
 from ..errors import BadCaseFile, BadInput
-from .format import CASE_FILE, TENSORS_FILE, SavedCase, read_case_dir, write_case_dir
+from .format import CASE_FILE, TENSORS_FILE, SavedCase, key_of, read_case_dir, write_case_dir
 
 try:  # POSIX; elsewhere saves still are atomic, but concurrent dedup is best effort
     import fcntl
@@ -101,9 +101,10 @@ class CorpusStore(abc.ABC):
 
 
 def _rank(saved: SavedCase) -> tuple:
-    """Which of two cases of one defect a corpus keeps: the smaller, and at equal size the one
-    the minimizer went through (a campaign saves a finding as found, then its minimized form)."""
-    return saved.case.size_key(), not saved.minimized
+    """Which of two cases of one defect a corpus keeps: the smaller, at equal size the one the
+    minimizer went through (a campaign saves a finding as found, then its minimized form), and
+    then the one known to show more signatures (a campaign lists the findings it merged into it)."""
+    return saved.case.size_key(), not saved.minimized, -len(saved.signatures)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -330,6 +331,20 @@ class DirectoryCorpus(CorpusStore):
             # exchange the case it replaced
             for p in op_dir.glob(f".tmp-{key}-*"):
                 shutil.rmtree(p, ignore_errors=True)
+
+    def listing(self, op: str, target: str, signature: str) -> Path | None:
+        """The case of `target` that lists `signature` among the signatures it shows (see
+        `SavedCase.signatures`), its own key's case first; None if none does. Unreadable cases
+        are passed over: they cannot say what they show."""
+        own = self.root / op / key_of(signature, target)
+        op_dir = self.root / op
+        dirs = sorted(p for p in op_dir.iterdir() if KEY_RE.fullmatch(p.name)) if op_dir.is_dir() else []
+        for path in sorted(dirs, key=lambda p: p != own):
+            with contextlib.suppress(BadCaseFile):
+                saved = _read_stable(path)
+                if saved is not None and saved.target == target and signature in saved.signatures:
+                    return path
+        return None
 
     def save(self, saved: SavedCase) -> SaveResult:
         key = saved.key()
