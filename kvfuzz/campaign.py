@@ -31,6 +31,7 @@ from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
+from .findings import runs_to_show
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, get_contract
@@ -214,7 +215,7 @@ class CampaignResult:
 def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
     def still_fails(candidate: Case) -> bool:
         try:
-            return signature in judge(candidate, executor.run(candidate)).signatures()
+            return signature in judge(candidate, executor.run(candidate, repeats=runs_to_show(signature))).signatures()
         except Exception:
             return False
     return still_fails
@@ -529,7 +530,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
         case, log, seconds = m.case, list(m.log), m.seconds
     if not interrupted and (case != f.first):
-        verdict = judge(case, executor.run(case))
+        verdict = judge(case, executor.run(case, repeats=runs_to_show(sig)))
         finding = next((x for x in verdict.findings if x.signature == sig), None)
         c = None
         if finding is not None:

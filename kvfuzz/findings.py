@@ -19,6 +19,16 @@ KINDS = (
 )
 
 
+# kinds only a second run shows (the determinism re-run, from the alternate image)
+NEED_A_SECOND_RUN = ("nondeterministic", "out_of_bounds_read")
+
+
+def runs_to_show(signature: str) -> int:
+    """How many runs a case needs for the judge to show a finding with this signature."""
+    kind = signature.split(":")[2:3]  # op:path:kind:tensor:where
+    return 2 if kind and kind[0] in NEED_A_SECOND_RUN else 1
+
+
 @dataclass(frozen=True)
 class Finding:
     """One defect seen on one case. `signature` is what dedup and the corpus key on."""

@@ -75,3 +75,20 @@ def test_in_a_batch_the_rerun_from_the_alternate_image_finds_the_read(device):
     assert not result.lost
     got = [judge(p.case, o, prepared=p).signatures() for p, o in zip(prepared, outcomes(batch, result))]
     assert got == [[], [READ], []]
+
+
+def test_the_minimizer_shrinks_a_case_and_keeps_its_out_of_bounds_read(device):
+    """The campaign's minimizer runs each candidate twice for a finding only a second run shows
+    (the first run alone never shows a read)."""
+    from kvfuzz.campaign import still_fails_fn
+    from kvfuzz.minimize import minimize
+
+    ex = WorkerExecutor(OVERRUN, device)
+    try:
+        still = still_fails_fn(ex, READ)
+        assert still(reads_past_a())
+        m = minimize(reads_past_a(), still, budget_s=60)
+        assert m.log and m.case != reads_past_a()
+        assert judge(m.case, ex.run(m.case, repeats=2)).signatures() == [READ]
+    finally:
+        ex.close()
