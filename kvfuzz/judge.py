@@ -389,8 +389,10 @@ def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np
     if stray.size:
         by_place: dict[tuple[str, str], list[int]] = {}
         victims: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        charged: dict[tuple[str, str], tuple[str, str]] = {}  # every byte of one band goes to one output
         for b in stray.tolist():
-            place, hit = write_place(p, contract.outputs, b)
+            hit = p.region_of_byte(b)
+            place = charged.get(hit) or charged.setdefault(hit, write_place(p, contract.outputs, b)[0])
             by_place.setdefault(place, []).append(b)
             landed = victims.setdefault(place, {})
             landed[hit] = landed.get(hit, 0) + 1
