@@ -14,7 +14,10 @@ It rebuilds the guarded arena, calls the entry point the way SGLang does (twice,
 arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
 `kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
 the oracle on their required cells and leave their untouched cells alone; no case may change
-a byte outside every tensor's elements or an input element; runs must agree; on CUDA, a CUDA
+a byte outside every tensor's elements or an input element (a stray byte is charged to the
+output whose store overran); runs must agree, the second starting from the alternate image
+(every byte that is no element's holding a position-encoding fill instead of the canary): a
+difference the fill explains is an out-of-bounds read of the input read past; on CUDA, a CUDA
 error (an illegal memory access, a device-side assert) is a crash (`cuda_fault`), in
 contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage error.
 
