@@ -144,8 +144,9 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
     """`repeats` runs, every second from the alternate image. Where the first two differ by
     more than the fill, the case runs again from its image (the same fill: is it the run or
     the fill?) and once per input guard band and gap holding the alternate fill alone
-    (`Plan.probe_image`; `RunResult.probe`), so the judge can tell which input was read past
-    even where the value read is not what the kernel stored (a length, an index)."""
+    (`Plan.probe_image`; `RunResult.probe`: first all of an input's bands, "name:*", then each
+    band of an input whose bands matter), so the judge can tell which input was read past even
+    where the value read is not what the kernel stored (a length, an index)."""
     contract = CONTRACTS[case.op]
     p = plan or make_plan(case, contract.outputs)
     dev = torch_device(device)
@@ -172,10 +173,16 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
     if repeats >= 2 and _fill_matters(p, out.runs[0], out.runs[1]):
         if not once(RunResult(), p.image):
             return out
-        for name in p.names:
+        for name in p.names:  # each input's bands together, then one by one for an input that matters
             if name in contract.outputs:
                 continue
-            for where in p.bands(name):
+            bands = p.bands(name)
+            run = RunResult(alt=True, probe=f"{name}:*")
+            if not once(run, p.probe_image(name, *bands)):
+                return out
+            if not _fill_matters(p, out.runs[0], run):
+                continue
+            for where in bands:
                 if not once(RunResult(alt=True, probe=f"{name}:{where}"), p.probe_image(name, where)):
                     return out
     # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the

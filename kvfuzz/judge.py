@@ -167,10 +167,12 @@ def _probed_reads(p: Plan, first: RunResult, probed: list[RunResult],
     alone) that differs from the first run."""
     out = {}
     for run in probed:
+        tensor, where = run.probe.split(":")
+        if where == "*":
+            continue  # all of an input's bands at once: its bands, one by one, tell where
         changed, _, diff = differs(run)
         if not changed:
             continue
-        tensor, where = run.probe.split(":")
         owners = sorted({p.names[o] if o != NOBODY else "bytes outside the tensors"
                          for o in np.unique(p.owner_of(diff))}) or ["the error raised"]
         out[(tensor, where)] = (

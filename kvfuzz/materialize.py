@@ -241,18 +241,19 @@ class Plan:
         gaps = not bool(self.element_mask(name).all())
         return ("before", "gap", "after") if gaps else ("before", "after")
 
-    def probe_image(self, name: str, where: str) -> np.ndarray:
-        """The image with the alternate fill in one band of `name` alone (`band`): a run from it
-        differs from a run from the image only if the kernel reads there."""
+    def probe_image(self, name: str, *where: str) -> np.ndarray:
+        """The image with the alternate fill in some bands of `name` alone (`band`): a run from
+        it differs from a run from the image only if the kernel reads there."""
         out = self.image.copy()
-        lo, hi = self.band(name, where)
-        part = out[lo:hi]
-        fill = self.alt_image[lo:hi]
-        if where == "gap":
-            free = ~self.element_mask(name)
-            part[free] = fill[free]
-        else:
-            part[:] = fill
+        for w in where:
+            lo, hi = self.band(name, w)
+            part = out[lo:hi]
+            fill = self.alt_image[lo:hi]
+            if w == "gap":
+                free = ~self.element_mask(name)
+                part[free] = fill[free]
+            else:
+                part[:] = fill
         return out
 
     def fill_only(self, after_alt: np.ndarray, after: np.ndarray) -> bool:

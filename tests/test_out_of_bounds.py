@@ -92,3 +92,37 @@ def test_the_minimizer_shrinks_a_case_and_keeps_its_out_of_bounds_read(device):
         assert judge(m.case, ex.run(m.case, repeats=2)).signatures() == [READ]
     finally:
         ex.close()
+
+
+TESTS_PAST = '''
+from kvfuzz.kernels import get_num_kv_splits
+
+
+def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits,
+                             device_core_count):
+    get_num_kv_splits(out, seq_lens, num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count)
+    if seq_lens.numel() and out.numel():  # reads the word after seq_lens's last element, and only tests it
+        past = seq_lens.reshape(-1)[-1:].as_strided((1,), (1,), seq_lens.reshape(-1)[-1:].storage_offset() + 1)
+        out.reshape(-1)[:1] += int(past.item() not in (-1515870811, -6510615555426900571))
+'''
+
+
+def test_a_read_the_batch_cannot_place_is_found_once_the_case_runs_alone(tmp_path, device):
+    """A kernel that only tests a guard-band word: in a batch the re-run differs in a way no
+    value explains (nondeterministic, as far as two runs can tell); the case alone (its probe
+    runs) names the input read past, and that is what the engine records, not a batch-only
+    nondeterministic finding."""
+    from kvfuzz.engines.batch_engine import fuzz_op
+
+    spec = tmp_path / "tests_past.py"
+    spec.write_text(TESTS_PAST)
+    ex = WorkerExecutor(str(spec), device)
+    try:
+        stats, found = fuzz_op("num_kv_splits", ex, seed=1, budget_s=600, max_cases=16, device=device,
+                               in_contract_only=True, rerun_every=1, batch=16)
+    finally:
+        ex.close()
+    kinds = {s.split(":")[2] for s in found}
+    assert "out_of_bounds_read" in kinds and "nondeterministic" not in kinds, sorted(found)
+    assert all(s.split(":")[3] == "seq_lens" for s in found if ":out_of_bounds_read:" in s), sorted(found)
+    assert stats.batch_only == []
