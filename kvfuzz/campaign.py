@@ -36,7 +36,7 @@ from .engines import atheris_engine, batch_engine, hypothesis_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
-from .findings import VARIES, kind_of
+from .findings import runs_to_show
 from .judge import Verdict, judge
 from .minimize import minimize
 from .ops import CONTRACTS, contract_status, get_contract
@@ -229,17 +229,10 @@ class CampaignResult:
         }
 
 
-def repeats_for(signature: str) -> int:
-    """Runs of a case that can show `signature`: a difference between runs needs a second one."""
-    return 2 if kind_of(signature) in VARIES else 1
-
-
 def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
-    repeats = repeats_for(signature)
-
     def still_fails(candidate: Case) -> bool:
         try:
-            return signature in judge(candidate, executor.run(candidate, repeats=repeats)).signatures()
+            return signature in judge(candidate, executor.run(candidate, repeats=runs_to_show(signature))).signatures()
         except Exception:
             return False
     return still_fails
@@ -569,7 +562,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         case, log, seconds = m.case, list(m.log), m.seconds
     shows = {sig}
     if not interrupted and (case != f.first):
-        verdict = judge(case, executor.run(case, repeats=repeats_for(sig)))
+        verdict = judge(case, executor.run(case, repeats=runs_to_show(sig)))
         shows |= set(verdict.signatures())
         finding = next((x for x in verdict.findings if x.signature == sig), None)
         c = None
@@ -584,7 +577,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
                          "keeping the case it was confirmed on")
             case, log = f.first, []
     if not interrupted and case == f.first:  # what the case it keeps shows, for merging
-        shows = {sig} | set(judge(case, executor.run(case, repeats=repeats_for(sig))).signatures())
+        shows = {sig} | set(judge(case, executor.run(case, repeats=runs_to_show(sig))).signatures())
     finding = f.finding
     path, error = None, None
     if store is not None:

@@ -8,7 +8,9 @@ would cost more device time than the kernel under test.
 
 Two ways to run:
 * `run_case`: one case, its own arena, one synchronisation per run. Replays, the minimizer
-  and every finding's confirmation use it.
+  and every finding's confirmation use it. Runs alternate between the case's image and its
+  alternate image (materialize.refill): a second run is the determinism check and the
+  out-of-bounds read check at once.
 * `run_batch`: many cases packed into one device arena (`materialize.pack`): one copy to
   the device, every case launched, one synchronisation, one copy back. The fuzzing loop uses
   it. A CUDA fault inside a batch poisons the context and cannot be pinned on one case from
@@ -30,7 +32,7 @@ import numpy as np
 from .case import Case
 from .contract import Expected
 from .device import torch_device
-from .materialize import Layout, Plan, layouts, pack, plan as make_plan, to_device, views_at
+from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 
 CUDA_FAULT = "CudaFault"  # error type of a run whose kernel faulted the device
@@ -46,6 +48,8 @@ class RunResult:
     after: np.ndarray | None = None  # the arena's bytes after the run (None if unreadable)
     seconds: float = 0.0
     detail: str | None = None  # the traceback's last frames, for replay output
+    alt: bool = False  # the run started from the alternate image (guard bands and gaps refilled)
+    probe: str | None = None  # "tensor:where": only that guard band or gap held the alternate fill
 
 
 @dataclass
@@ -137,13 +141,19 @@ def _call(target, case: Case, views, device: str, run: RunResult) -> bool:
 
 def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool = True,
              plan: Plan | None = None) -> Outcome:
+    """`repeats` runs, every second from the alternate image. Where the first two differ by
+    more than the fill, the case runs again from its image (the same fill: is it the run or
+    the fill?) and once per input guard band and gap holding the alternate fill alone
+    (`Plan.probe_image`; `RunResult.probe`: first all of an input's bands, "name:*", then each
+    band of an input whose bands matter), so the judge can tell which input was read past even
+    where the value read is not what the kernel stored (a length, an index)."""
     contract = CONTRACTS[case.op]
     p = plan or make_plan(case, contract.outputs)
     dev = torch_device(device)
     out = Outcome()
-    for _ in range(repeats):
-        arena, views = to_device(p, dev)
-        run = RunResult()
+
+    def once(run: RunResult, image: np.ndarray) -> bool:
+        arena, views = to_device(p, dev, image=image)
         ok = _call(target, case, views, device, run)
         if ok:
             try:
@@ -153,7 +163,28 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
         out.runs.append(run)
         if run.error_type == CUDA_FAULT:
             out.device_lost = True
+            return False
+        return True
+
+    for k in range(repeats):
+        run = RunResult(alt=k % 2 == 1)  # every second run from the alternate image
+        if not once(run, p.alt_image if run.alt else p.image):
             return out
+    if repeats >= 2 and _fill_matters(p, out.runs[0], out.runs[1]):
+        if not once(RunResult(), p.image):
+            return out
+        for name in p.names:  # each input's bands together, then one by one for an input that matters
+            if name in contract.outputs:
+                continue
+            bands = p.bands(name)
+            run = RunResult(alt=True, probe=f"{name}:*")
+            if not once(run, p.probe_image(name, *bands)):
+                return out
+            if not _fill_matters(p, out.runs[0], run):
+                continue
+            for where in bands:
+                if not once(RunResult(alt=True, probe=f"{name}:{where}"), p.probe_image(name, where)):
+                    return out
     # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the
     # host, as in a batch
     if torch_ref and contract.classify(case)[0] == "in_contract":
@@ -162,6 +193,14 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
         except Exception as exc:
             out.torch_ref_error = one_line(exc)
     return out
+
+
+def _fill_matters(p: Plan, first: RunResult, alt: RunResult) -> bool:
+    """Whether a run from the alternate image left other bytes than the first run (the fill
+    aside), or raised otherwise."""
+    if first.after is None or alt.after is None:
+        return False
+    return first.error != alt.error or p.as_canary(alt.after).tobytes() != first.after.tobytes()
 
 
 # batches ----------------------------------------------------------------------------------
@@ -176,7 +215,7 @@ class Launch:
     regions: tuple[Layout, ...]
     base: int  # byte offset of the case's image in the batch image
     size: int  # bytes of the case's image
-    repeat: bool  # run it a second time (determinism)
+    repeat: bool  # run it a second time, from its alternate image (determinism, out-of-bounds reads)
     torch_ref: bool  # compute the torch oracle (in-contract cases)
     cross: bool = False  # also run it on the cross-check backend (cross.py)
 
@@ -205,7 +244,8 @@ class BatchResult:
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
               after_out: np.ndarray | None = None, repeat_out: np.ndarray | None = None) -> BatchResult:
-    """Every launch of `batch` on one arena (and the repeated ones on a second), one sync.
+    """Every launch of `batch` on one arena (and the repeated ones on a second, which holds
+    their alternate images: materialize.refill), one sync.
     With `after_out` (shared memory, from a worker's parent) the first arena is copied back
     into it, and `afters[0]` is None; with `repeat_out` too, the repeated cases' bytes of the
     second arena go there, each at its case's base, and `afters[1]` is None (on a GPU every
@@ -230,12 +270,17 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         first.copy_(host)
         spare = None
         if passes[1]:
-            _repeated_into(host, batch, repeat_out)
+            _alternate_into(image, batch, repeat_out)
             spare = torch.from_numpy(repeat_out)
     else:
         first = host.to(dev, copy=True)
-        # the repeated cases' arena: a copy on the device, made before any kernel runs (one transfer, not two)
-        spare = first.clone() if passes[1] else None
+        # the repeated cases' arena: their alternate images, built on the host (the shared
+        # segment's third section where there is one, page-locked on CUDA) and copied over
+        spare = None
+        if passes[1]:
+            alt = repeat_out if repeat_out is not None else np.empty(image.size, dtype=np.uint8)
+            _alternate_into(image, batch, alt)
+            spare = torch.from_numpy(alt[: image.size]).to(dev, copy=True)
     stages["transfer"] += time.perf_counter() - t0
     for sel, arena in zip(passes, (first, spare)):
         if not sel:
@@ -299,6 +344,14 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages)
 
 
+def _alternate_into(image: np.ndarray, batch: list[Launch], out: np.ndarray) -> None:
+    """The repeated cases' alternate images into `out`, each at its case's base (the bytes
+    between them are not read)."""
+    for b in batch:
+        if b.repeat:
+            refill(out[b.base : b.base + b.size], image[b.base : b.base + b.size], b.regions)
+
+
 def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
     """The repeated cases' part of the second arena, on the host (no shared segment to put
     it in: an in-process run)."""
@@ -310,9 +363,8 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
 
 
 def _repeated_into(arena, batch: list[Launch], out: np.ndarray) -> None:
-    """The repeated cases' bytes of `arena` (the second arena after its run; on the CPU, the
-    image before it) into `out`, each at its own base: in one copy where every case repeats (a
-    GPU's default), else case by case."""
+    """The repeated cases' bytes of `arena` (the second arena after its run) into `out`, each
+    at its own base: in one copy where every case repeats (a GPU's default), else case by case."""
     import torch
 
     picked = [b for b in batch if b.repeat]
@@ -365,7 +417,7 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
             after = after.copy() if copy and after is not None else after
         else:
             after = result.afters[1][i]
-        run = RunResult(seconds=result.seconds[p][i], after=after)
+        run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1)
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)

@@ -7,13 +7,14 @@ from typing import Any
 
 KINDS = (
     "mismatch",  # a required output cell differs from both oracles
-    "out_of_bounds_write",  # a byte outside every tensor's elements changed (guard band, stride gap)
+    "out_of_bounds_write",  # a byte outside every tensor's elements changed (guard band, stride gap): named after the output written
+    "out_of_bounds_read",  # an output changed with the fill of the bytes outside every tensor: named after the input read past
     "untouched_write",  # an output cell the contract says must stay untouched changed
     "input_modified",  # an input tensor's element changed
     "crash",  # the target raised on an in-contract case
     "invalid_accepted",  # the target ran a case it must refuse
     "oracle_disagreement",  # the NumPy and torch oracles disagree (a kvfuzz bug or a torch bug)
-    "nondeterministic",  # two runs of the same case differ
+    "nondeterministic",  # two runs of the same case differ, and not by the fill of the guard bands
     "backend_divergence",  # the cross-check backend (the interpreter) gives another arena or raises otherwise
 )
 
@@ -25,6 +26,15 @@ VARIES = frozenset({"nondeterministic"})
 def kind_of(signature: str) -> str:
     """The kind named in a signature (`op:path:kind:tensor:where`)."""
     return signature.split(":")[2]
+
+
+# kinds only a second run shows (the determinism re-run, from the alternate image)
+NEED_A_SECOND_RUN = ("nondeterministic", "out_of_bounds_read")
+
+
+def runs_to_show(signature: str) -> int:
+    """How many runs a case needs for the judge to show a finding with this signature."""
+    return 2 if kind_of(signature) in NEED_A_SECOND_RUN else 1
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .case import Case
 from .contract import Cells, Contract, Expected
 from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
 from .findings import Finding
-from .materialize import NOBODY, Plan, elements_view
+from .materialize import NOBODY, Plan, alt_source, elements_view
 from .ops import CONTRACTS
 
 MAX_CELLS = 8  # differing cells kept per finding
@@ -107,17 +107,79 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
                         "untouched_write", name, "after_error",
                         f"{name}: {int(hit.sum())} cells changed although the target raised {first.error_type}",
                         _cells(hit, got=got)))
-    for later in outcome.runs[1:]:
-        if later.after is not None and (later.error != first.error or not np.array_equal(later.after, first.after)):
-            diff = np.flatnonzero(later.after != first.after)
-            owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
-            verdict.findings.append(finding(
-                "nondeterministic", owners[0] if owners else "-", "rerun",
-                f"a second run of the same case differs ({diff.size} bytes in {', '.join(owners) or 'the error'})"))
+    verdict.findings += _reruns(contract, p, first, outcome.runs[1:], finding)
     if outcome.cross is not None and status == "in_contract":
         verdict.findings += _divergence(contract, case, p, first, outcome.cross, outcome.cross_backend or "?",
                                         prepared.expected, finding)
     return verdict
+
+
+def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult], finding) -> list[Finding]:
+    """The runs after the first. One from the same image that differs: `nondeterministic`. One
+    from the alternate image that differs: an `out_of_bounds_read` where a differing value was
+    read from the fill (decoded from it), else where the fill in one input's guard band or gap
+    alone (a probe run, run_case) changes the run the same way and the image run again does
+    not; any other difference is `nondeterministic` (not the fill's)."""
+    out: dict[str, Finding] = {}
+    unstable = False  # a run from the same image differed: probes cannot be trusted
+
+    def differs(run: RunResult) -> tuple[bool, np.ndarray, np.ndarray]:
+        seen = p.as_canary(run.after) if run.alt else run.after
+        if seen.shape != first.after.shape:
+            return True, seen, np.zeros(0, np.int64)
+        if run.error == first.error and _same_bytes(seen, first.after):
+            return False, seen, np.zeros(0, np.int64)
+        return True, seen, np.flatnonzero(seen != first.after)
+
+    def nondeterministic(diff: np.ndarray, alt: bool) -> None:
+        owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
+        fill = " (from the alternate image: not explained by the fill)" if alt else ""
+        f = finding("nondeterministic", owners[0] if owners else "-", "rerun",
+                    f"a second run of the same case differs{fill} ({diff.size} bytes in "
+                    f"{', '.join(owners) or 'the error'})")
+        out.setdefault(f.signature, f)
+
+    for run in later:
+        if run.after is not None and not run.alt and run.probe is None and differs(run)[0]:
+            unstable = True
+            nondeterministic(differs(run)[2], False)
+    probed = [r for r in later if r.probe is not None and r.after is not None]
+    for run in later:
+        if run.after is None or not run.alt or run.probe is not None:
+            continue
+        changed, seen, diff = differs(run)
+        if not changed:
+            continue
+        reads = _reads(contract, p, first.after, seen, diff) if run.error == first.error else {}
+        if not reads and not unstable:
+            reads = _probed_reads(p, first, probed, differs)
+        if not reads:
+            nondeterministic(diff, True)
+        for (tensor, where), (message, cells) in reads.items():
+            f = finding("out_of_bounds_read", tensor, where, message, cells)
+            out.setdefault(f.signature, f)
+    return list(out.values())
+
+
+def _probed_reads(p: Plan, first: RunResult, probed: list[RunResult],
+                  differs) -> dict[tuple[str, str], tuple[str, list[dict]]]:
+    """{(input, where): (message, cells)} for each probe run (the alternate fill in that band
+    alone) that differs from the first run."""
+    out = {}
+    for run in probed:
+        tensor, where = run.probe.split(":")
+        if where == "*":
+            continue  # all of an input's bands at once: its bands, one by one, tell where
+        changed, _, diff = differs(run)
+        if not changed:
+            continue
+        owners = sorted({p.names[o] if o != NOBODY else "bytes outside the tensors"
+                         for o in np.unique(p.owner_of(diff))}) or ["the error raised"]
+        out[(tensor, where)] = (
+            f"{', '.join(owners)} changed with the fill of the bytes outside every tensor: the kernel reads "
+            f"{_band(tensor, where)} (the alternate fill there alone changes the run, and the image run again "
+            f"does not; the value read is not what it stored)", [{"changed": o} for o in owners[:MAX_CELLS]])
+    return out
 
 
 # the fast path ------------------------------------------------------------------------------
@@ -258,8 +320,10 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
             if not (_equal(theirs, ours) if required is None else _same(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
-        if later.error is not None or later.after is None or later.after.shape != first.after.shape \
-                or not _same_bytes(later.after, first.after):
+        if later.error is not None or later.after is None or later.after.shape != first.after.shape:
+            return None
+        if not (prepared.plan.fill_only(later.after, first.after) if later.alt
+                else _same_bytes(later.after, first.after)):
             return None
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
 
@@ -320,18 +384,27 @@ def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other
 
 def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np.ndarray,
                      finding) -> Iterator[Finding]:
-    """Bytes outside every element (guards, gaps) and input elements that changed."""
+    """Bytes outside every element (guards, gaps) and input elements that changed. A stray
+    byte is charged to the output whose store overran (`write_place`), never to the
+    neighbour it landed in: the message lists those."""
     stray = changed[owner == NOBODY]
     if stray.size:
         by_place: dict[tuple[str, str], list[int]] = {}
+        victims: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        charged: dict[tuple[str, str], tuple[str, str]] = {}  # every byte of one band goes to one output
         for b in stray.tolist():
-            by_place.setdefault(p.region_of_byte(b), []).append(b)
+            hit = p.region_of_byte(b)
+            place = charged.get(hit) or charged.setdefault(hit, write_place(p, contract.outputs, b)[0])
+            by_place.setdefault(place, []).append(b)
+            landed = victims.setdefault(place, {})
+            landed[hit] = landed.get(hit, 0) + 1
         for (tensor, where), bytes_ in sorted(by_place.items()):
             r = p.regions.get(tensor)
             rel = [b - r.start for b in bytes_[:MAX_CELLS]] if r else bytes_[:MAX_CELLS]
+            landed = ", ".join(f"{n} {_band(t, w)}" for (t, w), n in sorted(victims[(tensor, where)].items()))
             yield finding("out_of_bounds_write", tensor, where,
-                          f"{len(bytes_)} bytes {where} {tensor}'s elements changed "
-                          f"(byte offsets from its storage start: {rel})",
+                          f"{len(bytes_)} bytes {where} {tensor}'s elements changed, written by a store to "
+                          f"{tensor} (byte offsets from its storage start: {rel}); they landed in: {landed}",
                           [{"byte": x} for x in rel])
     for i, name in enumerate(p.names):
         if name in contract.outputs:
@@ -339,6 +412,107 @@ def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np
         hit = int((owner == i).sum())
         if hit:
             yield finding("input_modified", name, "elements", f"input {name} changed ({hit} bytes)")
+
+
+def _band(tensor: str, where: str) -> str:
+    """Words for where a stray byte lies, as region_of_byte names it."""
+    if tensor == "-":
+        return "past every tensor's guard bands"
+    return f"{tensor}'s stride gaps" if where == "gap" else f"{tensor}'s guard band {where} it"
+
+
+def _extent_place(r, b: int) -> tuple[int, str]:
+    """(distance in bytes, before|after|gap) of byte `b` from region `r`'s storage."""
+    if b < r.start:
+        return r.start - b, "before"
+    if b >= r.start + r.nbytes:
+        return b - (r.start + r.nbytes), "after"
+    return 0, "gap"
+
+
+def write_place(p: Plan, outputs: tuple[str, ...], b: int) -> tuple[tuple[str, str], tuple[str, str]]:
+    """((output, before|after|gap), (tensor, where) it landed in) for a stray byte `b` that
+    changed. A byte in an output's own guard bands or gaps is that output's. Any other byte
+    (a neighbour's guard band, past the case's arena) was written by a store that ran past
+    the end of the nearest output before it (indices too large: what overruns are); with no
+    output before it, by one that ran before the start of the nearest output after it."""
+    hit = p.region_of_byte(b)
+    if hit[0] in outputs:
+        return hit, hit
+    regions = [p.regions[n] for n in outputs if n in p.regions]
+    before = [r for r in regions if r.start + r.nbytes <= b]
+    if before:
+        r = max(before, key=lambda r: r.start + r.nbytes)
+        return (r.name, "after"), hit
+    after = [r for r in regions if r.start > b]
+    if after:
+        r = min(after, key=lambda r: r.start)
+        return (r.name, "before"), hit
+    return hit, hit
+
+
+def read_place(p: Plan, inputs: tuple[str, ...], b: int) -> tuple[tuple[str, str], str]:
+    """((input, before|after|gap), how it was told) for byte `b`, outside every element, that
+    a kernel read: the input whose guard band or gap holds it; else the input whose extent
+    the address continues, the nearest one."""
+    hit = p.region_of_byte(b)
+    if hit[0] in inputs:
+        return hit, f"in {_band(*hit)}"
+    best = min(((_extent_place(p.regions[n], b), n) for n in inputs if n in p.regions), default=None)
+    if best is None:
+        return hit, f"in {_band(*hit)}"
+    (dist, where), name = best
+    return (name, where), f"{dist} bytes {where} {name}'s storage, the nearest input (the address lies in {_band(*hit)})"
+
+
+MAX_DECODED = 64  # differing elements read back per tensor when telling where a read came from
+
+
+def _reads(contract: Contract, p: Plan, canary: np.ndarray, alt: np.ndarray,
+           diff: np.ndarray) -> dict[tuple[str, str], tuple[str, list[dict]]]:
+    """The out-of-bounds reads that explain the difference between a run from the image
+    (`canary`) and a run from the alternate image (`alt`, its bytes still holding the fill put
+    back to the canary): {(input, where): (message, cells)} for each place a differing value
+    was read from, decoded from the value (materialize.alt_source); {} when no differing value
+    is a read of the fill (then the difference is not the fill's)."""
+    inputs = tuple(n for n in p.names if n not in contract.outputs) or p.names
+    found: dict[tuple[str, str], list] = {}
+    owner = p.owner_of(diff)
+
+    def note(src: tuple[int, int], shown: dict) -> None:
+        if p.owner_of(np.array([src[0]]))[0] != NOBODY:
+            return  # decodes to an element's address: not a read of the fill
+        place, how = read_place(p, inputs, src[0])
+        entry = found.setdefault(place, [how, src[1], []])
+        if len(entry[2]) < MAX_CELLS:
+            shown["read_at"] = src[0] - p.regions[place[0]].start if place[0] in p.regions else src[0]
+            entry[2].append(shown)
+
+    for i in np.unique(owner[owner != NOBODY]).tolist():
+        r = p.regions[p.names[i]]
+        bits = 8 * r.itemsize
+        mine, theirs = r.elements(canary), r.elements(alt)
+        for idx in np.argwhere(mine != theirs)[:MAX_DECODED]:
+            key = tuple(int(x) for x in idx)
+            src = alt_source(int(mine[key]), int(theirs[key]), bits)
+            if src is not None:
+                note(src, {"tensor": r.name, "index": list(key), "canary": int(mine[key]),
+                           "alternate": int(theirs[key])})
+    words = np.unique(diff[owner == NOBODY] // 4)[:MAX_DECODED]  # stray words written with what was read
+    for w in words.tolist():
+        a, b = (int(x.view("<i4")[0]) for x in (canary[4 * w : 4 * w + 4], alt[4 * w : 4 * w + 4]))
+        src = alt_source(a, b, 32)
+        if src is not None:
+            note(src, {"tensor": "-", "byte": 4 * w, "canary": a, "alternate": b})
+    out = {}
+    for (tensor, where), (how, off, cells) in found.items():
+        into = sorted({c["tensor"] if c["tensor"] != "-" else "bytes outside the tensors" for c in cells})
+        within = f", to within {off} bytes" if off else ""
+        out[(tensor, where)] = (
+            f"{', '.join(into)} changed with the fill of the bytes outside every tensor: a value was read "
+            f"{how} (the address told from the value stored under the alternate fill{within}; "
+            f"read_at: byte offset from {tensor}'s storage start)", cells)
+    return out
 
 
 def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, expected: Expected,

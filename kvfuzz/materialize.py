@@ -6,9 +6,17 @@ byte, inputs hold their values and outputs start from a poison value, never zero
 run, one comparison of the arena against its image tells every byte that changed, and
 `owner_of` says whose element (or nobody's) each of them is. `pack` puts a batch of case
 images into one arena, so a batch needs one copy to the device and one back.
+
+The determinism re-run uses the alternate image (`Plan.alt_image`, `refill`): the same
+elements, every other byte holding the alternate fill, a word pattern that encodes each
+word's own position in the case's arena. An output that differs between the two fills was
+computed from bytes outside every tensor (an out-of-bounds read), and a value copied out of
+the alternate fill says where it was read (`alt_source`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -21,6 +29,86 @@ CANARY_BYTE = 0xA5
 POISON = {"int32": np.int32(-559038737), "int64": np.int64(-2401053088876216593)}  # 0xDEADBEEF.., 0xDEADBEEFDEADBEEF
 
 NOBODY = -1  # owner of guard bytes, stride gaps and slack
+
+# The alternate fill: the 4-byte word at byte 4*i of a case's arena (little-endian) holds
+# 0xC0 | i >> 21 (5 bits), then i >> 14, i >> 7 and i (7 bits each), high byte first. No
+# byte of it is the canary byte (0xA5), so any read of a guard band or gap sees another value
+# under each fill, and a word copied out of it (shifted right by a few bits or plus a small
+# constant, as the kernels do with page sizes and deltas) gives i back. Read as a number it is
+# negative, as the canary is (int32 and int64): a length or an index read from a guard band
+# takes the same branches under both fills, so the re-run does not send a kernel writing
+# through memory the canary run left alone.
+ALT_TAG = 0xC0
+_CANARY_WORDS = (-0x5A5A5A5B, -0x5A5A5A5A5A5A5A5B)  # 0xA5A5A5A5 as int32, its 8-byte version as int64
+# right shifts tried when decoding a value read from the alternate fill: page sizes up to 4096.
+# Each keeps the canary's value far from any small number, so only a value the canary run also
+# read from the canary decodes (a larger shift would let ordinary small values through).
+ALT_MAX_SHIFT = 12
+ALT_MAX_OFFSET = 1 << 12  # |constant| added to it
+_alt_cache = np.zeros(0, dtype=np.uint8)
+
+
+def alt_fill(n: int) -> np.ndarray:
+    """The first `n` bytes of the alternate fill (read-only; cached, grown as needed)."""
+    global _alt_cache
+    if _alt_cache.size < n:
+        words = max(n, 2 * _alt_cache.size, 1 << 16) // 4 + 1
+        i = np.arange(words, dtype=np.uint32)
+        w = ((i & 0x7F) | ((i >> 7) & 0x7F) << 8 | ((i >> 14) & 0x7F) << 16
+             | (ALT_TAG | ((i >> 21) & 0x1F)) << 24).astype("<u4")
+        _alt_cache = w.view(np.uint8)
+        _alt_cache.setflags(write=False)
+    return _alt_cache[:n]
+
+
+def alt_word_index(word: int) -> int | None:
+    """i for an alternate-fill word (as an unsigned 32-bit int), None if it is not one."""
+    if word >> 29 != ALT_TAG >> 5 or word & 0x00808080:
+        return None
+    return (word & 0x7F) | ((word >> 8) & 0x7F) << 7 | ((word >> 16) & 0x7F) << 14 | ((word >> 24) & 0x1F) << 21
+
+
+def alt_source(canary_value: int, alt_value: int, bits: int) -> tuple[int, int] | None:
+    """(byte offset in the case's arena, how many bytes it may be off) of the word a kernel
+    read, given what it stored under the canary fill and under the alternate fill (`bits`:
+    the stored element's width): the value is taken as the word read, shifted right by
+    s bits, plus a constant, the same under both fills. None when no such reading fits."""
+    mask = (1 << bits) - 1
+    for s in range(ALT_MAX_SHIFT + 1):
+        for canary in _CANARY_WORDS:
+            c = (canary_value - (canary >> s)) & mask
+            c = c - (1 << bits) if c >> (bits - 1) else c
+            if abs(c) > ALT_MAX_OFFSET:
+                continue
+            word = ((alt_value - c) << s) & 0xFFFFFFFF
+            i = alt_word_index(word)  # the low s bits were shifted out: zero here, never checked
+            if i is not None:
+                return 4 * i, 4 << s if s else 0
+    return None
+
+
+def refill(out: np.ndarray, image: np.ndarray, regions: "tuple[Layout, ...]") -> None:
+    """Write a case's alternate image into `out` (uint8, the case's size): the alternate fill
+    everywhere, then every tensor's elements copied from `image`, the case's image."""
+    out[:] = alt_fill(out.size)
+    for _, dtype, start, nbytes, shape, strides, offset in regions:
+        if not nbytes or 0 in shape:
+            continue
+        item = _ITEMSIZE[dtype]
+        if not offset and nbytes == item * math.prod(shape) and strides == _contiguous(shape):
+            out[start : start + nbytes] = image[start : start + nbytes]  # no gaps: its storage is its elements
+            continue
+        src, dst = (np.ndarray(shape, dtype, buf, start + offset * item, tuple(x * item for x in strides))
+                    for buf in (image, out))
+        dst[...] = src
+
+
+def _contiguous(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 class Region:
@@ -92,6 +180,7 @@ class Plan:
         self._elem_masks: dict[str, np.ndarray] = {}
         self._owner: np.ndarray | None = None
         self._starts: np.ndarray | None = None
+        self._alt: np.ndarray | None = None
 
     @property
     def image(self) -> np.ndarray:
@@ -115,6 +204,69 @@ class Plan:
                 r.typed(buf)[r.spec.element_index()] = case.values[r.name]
         buf.setflags(write=False)
         self._image = buf
+
+    @property
+    def alt_image(self) -> np.ndarray:
+        """The image under the alternate fill (read-only): the same elements, every other byte
+        the alternate fill (`refill`). A determinism re-run starts from it."""
+        if self._alt is None:
+            alt = np.empty(self.size, dtype=np.uint8)
+            refill(alt, self.image, self.layouts)
+            alt.setflags(write=False)
+            self._alt = alt
+        return self._alt
+
+    def as_canary(self, after_alt: np.ndarray) -> np.ndarray:
+        """An arena after a run from `alt_image`, with every byte that still holds the
+        alternate fill put back to the canary: comparable, byte for byte, with a run from
+        `image` (a kernel that reads nothing outside its tensors leaves the same bytes)."""
+        out = after_alt.copy()
+        if after_alt.shape == self.image.shape:  # by whole words: a kernel stores whole elements, and a
+            # stored value can share a byte with the fill (a 0), never a whole word of it
+            words, alt = out.view("<u4"), self.alt_image.view("<u4")
+            kept = words == alt
+            words[kept] = self.image.view("<u4")[kept]
+        return out
+
+    def band(self, name: str, where: str) -> tuple[int, int]:
+        """The byte range of `name`'s guard band before it, its storage (where="gap") or its
+        guard band after it (alignment slack included)."""
+        r = self.regions[name]
+        end = r.start + r.nbytes
+        return {"before": (r.start - r.guard, r.start), "gap": (r.start, end),
+                "after": (end, _round_up(end) + r.guard)}[where]
+
+    def bands(self, name: str) -> tuple[str, ...]:
+        """`name`'s guard bands, and "gap" where its storage holds bytes that are no element's."""
+        gaps = not bool(self.element_mask(name).all())
+        return ("before", "gap", "after") if gaps else ("before", "after")
+
+    def probe_image(self, name: str, *where: str) -> np.ndarray:
+        """The image with the alternate fill in some bands of `name` alone (`band`): a run from
+        it differs from a run from the image only if the kernel reads there."""
+        out = self.image.copy()
+        for w in where:
+            lo, hi = self.band(name, w)
+            part = out[lo:hi]
+            fill = self.alt_image[lo:hi]
+            if w == "gap":
+                free = ~self.element_mask(name)
+                part[free] = fill[free]
+            else:
+                part[:] = fill
+        return out
+
+    def fill_only(self, after_alt: np.ndarray, after: np.ndarray) -> bool:
+        """Whether a run from `alt_image` left `after_alt` exactly where a run from the image
+        left `after`, the fill aside: every word where they differ holds the alternate fill
+        in `after_alt`. For a first run that left every byte outside the elements alone (the
+        fast path has proved it): then no element's word can differ (an element never holds
+        the fill word of its own address, unless the kernel wrote exactly that there), and
+        the alternate image is never built."""
+        if after_alt.shape != after.shape or after.size % 4:
+            return False
+        mine, theirs = after.view("<u4"), after_alt.view("<u4")
+        return bool(((mine == theirs) | (theirs == alt_fill(after.size).view("<u4"))).all())
 
     def element_mask(self, name: str) -> np.ndarray:
         """One bool per byte of `name`'s storage: True where an element lies (cached)."""
@@ -215,11 +367,14 @@ def views_at(arena, regions: tuple[Layout, ...], base: int = 0) -> dict:
     return views
 
 
-def to_device(p: Plan, device):
-    """(arena, views): a fresh device copy of the image and a strided view per tensor."""
+def to_device(p: Plan, device, alt: bool = False, image: np.ndarray | None = None):
+    """(arena, views): a fresh device copy of the image (`alt`: the alternate image; or
+    `image`, another image of the plan's layout) and a strided view per tensor."""
     import torch
 
-    arena = torch.from_numpy(p.image.copy()).to(device)
+    if image is None:
+        image = p.alt_image if alt else p.image
+    arena = torch.from_numpy(image.copy()).to(device)
     return arena, views_at(arena, layouts(p))
 
 

@@ -14,7 +14,10 @@ It rebuilds the guarded arena, calls the entry point the way SGLang does (twice,
 arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
 `kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
 the oracle on their required cells and leave their untouched cells alone; no case may change
-a byte outside every tensor's elements or an input element; runs must agree; on CUDA, a CUDA
+a byte outside every tensor's elements or an input element (a stray byte is charged to the
+output whose store overran); runs must agree, the second starting from the alternate image
+(every byte that is no element's holding a position-encoding fill instead of the canary): a
+difference the fill explains is an out-of-bounds read of the input read past; on CUDA, a CUDA
 error (an illegal memory access, a device-side assert) is a crash (`cuda_fault`), in
 contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage error.
 
@@ -570,12 +573,14 @@ class Run:
     """One call on a fresh arena: what it raised, the arena after it, or the CUDA fault that
     left the device unusable (then `after` is None)."""
 
-    def __init__(self, error=None, error_type=None, detail=None, after=None, fault=None):
+    def __init__(self, error=None, error_type=None, detail=None, after=None, fault=None, alt=False, probe=None):
         self.error = error  # "TypeName: first line" of an ordinary exception the call raised
         self.error_type = error_type
         self.detail = detail  # its traceback
         self.after = after  # uint8 CPU tensor: the arena's bytes after the call
         self.fault = fault  # "TypeName: first line" of the CUDA error
+        self.alt = alt  # the call started from the alternate image (alternate_image)
+        self.probe = probe  # (tensor, where): only that guard band or gap held the alternate fill
 
 
 def run_once(case, entry, image, device):
@@ -677,12 +682,50 @@ def stray_places(case, stray):
     return places
 
 
+def extent_place(t, b):
+    """(distance in bytes, before|after|gap) of arena byte `b` from tensor `t`'s storage."""
+    s, n = t["start"], t["nbytes"]
+    if b < s:
+        return s - b, "before"
+    if b >= s + n:
+        return b - (s + n), "after"
+    return 0, "gap"
+
+
+def write_place(case, victim, where, b):
+    """(output, before|after|gap) a stray byte `b` is charged to, as kvfuzz.judge.write_place:
+    an output's own guard bands and gaps are its own; any other byte was written by a store
+    that ran past the end of the nearest output before it (else before the start of the
+    nearest output after it)."""
+    outs = [(name, t) for name, t in case.tensors.items() if t["role"] == "out"]
+    if victim in dict(outs):
+        return victim, where
+    before = [(t["start"] + t["nbytes"], name) for name, t in outs if t["start"] + t["nbytes"] <= b]
+    if before:
+        return max(before)[1], "after"
+    after = [(t["start"], name) for name, t in outs if t["start"] > b]
+    if after:
+        return min(after)[1], "before"
+    return victim, where
+
+
 def check_memory(report, case, image, owner, after):
-    """Bytes outside every tensor's elements, and input elements, must not change."""
+    """Bytes outside every tensor's elements, and input elements, must not change. A stray
+    byte is charged to the output whose store overran, not to the neighbour it landed in."""
     import torch
 
     changed = after != image
+    charged = {}  # (output, where) -> [(landed in, where, byte)]
     for name, where, at in stray_places(case, changed & (owner == 0)):
+        for b in at:
+            charged.setdefault(write_place(case, name, where, b), []).append((name, where, b))
+    for (name, where), hits in sorted(charged.items()):
+        at = sorted(b for _, _, b in hits)
+        landed = {}
+        for victim, vwhere, _ in hits:
+            landed[(victim, vwhere)] = landed.get((victim, vwhere), 0) + 1
+        into = ", ".join(f"{n} in {v}'s {w}" if v != "-" else f"{n} outside every tensor"
+                         for (v, w), n in sorted(landed.items()))
         if name == "-":
             report.defect("out_of_bounds_write", "-", "outside",
                           f"{len(at)} arena bytes outside every tensor changed",
@@ -694,8 +737,8 @@ def check_memory(report, case, image, owner, after):
                  f"(its storage is {n} bytes): canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
                  for a, b in byte_runs(at)[:MAX_SHOWN]]
         report.defect("out_of_bounds_write", name, where,
-                      f"{len(at)} bytes {where} {name}'s elements changed "
-                      f"(outside every tensor's elements)", shown)
+                      f"{len(at)} bytes {where} {name}'s elements changed (outside every tensor's elements), "
+                      f"written by a store to {name}; they landed: {into}", shown)
     for i, (name, t) in enumerate(case.tensors.items()):
         if t["role"] != "in":
             continue
@@ -760,6 +803,132 @@ def check_unchanged_outputs(report, case, image, after, error_type):
                           f"{name}: {int(hit.sum())} cells changed although the call raised {error_type}", shown)
 
 
+# ---------------------------------------------------------------------------- the alternate fill
+# Every second run starts from the alternate image: the same elements, every other byte the
+# alternate fill, a word pattern that encodes its own position (as kvfuzz.materialize.alt_fill).
+# An output that differs between the fills was computed from bytes outside every tensor: an
+# out-of-bounds read, named after the input read past.
+
+ALT_TAG = 0xC0
+CANARY_WORDS = (-0x5A5A5A5B, -0x5A5A5A5A5A5A5A5B)  # the canary bytes as an int32 and as an int64
+ALT_MAX_SHIFT = 12  # right shifts tried when decoding a value read from the fill (page sizes to 4096)
+ALT_MAX_OFFSET = 1 << 12  # |constant| added to it
+MAX_DECODED = 64
+
+
+def alternate_image(case, image, owner):
+    """`image` with every byte that is no tensor's element holding the alternate fill: the
+    word at byte 4*i holds 0xC0 | i >> 21, i >> 14, i >> 7, i (5 and 7 bits), high byte first."""
+    import torch
+
+    i = torch.arange((image.numel() + 3) // 4, dtype=torch.int64)
+    w = (i & 0x7F) | ((i >> 7) & 0x7F) << 8 | ((i >> 14) & 0x7F) << 16 | (ALT_TAG | ((i >> 21) & 0x1F)) << 24
+    fill = torch.stack([(w >> (8 * k)) & 0xFF for k in range(4)], dim=1).flatten()[: image.numel()].to(torch.uint8)
+    return torch.where(owner == 0, fill, image)
+
+
+def as_canary(image, alt_image, after):
+    """A run from the alternate image with every word still holding the fill put back."""
+    import torch
+
+    out = after.clone()
+    words, alt = out.view(torch.int32), alt_image.view(torch.int32)
+    kept = words == alt  # by whole words: a stored value can share a byte with the fill, not a word
+    words[kept] = image.view(torch.int32)[kept]
+    return out
+
+
+def band(case, name, where):
+    """The byte range of `name`'s guard band before it, its storage (gap) or its guard band after it."""
+    t, a = case.tensors[name], case.align
+    s, n, g = t["start"], t["nbytes"], t["guard"]
+    end = s + n
+    return {"before": (s - g, s), "gap": (s, end), "after": (end, (end + a - 1) // a * a + g)}[where]
+
+
+def bands(case, owner, name):
+    """`name`'s guard bands, and "gap" where its storage holds bytes that are no element's."""
+    k = list(case.tensors).index(name) + 1
+    lo, hi = band(case, name, "gap")
+    return ("before", "gap", "after") if bool((owner[lo:hi] != k).any()) else ("before", "after")
+
+
+def probe_image(case, image, alt_image, owner, name, where):
+    """`image` with the alternate fill in one band of `name` alone."""
+    out = image.clone()
+    lo, hi = band(case, name, where)
+    free = owner[lo:hi] == 0
+    out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
+    return out
+
+
+def alt_word_index(word):
+    if word >> 29 != ALT_TAG >> 5 or word & 0x00808080:
+        return None
+    return (word & 0x7F) | ((word >> 8) & 0x7F) << 7 | ((word >> 16) & 0x7F) << 14 | ((word >> 24) & 0x1F) << 21
+
+
+def alt_source(canary_value, alt_value, bits):
+    """(arena byte, how many bytes it may be off) of the word a kernel read and stored (shifted
+    right, plus a constant), as kvfuzz.materialize.alt_source; None if no such reading fits."""
+    mask = (1 << bits) - 1
+    for s in range(ALT_MAX_SHIFT + 1):
+        for canary in CANARY_WORDS:
+            c = (canary_value - (canary >> s)) & mask
+            c = c - (1 << bits) if c >> (bits - 1) else c
+            if abs(c) > ALT_MAX_OFFSET:
+                continue
+            i = alt_word_index(((alt_value - c) << s) & 0xFFFFFFFF)
+            if i is not None:
+                return 4 * i, 4 << s if s else 0
+    return None
+
+
+def place_of(case, b):
+    """(tensor, before|gap|after) of a byte that is no element's, as stray_places charges it."""
+    for name, t in case.tensors.items():
+        s, n, g = t["start"], t["nbytes"], t["guard"]
+        for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
+            if lo <= b < hi:
+                return name, where
+    return "-", "outside"
+
+
+def read_place(case, b):
+    """(input, where) read past for byte `b`: the input whose guard band or gap holds it, else
+    the nearest input whose extent the address continues."""
+    hit = place_of(case, b)
+    inputs = [n for n, t in case.tensors.items() if t["role"] == "in"] or list(case.tensors)
+    if hit[0] in inputs:
+        return hit
+    (_, where), name = min((extent_place(case.tensors[n], b), n) for n in inputs)
+    return name, where
+
+
+def decoded_reads(case, owner, first, seen):
+    """{(input, where): [lines]} for the differing values that were read from the fill."""
+    import torch
+
+    found = {}
+
+    def note(src, line):
+        if src is not None and 0 <= src[0] < owner.numel() and int(owner[src[0]]) == 0:
+            found.setdefault(read_place(case, src[0]), []).append(line)
+
+    for name, t in case.tensors.items():
+        mine, theirs = elements(case, first, name), elements(case, seen, name)
+        bits = 32 if t["dtype"] == "int32" else 64
+        for ix in torch.nonzero(mine != theirs)[:MAX_DECODED].tolist():
+            a, b = int(mine[tuple(ix)]), int(theirs[tuple(ix)])
+            note(alt_source(a, b, bits), f"{name}{fmt_index(ix)}: {a} under the canary, {b} under the alternate fill")
+    stray = torch.nonzero((first != seen) & (owner == 0)).flatten()
+    for w in torch.unique(stray // 4)[:MAX_DECODED].tolist():
+        a = int(first[4 * w : 4 * w + 4].view(torch.int32)[0])
+        b = int(seen[4 * w : 4 * w + 4].view(torch.int32)[0])
+        note(alt_source(a, b, 32), f"arena word at byte {4 * w}: {a} under the canary, {b} under the alternate fill")
+    return found
+
+
 def owners_of(case, owner, diff):
     """Sorted names of the tensors whose elements hold the bytes in `diff` ("-" for bytes
     that are no tensor's element), as kvfuzz's judge names them."""
@@ -772,8 +941,6 @@ def owners_of(case, owner, diff):
 def judge_runs(report, case, runs, image, owner):
     """kvfuzz.judge's rules over the runs of one case (the first judged in full, the later
     ones compared with it)."""
-    import torch
-
     faults = [r.fault for r in runs if r.fault is not None]
     if faults:  # a CUDA error: the context is unusable, the arena unreadable; nothing else is judged
         report.defect("crash", "-", "cuda_fault", f"a CUDA error on the device: {faults[0]}")
@@ -788,13 +955,60 @@ def judge_runs(report, case, runs, image, owner):
         check_outputs(report, case, image, first.after)
     elif case.status == "must_refuse" and first.error is not None:
         check_unchanged_outputs(report, case, image, first.after, first.error_type)
-    for i, later in enumerate(runs[1:], start=2):
-        if later.error != first.error or not torch.equal(later.after, first.after):
-            diff = later.after != first.after
-            owners = owners_of(case, owner, diff)
+    judge_reruns(report, case, runs, image, owner)
+
+
+def judge_reruns(report, case, runs, image, owner):
+    """The runs after the first, as kvfuzz.judge does: one from the image that differs is
+    nondeterministic; one from the alternate image that differs is an out-of-bounds read where
+    a differing value decodes as a read of the fill, or where the fill in one input's band
+    alone (a probe run) changes the run; else nondeterministic."""
+    import torch
+
+    first = runs[0]
+    alt_image = alternate_image(case, image, owner)
+    said = set()
+
+    def seen_of(run):
+        return as_canary(image, alt_image, run.after) if run.alt else run.after
+
+    def differs(run):
+        return run.error != first.error or not torch.equal(seen_of(run), first.after)
+
+    def nondeterministic(i, run):
+        diff = seen_of(run) != first.after
+        owners = owners_of(case, owner, diff)
+        signature = case.signature("nondeterministic", owners[0] if owners else "-", "rerun")
+        if signature not in said:
+            said.add(signature)
+            fill = " from the alternate image, not explained by the fill" if run.alt else ""
             report.defect("nondeterministic", owners[0] if owners else "-", "rerun",
-                          f"run {i} differs from run 1 ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'}; "
-                          f"errors: {first.error!r} vs {later.error!r})")
+                          f"run {i} differs from run 1{fill} ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'}; "
+                          f"errors: {first.error!r} vs {run.error!r})")
+
+    unstable = False
+    for i, run in enumerate(runs[1:], start=2):
+        if run.after is not None and not run.alt and run.probe is None and differs(run):
+            unstable = True
+            nondeterministic(i, run)
+    probes = [r for r in runs[1:] if r.probe is not None and r.after is not None]
+    for i, run in enumerate(runs[1:], start=2):
+        if run.after is None or not run.alt or run.probe is not None or not differs(run):
+            continue
+        reads = decoded_reads(case, owner, first.after, seen_of(run)) if run.error == first.error else {}
+        how = "the value stored decodes as a read of the alternate fill there"
+        if not reads and not unstable:
+            reads = {p.probe: [] for p in probes if differs(p)}
+            how = "the alternate fill there alone changes the run"
+        if not reads:
+            nondeterministic(i, run)
+        for (tensor, where), lines in sorted(reads.items()):
+            signature = case.signature("out_of_bounds_read", tensor, where)
+            if signature not in said:
+                said.add(signature)
+                report.defect("out_of_bounds_read", tensor, where,
+                              f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
+                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN])
 
 
 def run_case(case, entry, device, runs=DEFAULT_RUNS):
@@ -805,9 +1019,11 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
     image = host_bytes(case.arena_image, torch.uint8)
     owner = host_bytes(case.owner, torch.uint8)
     assert image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
+    alt_image = alternate_image(case, image, owner)
     done = []
-    for _ in range(runs):
-        run = run_once(case, entry, image, device)
+    for k in range(runs):
+        run = run_once(case, entry, alt_image if k % 2 else image, device)  # every second from the alternate image
+        run.alt = k % 2 == 1
         done.append(run)
         if len(done) == 1 and run.error is not None:
             print(f"raised: {run.error}")
@@ -816,6 +1032,20 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
         if run.fault is not None:
             sys.stderr.write(run.detail or "")
             break
+    first = done[0]
+    if len(done) >= 2 and all(r.fault is None and r.after is not None for r in done[:2]) and (
+            done[1].error != first.error or not torch.equal(as_canary(image, alt_image, done[1].after), first.after)):
+        # the fill changed the run: the image again (the run, or the fill?), then each input band alone
+        extra = [(image, None)] + [(probe_image(case, image, alt_image, owner, name, where), (name, where))
+                                   for name, t in case.tensors.items() if t["role"] == "in"
+                                   for where in bands(case, owner, name)]
+        for start, probe in extra:
+            run = run_once(case, entry, start, device)
+            run.alt, run.probe = probe is not None, probe
+            done.append(run)
+            if run.fault is not None:
+                sys.stderr.write(run.detail or "")
+                break
     report = Report(case)
     report.runs = done
     judge_runs(report, case, done, image, owner)

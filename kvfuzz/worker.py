@@ -46,7 +46,8 @@ _HEADER = struct.Struct("<Q")
 DIED, TIMEOUT = "WorkerDied", "Timeout"  # error types of a lost worker, judged as crashes
 
 # A batch's shared segment: the image, the arena after the first pass, the repeated cases'
-# arena after theirs, each followed by `SECTION_GAP` bytes. On the CPU the kernels run in the
+# arena (built there from their alternate images, materialize.refill) after theirs, each
+# followed by `SECTION_GAP` bytes. On the CPU the kernels run in the
 # last two sections themselves (execute.run_batch), and the interpreter checks no bounds: a wild
 # write past an arena's guard bands lands in a gap, not in another section's cases.
 SECTION_GAP = GUARD_MAX

@@ -10,9 +10,11 @@ fuzzes tests/fixtures/mutant_kernels.py (planted defects: invalid_accepted, inpu
 nondeterministic) so that every finding kind has a case: its deterministic findings are kept as
 strict xfail cases for the mutant (a self-check that the detectors still fire), and all of them
 as must-pass cases for builtin. Hand-written cases complete the set: must-refuse page sizes,
-and a float32 rounding boundary of num_kv_splits where the NumPy and torch oracles really do
+a float32 rounding boundary of num_kv_splits where the NumPy and torch oracles really do
 answer differently (an `oracle_disagreement` case: kvfuzz must accept both sides there, and
-only there). `--hand-only` rewrites just those.
+only there), and tests/fixtures/overrun_kernels.py's read past an input and write past its
+output (`out_of_bounds_read`, `out_of_bounds_write`: strict xfail for it, must-pass for
+builtin). `--hand-only` rewrites just those.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kvfuzz.findings import Finding
 
 SGLANG = "sglang==0.5.14"
 MUTANT = "tests/fixtures/mutant_kernels.py"
+OVERRUN = "tests/fixtures/overrun_kernels.py"  # a Triton kernel that reads past an input, writes past its output
 FLAKY_KINDS = ("nondeterministic", "mismatch")  # the mutant's random row: no strict xfail for these
 
 
@@ -57,6 +60,42 @@ def rounding_disagreement_case() -> Case:
                 {"seq_lens": np.array([341364])})
 
 
+def overrun_cases() -> list[Case]:
+    """Two spec cases for tests/fixtures/overrun_kernels.py, out of contract: the last
+    request's la (7) exceeds page_table_a's width (5), so the fixture reads past it
+    (out_of_bounds_read); the last row's lb (1600) exceeds page_table_b's width, so it writes
+    6 KB past page_table_dst, into seq_len_a's guard band (out_of_bounds_write)."""
+    C = TensorSpec.contiguous
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 1 << 20, size=(2, 5)), -1 - rng.integers(0, 99, size=(4, 2))
+    out = []
+    for la, lb, width in (([3, 7], [0, 1, 2, 0], 11), ([3, 5], [0, 1, 1, 1600], 7)):
+        tensors = {"page_table_dst": C("int32", (4, width)), "page_table_a": C("int32", (2, 5)),
+                   "page_table_b": C("int32", (4, 2)), "seq_len_a": C("int32", (2,)), "seq_len_b": C("int32", (4,))}
+        values = {"page_table_a": a, "page_table_b": b, "seq_len_a": np.array(la), "seq_len_b": np.array(lb)}
+        out.append(Case("swa_spec_page_table", {"speculative_num_draft_tokens": 2}, tensors, values))
+    return out
+
+
+def save_overrun_cases(store: DirectoryCorpus, device: str, versions: dict) -> None:
+    """The fixture's read and write, each a strict xfail for it (the judge's finding on it: the
+    out-of-bounds detectors still fire, named after the input read past and the output written
+    past) and a must-pass case for builtin."""
+    from kvfuzz.judge import judge
+    from kvfuzz.worker import WorkerExecutor
+
+    ex = WorkerExecutor(OVERRUN, device)
+    try:
+        for case in overrun_cases():
+            (f,) = judge(case, ex.run(case, repeats=2)).findings
+            common = dict(case=case, device=device, versions=versions, origin="hand")
+            print(store.save(SavedCase(target=OVERRUN, finding=f, expected="xfail",
+                                       reason=f"planted defect: {f.kind} on {f.tensor}", **common)).path)
+            print(store.save(SavedCase(target="builtin", finding=f, **common)).path)
+    finally:
+        ex.close()
+
+
 def save_hand_cases(store: DirectoryCorpus, device: str, versions: dict) -> None:
     for ps in (48, 3, 0):
         print(store.save(SavedCase(case=invalid_page_size_case(ps), finding=None, target="builtin",
@@ -67,6 +106,7 @@ def save_hand_cases(store: DirectoryCorpus, device: str, versions: dict) -> None
                            ({"index": [0], "numpy": 8, "torch": 7},))
     print(store.save(SavedCase(case=rounding_disagreement_case(), finding=disagreement, target="builtin",
                                device=device, versions=versions, origin="hand")).path)
+    save_overrun_cases(store, device, versions)
 
 
 def main() -> int:

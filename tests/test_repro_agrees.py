@@ -178,6 +178,10 @@ KERNELS = {
     "sys_exit": "raise SystemExit(1)",
     # an in-contract case that raises (the corpus has none)
     "raises": "raise RuntimeError('boom')",
+    # reads the word after seq_lens (its guard band) and stores it: decoded from the value
+    "copies_past": "out[1] = seq_lens.as_strided((1,), (1,), seq_lens.storage_offset() + 4).item()",
+    # reads it and only tests it: the value stored says nothing, the probe runs tell
+    "tests_past": "out[1] += int(seq_lens.as_strided((1,), (1,), seq_lens.storage_offset() + 4).item() != -1515870811)",
 }
 
 
@@ -214,7 +218,10 @@ def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_p
         r = finish(proc)
     expected = {"nondeterministic": ["num_kv_splits:splits:nondeterministic:num_kv_splits:rerun"],
                 "exits": ["num_kv_splits:splits:crash:-:0"], "sys_exit": ["num_kv_splits:splits:crash:-:1"],
-                "raises": ["num_kv_splits:splits:crash:-:RuntimeError"]}[name]
+                "raises": ["num_kv_splits:splits:crash:-:RuntimeError"],
+                "copies_past": ["num_kv_splits:splits:mismatch:num_kv_splits:partial",
+                                "num_kv_splits:splits:out_of_bounds_read:seq_lens:after"],
+                "tests_past": ["num_kv_splits:splits:out_of_bounds_read:seq_lens:after"]}[name]
     assert judged == expected  # what the judge says, so the comparison below means something
     assert script_verdict(r) == judged, show(r)
 
@@ -247,3 +254,26 @@ def test_script_verdict_equals_replay_on_release_swa_paths(name, judge_on, tmp_p
     judged = judge_verdict(judge_on(spec, case))
     assert not any(s.endswith(("AttributeError", "TypeError")) for s in judged), judged  # kvfuzz's call is right
     assert script_verdict(r) == judged, f"kvfuzz's judge: {judged}\n{show(r)}"
+
+
+@pytest.mark.parametrize("name", ["reads_past_a", "writes_past_dst"])
+def test_script_verdict_equals_replay_on_a_triton_kernel_that_overruns(name, judge_on, tmp_path):
+    """tests/fixtures/overrun_kernels.py: a read past an input (decoded from the values
+    stored) and a write past an output into a neighbour's guard band, named alike."""
+    import test_out_of_bounds as oob
+    from kvfuzz.corpus import environment_versions
+    from kvfuzz.repro import write_repro
+
+    case = getattr(oob, name)()
+    kernels = Path(oob.OVERRUN)
+    saved = SavedCase(case=case, finding=None, target=str(kernels), device=DEVICE,
+                      versions=environment_versions(), origin="hand")
+    script = tmp_path / "repro.py"
+    write_repro(saved, script, device=DEVICE)
+    proc = start_script(script, kernels)
+    try:
+        judged = judge_verdict(judge_on(str(kernels), case))
+    finally:
+        r = finish(proc)
+    assert judged == [{"reads_past_a": oob.READ, "writes_past_dst": oob.WRITE}[name]]
+    assert script_verdict(r) == judged, show(r)

@@ -149,6 +149,12 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         for f in new:
             if f.signature in seen:
                 outside[0] += _add(found, seen[f.signature], p.case, on_new)
+            elif f.kind == "nondeterministic" and any(g.kind == "out_of_bounds_read" for g in again.findings):
+                # the batch's two runs could not say it was the fill; the case alone (its probe
+                # runs, judge._reruns) could: the same difference, named after the input read past
+                for g in again.findings:
+                    if g.kind == "out_of_bounds_read" and g.signature not in found:
+                        outside[0] += _add(found, g, p.case, on_new)
             else:  # shown only next to other cases: run every case of the batch alone
                 for q in batch_prepared:
                     for g in alone(q.case).findings:

@@ -1,0 +1,138 @@
+"""The judge on hand-made runs: where a stray write is charged (the output whose store overran,
+not the neighbour it landed in), and how a re-run from the alternate image is read (a
+difference the fill explains is an `out_of_bounds_read` on the input read past; any other
+difference stays `nondeterministic`).
+
+No kernel runs here: each run's arena is written by hand from the case's image (the first
+run) or its alternate image (the re-run), as a kernel would leave it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvfuzz.case import TensorSpec
+from kvfuzz.execute import Outcome, RunResult, prepare
+from kvfuzz.judge import judge, quick_verdict
+from kvfuzz.materialize import alt_fill
+from kvfuzz.ops import CONTRACTS
+
+import cases
+
+CANARY_WORD = -0x5A5A5A5B  # the canary bytes read as an int32
+
+
+def _runs(p, first: np.ndarray, again: np.ndarray | None = None) -> Outcome:
+    runs = [RunResult(after=first)]
+    if again is not None:
+        runs.append(RunResult(after=again, alt=True))
+    return Outcome(runs)
+
+
+def _out_of_contract_spec():
+    """A spec case whose last request's la exceeds page_table_a's width (out of contract)."""
+    c = cases.spec(la=(3, 5), extra=4)
+    return prepare(c.replace(values={**c.values, "seq_len_a": np.array([3, 7])}))
+
+
+def _correct(p, arena: np.ndarray) -> np.ndarray:
+    """`arena` with page_table_dst's required cells (the first la + lb of each row) written
+    as a correct run writes them."""
+    arena = arena.copy()
+    required = CONTRACTS["swa_spec_page_table"].cells(p.case)["page_table_dst"].required
+    p.plan.regions["page_table_dst"].view(arena)[required] = p.expected.values["page_table_dst"][required]
+    return arena
+
+
+# out-of-bounds writes: charged to the output written ------------------------------------
+
+
+def test_a_write_that_lands_in_a_neighbours_guard_band_is_charged_to_the_output_it_overran():
+    p = prepare(cases.spec())
+    first = _correct(p, p.plan.image)
+    dst, victim = p.plan.regions["page_table_dst"], p.plan.regions["seq_len_a"]  # seq_len_a lies after it
+    first[victim.start - 8 : victim.start - 4] = 0  # in seq_len_a's guard band before it
+    first[dst.start + dst.nbytes + 16] = 1  # in page_table_dst's own guard band after it
+    v = judge(p.case, _runs(p, first), prepared=p)
+    assert v.signatures() == ["swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"]
+    (f,) = v.findings
+    assert "5 bytes after page_table_dst" in f.message
+    assert "4 seq_len_a's guard band before it" in f.message and "1 page_table_dst's guard band after it" in f.message
+
+
+def test_a_write_in_an_outputs_own_band_before_it_or_its_gaps_stays_there():
+    padded = TensorSpec("int32", (4, 6), (8, 1))  # rows of 6 cells, 2 cells of gap after each
+    p = prepare(cases.spec(la=(3, 4), dst=padded))
+    first = _correct(p, p.plan.image)
+    dst = p.plan.regions["page_table_dst"]
+    first[dst.start - 4] = 0  # its guard band before it
+    first[dst.start + 6 * 4] = 0  # the first row's gap
+    v = judge(p.case, _runs(p, first), prepared=p)
+    assert sorted(v.signatures()) == ["swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:before",
+                                      "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:gap"]
+
+
+def test_with_several_outputs_a_stray_write_goes_to_the_nearest_output_before_it():
+    """decode's arena, by name: ..., page_table, req_pool_indices, req_to_token, ...: a write
+    in req_to_token's guard band ran past page_table's end (no output lies between)."""
+    p = prepare(cases.decode(ps=4))
+    first = p.plan.image.copy()
+    victim = p.plan.regions["req_to_token"]
+    first[victim.start - 4] = 0
+    v = judge(p.case, _runs(p, first), prepared=p)
+    assert [f.signature for f in v.findings if f.kind == "out_of_bounds_write"] == [
+        "decode_metadata:general:out_of_bounds_write:page_table:after"]
+
+
+# the re-run from the alternate image ---------------------------------------------------
+
+
+def test_an_output_copied_from_a_guard_band_is_an_out_of_bounds_read_on_the_input_read_past():
+    p = _out_of_contract_spec()
+    a, dst = p.plan.regions["page_table_a"], p.plan.regions["page_table_dst"]
+    at = a.start + a.nbytes + 8  # two words past page_table_a's end
+    first, again = p.plan.image.copy(), p.plan.alt_image.copy()
+    dst.view(first)[2, 5] = CANARY_WORD >> 2  # what the kernel stored: the word read, shifted by 2
+    dst.view(again)[2, 5] = int(alt_fill(at + 4)[at : at + 4].view("<i4")[0]) >> 2
+    v = judge(p.case, _runs(p, first, again), prepared=p)
+    assert v.signatures() == ["swa_spec_page_table:spec:out_of_bounds_read:page_table_a:after"]
+    (f,) = v.findings
+    assert "page_table_a's guard band after it" in f.message and "page_table_dst" in f.message
+    assert f.cells[0]["tensor"] == "page_table_dst" and f.cells[0]["index"] == [2, 5]
+    assert 0 <= a.nbytes + 8 - f.cells[0]["read_at"] < 16  # to within the 4 << 2 bytes the shift lost
+
+
+def test_a_read_in_an_outputs_guard_band_goes_to_the_nearest_input_and_says_so():
+    p = _out_of_contract_spec()
+    dst = p.plan.regions["page_table_dst"]
+    at = dst.start - 64  # page_table_dst's guard band before it; page_table_b's storage ends nearest
+    first, again = p.plan.image.copy(), p.plan.alt_image.copy()
+    dst.view(first)[0, 0] = CANARY_WORD
+    dst.view(again)[0, 0] = int(alt_fill(at + 4)[at : at + 4].view("<i4")[0])
+    v = judge(p.case, _runs(p, first, again), prepared=p)
+    assert v.signatures() == ["swa_spec_page_table:spec:out_of_bounds_read:page_table_b:after"]
+    assert "the nearest input" in v.findings[0].message and "page_table_dst's guard band before it" in v.findings[0].message
+
+
+def test_a_difference_the_fill_does_not_explain_stays_nondeterministic():
+    p = _out_of_contract_spec()
+    dst = p.plan.regions["page_table_dst"]
+    first, again = p.plan.image.copy(), p.plan.alt_image.copy()
+    dst.view(first)[1, 1], dst.view(again)[1, 1] = 777, 12345
+    v = judge(p.case, _runs(p, first, again), prepared=p)
+    assert v.signatures() == ["swa_spec_page_table:spec:nondeterministic:page_table_dst:rerun"]
+    assert "not explained by the fill" in v.findings[0].message
+
+
+def test_a_clean_rerun_from_the_alternate_image_is_clean_on_both_paths():
+    """A correct kernel's two runs differ only in the fill: nothing for the full judge, and the
+    fast path still proves the case clean."""
+    p = prepare(cases.spec())
+    assert p.status == "in_contract"
+    first, again = _correct(p, p.plan.image), _correct(p, p.plan.alt_image)
+    outcome = _runs(p, first, again)
+    assert judge(p.case, outcome, prepared=p).findings == []
+    assert quick_verdict(p, outcome) is not None
+    damaged = again.copy()
+    damaged[p.plan.regions["page_table_dst"].start] ^= 1  # one output byte differs in the re-run
+    assert quick_verdict(p, _runs(p, first, damaged)) is None
+    assert [f.kind for f in judge(p.case, _runs(p, first, damaged), prepared=p).findings] == ["nondeterministic"]
