@@ -171,8 +171,11 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
         if not once(run, p.alt_image if run.alt else p.image):
             return out
     if repeats >= 2 and _fill_matters(p, out.runs[0], out.runs[1]):
-        if not once(RunResult(), p.image):
-            return out
+        # the image again, twice before the probes and once after: a kernel whose runs differ by
+        # nature (a random choice) must not pass for one that reads the fill by chance
+        for _ in range(2):
+            if not once(RunResult(), p.image):
+                return out
         for name in p.names:  # each input's bands together, then one by one for an input that matters
             if name in contract.outputs:
                 continue
@@ -182,9 +185,12 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
                 return out
             if not _fill_matters(p, out.runs[0], run):
                 continue
-            for where in bands:
-                if not once(RunResult(alt=True, probe=f"{name}:{where}"), p.probe_image(name, where)):
-                    return out
+            for where in bands:  # twice each: a band counts where both runs change (judge)
+                for _ in range(2):
+                    if not once(RunResult(alt=True, probe=f"{name}:{where}"), p.probe_image(name, where)):
+                        return out
+        if not once(RunResult(), p.image):
+            return out
     # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the
     # host, as in a batch
     if torch_ref and contract.classify(case)[0] == "in_contract":

@@ -163,16 +163,15 @@ def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult
 
 def _probed_reads(p: Plan, first: RunResult, probed: list[RunResult],
                   differs) -> dict[tuple[str, str], tuple[str, list[dict]]]:
-    """{(input, where): (message, cells)} for each probe run (the alternate fill in that band
-    alone) that differs from the first run."""
+    """{(input, where): (message, cells)} for each band whose probe runs (the alternate fill in
+    that band alone) all differ from the first run."""
     out = {}
+    steady = {r.probe for r in probed if not differs(r)[0]}  # a band one of whose runs did not change
     for run in probed:
         tensor, where = run.probe.split(":")
-        if where == "*":
-            continue  # all of an input's bands at once: its bands, one by one, tell where
-        changed, _, diff = differs(run)
-        if not changed:
-            continue
+        if where == "*" or run.probe in steady or (tensor, where) in out:
+            continue  # "*": all of an input's bands at once; its bands, one by one, tell where
+        _, _, diff = differs(run)
         owners = sorted({p.names[o] if o != NOBODY else "bytes outside the tensors"
                          for o in np.unique(p.owner_of(diff))}) or ["the error raised"]
         out[(tensor, where)] = (

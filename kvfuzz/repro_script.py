@@ -998,7 +998,8 @@ def judge_reruns(report, case, runs, image, owner):
         reads = decoded_reads(case, owner, first.after, seen_of(run)) if run.error == first.error else {}
         how = "the value stored decodes as a read of the alternate fill there"
         if not reads and not unstable:
-            reads = {p.probe: [] for p in probes if differs(p)}
+            steady = {p.probe for p in probes if not differs(p)}  # a band one of whose runs did not change
+            reads = {p.probe: [] for p in probes if p.probe not in steady}
             how = "the alternate fill there alone changes the run"
         if not reads:
             nondeterministic(i, run)
@@ -1036,9 +1037,10 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
     if len(done) >= 2 and all(r.fault is None and r.after is not None for r in done[:2]) and (
             done[1].error != first.error or not torch.equal(as_canary(image, alt_image, done[1].after), first.after)):
         # the fill changed the run: the image again (the run, or the fill?), then each input band alone
-        extra = [(image, None)] + [(probe_image(case, image, alt_image, owner, name, where), (name, where))
-                                   for name, t in case.tensors.items() if t["role"] == "in"
-                                   for where in bands(case, owner, name)]
+        # (the image twice before the probes and once after, each band twice: kvfuzz's rule)
+        extra = [(image, None)] * 2 + [(probe_image(case, image, alt_image, owner, name, where), (name, where))
+                                       for name, t in case.tensors.items() if t["role"] == "in"
+                                       for where in bands(case, owner, name) for _ in range(2)] + [(image, None)]
         for start, probe in extra:
             run = run_once(case, entry, start, device)
             run.alt, run.probe = probe is not None, probe

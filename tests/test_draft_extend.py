@@ -121,8 +121,11 @@ def test_releases_read_the_swa_tensors_without_their_strides(version, device):
     assert set(findings(t, STRIDED_SWA_OUT, device)) == {
         "draft_extend_metadata:swa:mismatch:swa_out_cache_loc:partial",
         "draft_extend_metadata:swa:out_of_bounds_write:swa_out_cache_loc:gap"}
+    # read as if contiguous, the mapping's stride gaps are read too: the second run's fill there
+    # can show it as a read past the mapping (compiled on CUDA it does)
     got = findings(t, STRIDED_MAP, device)
-    assert got and all(s.startswith("draft_extend_metadata:swa:mismatch:swa_") for s in got), got
+    gap_read = "draft_extend_metadata:swa:out_of_bounds_read:full_to_swa_index_mapping:gap"
+    assert got and all(s.startswith("draft_extend_metadata:swa:mismatch:swa_") or s == gap_read for s in got), got
 
 
 @pytest.mark.interpreter

@@ -16,8 +16,12 @@ from kvfuzz.corpus import iter_cases
 from kvfuzz.errors import BadInput
 from kvfuzz.worker import InProcessExecutor
 
-from conftest import REPO
+from conftest import DEVICE, REPO
 from test_pytest_plugin import junit_results, run_pytest
+
+# The campaign below relies on where seed 0's decode stream reaches a token past the SWA mapping,
+# which is the CPU's stream (stints of 64 cases; CUDA's are 128 and reach it elsewhere).
+cpu_stream = pytest.mark.skipif(DEVICE != "cpu", reason="the stream position it relies on is the CPU's")
 
 STRAY = str(REPO / "tests" / "fixtures" / "stray_read_kernels.py")
 THIS_KVFUZZ = {"PYTHONPATH": str(REPO)}  # pytest's plugin from this checkout, not the installed one
@@ -40,6 +44,7 @@ def stray_corpus(tmp_path_factory, device) -> Path:
     return corpus
 
 
+@cpu_stream
 def test_a_nondeterministic_finding_is_a_non_strict_xfail_and_pytest_is_steady(tmp_path, stray_corpus):
     corpus = shutil.copytree(stray_corpus, tmp_path / "corpus")
     [(_, saved)] = list(iter_cases(corpus))
@@ -83,6 +88,7 @@ class Alternating:
         pass
 
 
+@cpu_stream
 def test_a_finding_is_confirmed_only_when_every_fresh_try_shows_it(stray_corpus, device, monkeypatch):
     """The first fresh try showing it is not enough: 2 of 3 is flaky (once, one was taken as proof)."""
     monkeypatch.setenv("KVFUZZ_STRAY_READS", "steady")
