@@ -55,6 +55,7 @@ def test_one_defect_with_two_signatures_is_one_finding_and_one_case(tmp_path, de
     assert DirectoryCorpus(corpus).listing("num_kv_splits", str(target), x.signatures[1]) == x.path
 
 
+@pytest.mark.slow
 def test_the_console_prints_one_finding_with_its_signatures(tmp_path, device):
     target = tmp_path / "two_signatures.py"
     target.write_text(TWO_SIGNATURES)

@@ -98,6 +98,7 @@ def test_junit_and_markdown_carry_each_findings_contract_status():
     assert "fresh runs; in contract" in md
 
 
+@pytest.mark.slow
 @pytest.mark.interpreter
 def test_a_campaigns_findings_say_their_contract_status_on_the_console_and_in_the_reports(seed_path, tmp_path):
     from kvfuzz.corpus import read_case_dir

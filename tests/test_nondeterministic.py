@@ -44,6 +44,7 @@ def stray_corpus(tmp_path_factory, device) -> Path:
     return corpus
 
 
+@pytest.mark.slow
 @cpu_stream
 def test_a_nondeterministic_finding_is_a_non_strict_xfail_and_pytest_is_steady(tmp_path, stray_corpus):
     corpus = shutil.copytree(stray_corpus, tmp_path / "corpus")
@@ -88,6 +89,7 @@ class Alternating:
         pass
 
 
+@pytest.mark.slow
 @cpu_stream
 def test_a_finding_is_confirmed_only_when_every_fresh_try_shows_it(stray_corpus, device, monkeypatch):
     """The first fresh try showing it is not enough: 2 of 3 is flaky (once, one was taken as proof)."""
