@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kvfuzz.campaign import CampaignConfig, run_campaign
 from kvfuzz.corpus import DirectoryCorpus, iter_cases
 from kvfuzz.jobs import merge_reports
