@@ -452,10 +452,12 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             show(op, "minimizing" if set(found) & set(confirmed) else "done", s, t_op)
             groups_from = len(saved)  # this op's findings, merged as they settle, are saved[groups_from:]
+            waiting = sum(sig in confirmed for sig in found)
             for sig in list(found):
                 if sig in confirmed:
                     _settle(found[sig], saved, groups_from, executor, cfg, device, versions, store, progress,
-                            first_saved, listed_at, confirmed[sig], op_end)
+                            first_saved, listed_at, confirmed[sig], fair_share(op_end, waiting))
+                    waiting -= 1
                 del found[sig]
             show(op, "done")
     except KeyboardInterrupt:
@@ -492,7 +494,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 # --time-limit: each op the target has gets an equal slot of the wall clock; the last
 # MINIMIZE_SHARE of a slot is for minimizing its findings (what is left unminimized is saved as
 # first confirmed), and HEADROOM of the limit is kept back for closing workers and the report
-MINIMIZE_SHARE = 0.25
+MINIMIZE_SHARE = 0.4
 HEADROOM = 0.05
 
 
@@ -502,6 +504,16 @@ def time_slots(ops: list[str], t0: float, limit_s: float | None) -> dict[str, tu
         return {}
     slot = limit_s * (1 - HEADROOM) / len(ops)
     return {op: (t0 + slot * (k + 1 - MINIMIZE_SHARE), t0 + slot * (k + 1)) for k, op in enumerate(ops)}
+
+
+def fair_share(until: float | None, waiting: int) -> float | None:
+    """When the next of `waiting` findings must be settled by, so that the op's minimizing
+    time is shared out and the first findings do not leave the last ones unminimized (one
+    merged into another uses none of its share, which goes to those after it)."""
+    if until is None:
+        return None
+    now = time.monotonic()
+    return now + max(0.0, until - now) / max(waiting, 1)
 
 
 def _within(seconds: float, until: float | None) -> float:

@@ -50,3 +50,16 @@ def test_time_limit_must_be_positive(capsys):
     assert main(["fuzz", "--time-limit", "-1", "--budget", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--time-limit must be > 0" in err[0]
+
+
+def test_fair_share_splits_what_is_left_over_the_findings_waiting():
+    import time as _t
+
+    from kvfuzz.campaign import fair_share
+    assert fair_share(None, 3) is None
+    now = _t.monotonic()
+    until = now + 30.0
+    first = fair_share(until, 3)
+    assert now + 9.0 <= first <= now + 10.5  # a third of what is left, not all of it
+    assert abs(fair_share(until, 1) - until) < 0.5  # the last one gets the rest
+    assert fair_share(now - 5.0, 2) <= _t.monotonic() + 0.01  # a spent slot gives nothing
