@@ -15,7 +15,8 @@ a regression case (its replay would pass or fail by chance).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +33,7 @@ class Confirmation:
     signature: str
     reproduced: int  # fresh tries that showed the signature
     tries: int  # fresh tries made
+    seconds: float = field(default=0.0, compare=False)  # what confirming took (the campaign plans by it)
 
     @property
     def confirmed(self) -> bool:
@@ -51,6 +53,7 @@ def round_trip(saved: SavedCase) -> SavedCase:
 def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> Confirmation:
     """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
     Every try is made, even after one that did not show it: the report says how many did."""
+    t0 = time.monotonic()
     signature = saved.finding.signature
     case = round_trip(saved).case
     reproduced, n = 0, max(tries, 1)
@@ -66,4 +69,4 @@ def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = 
     finally:  # a try that raised leaves the ones after it started
         for executor in started or ():
             executor.close()
-    return Confirmation(signature, reproduced, n)
+    return Confirmation(signature, reproduced, n, time.monotonic() - t0)
