@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Mapping
-
-from hypothesis import strategies as st
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..case import Case
 from ..ops import RecordView, record
 from .coverage import class_pool, generic_features
 from .draw import CompileClass, Draw, HypothesisDraw, RandomDraw
 from .layouts import layouts
+
+if TYPE_CHECKING:  # Hypothesis loads when a strategy is built: a worker never builds one
+    from hypothesis import strategies as st
 
 __all__ = [
     "cases", "in_contract", "out_of_contract", "layouts",
@@ -105,6 +106,8 @@ def required_features(op: str) -> set[str]:
 
 
 def _strategy(op: str, mode: str, variant: str | None = None) -> st.SearchStrategy:
+    from hypothesis import strategies as st
+
     g = GENERATORS[op]
     draw_class = g.class_for(variant)
 
