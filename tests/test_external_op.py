@@ -198,3 +198,7 @@ def test_an_external_op_is_fuzzed_minimized_confirmed_replayed_and_run_by_pytest
     assert r0.returncode == 0 and "PASS" in r0.stdout, r0.stdout + r0.stderr
     t = run(env, "-q", "-p", "no:cacheprovider", str(corpus), module="pytest")
     assert f"{len(findings)} xfailed" in t.stdout, t.stdout[-2000:]
+    # without KVFUZZ_OPS the op is unknown: one line that says how to load it
+    r2 = run({k: v for k, v in env.items() if k != "KVFUZZ_OPS"}, "replay", case, "--target", "builtin")
+    assert r2.returncode == 2 and "unknown op 'ext_clamp'" in r2.stderr and "KVFUZZ_OPS" in r2.stderr, r2.stderr
+    assert "Traceback" not in r2.stderr

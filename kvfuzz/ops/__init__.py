@@ -73,7 +73,8 @@ def record(op: str) -> OpRecord:
     try:
         return records()[op]
     except KeyError:
-        raise BadInput(f"unknown op {op!r}; known ops: {', '.join(records())}") from None
+        raise BadInput(f"unknown op {op!r}; known ops: {', '.join(records())} (an op outside kvfuzz is "
+                       f"loaded through {EXTERNAL_ENV})") from None
 
 
 class RecordView(Mapping):

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from .. import device as devmod
 from ..errors import BadInput, TargetLoadError
-from ..ops import CONTRACTS, OpRecord, records
+from ..ops import CONTRACTS, OpRecord, record, records
 from .calls import Binding, bind
 from .releases import module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
@@ -89,7 +89,7 @@ def variant_for(op: str, requested: str | None, executor: Any) -> str:
     if requested:
         return requested
     chosen = (getattr(executor, "variants", None) or {}).get(op)
-    return chosen or next(iter(CONTRACTS[op].variants))
+    return chosen or next(iter(record(op).contract.variants))
 
 
 def variant_lacks(op: str, variant: str, executor: Any) -> tuple[str, ...]:
