@@ -21,7 +21,10 @@ Three rules keep it safe and finite:
 * The caller's predicate decides everything else (it compares the exact signature).
 
 The minimizer knows nothing about targets and does not import torch or triton itself
-(`still_fails` is injected); it reads the op contracts in `kvfuzz.ops`.
+(`still_fails` is injected); it reads the op records in `kvfuzz.ops`: an op's own passes (its
+rows, widths, tables: `kvfuzz/ops/<op>/minimize.py`, the record's `passes`, generic ones
+included) and the bounds of its index-valued inputs (`value_bound`, `value_escape`). This
+module holds the driver, the generic passes and the editing helpers those passes share.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ contract variant of each release."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from ...targets.calls import Generation, OpCall, flag, optional_tensor, scalar, tensor
 from ...targets.sglang_shim import make_swa_pool, make_unified_swa_pool
 

@@ -1,5 +1,5 @@
 """How draft_extend_metadata's entry point (`draft_extend_set_metadata`, SGLang 0.5.16 on) is
-called, and its API generations."""
+called, its API generations, and the contract variant of each release."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _DRAFT_EXTEND_PARAMS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "
 
 CALL = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (their defaults)
     supplied={name: optional_tensor(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
-                                                "swa_out_cache_loc") else scalar(name) if name == "page_size"
+                                                      "swa_out_cache_loc") else scalar(name) if name == "page_size"
               else tensor(name) for name in _DRAFT_EXTEND_PARAMS},
     required=tuple((name,) for name in _DRAFT_EXTEND_PARAMS),
     neutral={},

@@ -1,5 +1,5 @@
 """How num_kv_splits's entry point (`get_num_kv_splits_triton`, a bare `@triton.jit` kernel) is
-called, and its API generations."""
+called, its API generations, and the contract variant of each release."""
 
 from __future__ import annotations
 

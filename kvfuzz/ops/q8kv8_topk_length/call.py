@@ -1,5 +1,6 @@
 """How q8kv8_topk_length's entry point (`q8kv8_topk_length_from_indices`, SGLang 0.5.23) is
-called: it returns its output, which kvfuzz copies into the case's tensor."""
+called (it returns its output, which kvfuzz copies into the case's tensor), its API generations,
+and the contract variant of each release."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""How swa_spec_page_table's entry point (`prepare_swa_spec_page_table_triton`) is called, and
-its API generations."""
+"""How swa_spec_page_table's entry point (`prepare_swa_spec_page_table_triton`) is called, its
+API generations, and the contract variant of each release."""
 
 from __future__ import annotations
 
