@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import threading
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
@@ -26,7 +27,8 @@ __all__ = ["CONTRACTS", "OpRecord", "RecordView", "ShortCall", "contract_status"
 EXTERNAL_ENV = "KVFUZZ_OPS"
 
 _records: dict[str, OpRecord] | None = None
-_loading = False
+_lock = threading.Lock()
+_loading_in: int | None = None  # the thread loading the records
 
 
 def _record_of(module_name: str, where: str) -> OpRecord:
@@ -55,16 +57,19 @@ def _load() -> dict[str, OpRecord]:
 
 
 def records() -> dict[str, OpRecord]:
-    """op name -> its record, in listing order (loaded once per process)."""
-    global _records, _loading
+    """op name -> its record, in listing order (loaded once per process, by the first thread
+    that asks; the others wait for it)."""
+    global _records, _loading_in
     if _records is None:
-        if _loading:  # an op module asked for the registry while it was being imported
+        if _loading_in == threading.get_ident():  # an op's module asked for the registry while it loads
             raise RuntimeError("kvfuzz.ops: an op's module reads the op registry while it loads")
-        _loading = True
-        try:
-            _records = _load()
-        finally:
-            _loading = False
+        with _lock:
+            if _records is None:
+                _loading_in = threading.get_ident()
+                try:
+                    _records = _load()
+                finally:
+                    _loading_in = None
     return _records
 
 

@@ -51,7 +51,9 @@ class OpRecord:
     short_call: Optional[Callable[[Case, str], ShortCall]] = None
     # short repro: case -> why a short script cannot build its call (None: it can)
     short_refuses: Optional[Callable[[Case], Optional[str]]] = None
-    order: int = 100  # where the op sorts in listings and campaigns (ties: by name)
+    # where the op sorts among the package's ops in listings and campaigns (ties: by name); the ops
+    # of KVFUZZ_OPS follow them in the order named there
+    order: int = 100
 
     def __post_init__(self):
         names = {self.name, self.contract.name, getattr(self.generator, "op", self.name)}
