@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ...case import Case
 from ...show import at
-from ...short_repro import wrap
 from ..record import ShortCall
 
 
@@ -52,6 +51,8 @@ def cell_sources(case: Case, tensor: str, index: list[int]) -> str | None:
 
 def short_call(case: Case, entry: str) -> ShortCall:
     """Bound by name, as releases renamed and moved arguments."""
+    from ...short_repro import wrap  # here: the records load in every worker, which never writes a script
+
     t, s = case.tensors, case.scalars
     names = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
              "strided_indices", "seq_lens")
