@@ -21,7 +21,10 @@ Three rules keep it safe and finite:
 * The caller's predicate decides everything else (it compares the exact signature).
 
 The minimizer knows nothing about targets and does not import torch or triton itself
-(`still_fails` is injected); it reads the op contracts in `kvfuzz.ops`.
+(`still_fails` is injected); it reads the op records in `kvfuzz.ops`: an op's own passes (its
+rows, widths, tables: `kvfuzz/ops/<op>/minimize.py`, the record's `passes`, generic ones
+included) and the bounds of its index-valued inputs (`value_bound`, `value_escape`). This
+module holds the driver, the generic passes and the editing helpers those passes share.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import numpy as np
 
 from .case import Case, TensorSpec
 from .contract import INT32_MAX, INT32_MIN, Contract
-from .ops import CONTRACTS
+from .ops import CONTRACTS, records
 
 __all__ = ["Minimized", "minimize", "rank", "contract_class", "aliasing_consistent", "relayout", "tight"]
 
@@ -256,6 +259,11 @@ def _take_many(case: Case, rows: dict[str, list[int]], axis: int = 0, scalars: d
     return _edit(case, specs, values, scalars)
 
 
+def _narrow(case: Case, name: str, width: int, axis: int = 1) -> Case:
+    spec, vals = _take(case, name, axis, list(range(width)))
+    return _edit(case, {name: spec}, {name: vals} if vals is not None else None)
+
+
 def _chunks(n: int, min_keep: int = 1) -> Iterator[tuple[int, ...]]:
     """ddmin-style subsets of range(n) to drop: halves, quarters, ... single elements, then
     everything but one chunk; none that leaves fewer than min_keep. Made as they are asked for,
@@ -391,26 +399,20 @@ LENGTHS = {"seq_lens", "seq_len_a", "seq_len_b", "extend_seq_lens"}  # lengths: 
 
 
 def _bound(case: Case, name: str) -> int | None:
-    """Exclusive upper bound of an index-valued input, so value moves stay in range."""
-    t = case.tensors
-    if case.op in ("decode_metadata", "draft_extend_metadata"):
-        if name == "req_pool_indices":
-            return t["req_to_token"].shape[0]
-        if name in ("req_to_token", "out_cache_loc") and "full_to_swa_index_mapping" in t:
-            return t["full_to_swa_index_mapping"].shape[0]
-        if name == "req_to_token" and ("full_v2p" in t or "swa_v2p" in t):  # tokens on the tables' pages
-            ps = case.scalars.get("page_size")
-            if isinstance(ps, int) and ps > 0:
-                return min(t[n].shape[0] for n in ("full_v2p", "swa_v2p") if n in t) * ps
-    return None
+    """Exclusive upper bound of an index-valued input, so value moves stay in range (the op
+    record's `value_bound`)."""
+    rec = records().get(case.op)
+    return rec.value_bound(case, name) if rec is not None and rec.value_bound is not None else None
 
 
 def _escape(case: Case, name: str) -> int | None:
     """The smallest value of input `name` that lies past the table it indexes or measures: a
     wild index or length escapes from there on, so it shrinks toward this value and no
-    further. None where the input has no such table."""
-    if case.op == "swa_spec_page_table" and name in SPEC_TABLE_OF:
-        return case.tensors[SPEC_TABLE_OF[name]].shape[1] + 1  # la in [0, WA], lb in [0, WB]
+    further (the op record's `value_escape`; by default its `value_bound`). None where the
+    input has no such table."""
+    rec = records().get(case.op)
+    if rec is not None and rec.value_escape is not None:
+        return rec.value_escape(case, name)
     return _bound(case, name)
 
 
@@ -488,387 +490,12 @@ def value_pass(case: Case) -> Iterator[Candidate]:
             yield desc, (lambda n=name, m=make: _edit(case, values={n: m()}))
 
 
-# decode_metadata ------------------------------------------------------------------------------
-
-DECODE_BATCH = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table", "req_pool_indices", "seq_lens")
-
-
-def _batch(case: Case) -> int:
-    return case.tensors["cache_seqlens_int32"].shape[0]
-
-
-def decode_rows_pass(case: Case) -> Iterator[Candidate]:
-    """Drop batch rows from every batch-indexed tensor: halves first, then single rows."""
-    B = _batch(case)
-    for drop in _chunks(B):
-        dropped = frozenset(drop)
-        rows = {}
-        for name in DECODE_BATCH:
-            if name in case.tensors:
-                n0 = case.tensors[name].shape[0]
-                rows[name] = [i for i in range(n0) if i not in dropped]
-        word = "row" if len(drop) == 1 else "rows"
-        yield (f"dropped batch {word} {_fmt(drop)} (B {B} -> {B - len(drop)})",
-               lambda rows=rows: _take_many(case, rows))
-
-
-def decode_swa_pass(case: Case) -> Iterator[Candidate]:
-    if {"swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"} & set(case.tensors):
-        yield "dropped SWA (swa_page_table, its mapping, swa_v2p or swa_src_table)", \
-            lambda: _edit(case, drop=("swa_page_table", "full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
-
-
-def decode_unified_pass(case: Case) -> Iterator[Candidate]:
-    """SGLang 0.5.17-0.5.23's arguments off: full_v2p dropped, the flags False, the multiplier 1."""
-    if "full_v2p" in case.tensors:
-        yield "dropped full_v2p", lambda: _edit(case, drop=("full_v2p",))
-    for name in ("skip_page_table", "zero_tail", "src_is_read_table"):
-        if case.scalars.get(name) is True:
-            yield f"{name} -> False", (lambda n=name: case.with_scalars(**{n: False}))
-    mult = case.scalars.get("kernel_page_multiplier")
-    if isinstance(mult, int) and mult > 1:
-        yield f"kernel_page_multiplier {mult} -> 1", lambda: case.with_scalars(kernel_page_multiplier=1)
-
-
-def decode_pages_pass(case: Case) -> Iterator[Candidate]:
-    """max_seq_pages smaller; lengths clipped to the new page count, or left alone."""
-    s = case.scalars
-    P, ps, delta = s["max_seq_pages"], s["page_size"], s["seq_len_delta"]
-    if not isinstance(P, int) or P <= 0 or not isinstance(ps, int) or ps <= 0:
-        return
-    c = _contract(case.op)
-    lens = case.values["seq_lens"].astype(np.int64)
-    for p2 in _targets(P, 0, _block_edges(P, c.block_sizes if c else ())):
-        top = max(p2 * ps - delta, 0)
-        if lens.size and lens.max() > top and lens.min() >= 0:
-            clipped = np.minimum(lens, top)
-            yield (f"max_seq_pages {P} -> {p2} (seq_lens clipped to {top})",
-                   lambda p2=p2, v=clipped: _edit(case, values={"seq_lens": v}, scalars={"max_seq_pages": p2}))
-        yield f"max_seq_pages {P} -> {p2}", lambda p2=p2: _edit(case, scalars={"max_seq_pages": p2})
-
-
-def _narrow(case: Case, name: str, width: int, axis: int = 1) -> Case:
-    spec, vals = _take(case, name, axis, list(range(width)))
-    return _edit(case, {name: spec}, {name: vals} if vals is not None else None)
-
-
-def decode_widths_pass(case: Case) -> Iterator[Candidate]:
-    """page_table / swa_page_table down to max_seq_pages; req_to_token down to what P needs;
-    strided_indices down to P."""
-    s, t = case.scalars, case.tensors
-    P, ps = s["max_seq_pages"], s["page_size"]
-    if not isinstance(P, int) or not isinstance(ps, int) or P < 0 or ps <= 0:
-        return
-    for name in ("page_table", "swa_page_table"):
-        if name in t and len(t[name].shape) == 2:
-            W = t[name].shape[1]
-            for w in _targets(W, P):
-                yield f"{name} width {W} -> {w}", (lambda n=name, w=w: _narrow(case, n, w))
-    rtt = t.get("req_to_token")
-    if rtt is not None and len(rtt.shape) == 2:
-        T = rtt.shape[1]
-        need = (P - 1) * ps + 1 if P > 0 else 0
-        for w in _targets(T, need, [P * ps]):
-
-            def build(w=w):
-                c2 = _narrow(case, "req_to_token", w)
-                si = case.tensors["strided_indices"]
-                keep = min(si.shape[0], -(-w // ps))
-                return _narrow(c2, "strided_indices", keep, axis=0) if keep < si.shape[0] else c2
-
-            yield f"req_to_token width {T} -> {w}", build
-    si = t.get("strided_indices")
-    if si is not None and len(si.shape) == 1:
-        for w in _targets(si.shape[0], P):
-            yield (f"strided_indices length {si.shape[0]} -> {w}",
-                   lambda w=w: _narrow(case, "strided_indices", w, axis=0))
-
-
-def _read_tokens(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(pool rows, columns, token ids) the kernel reads, or None if any read is out of range."""
-    s, v = case.scalars, case.values
-    P, ps = s["max_seq_pages"], s["page_size"]
-    rtt, pool = v["req_to_token"], v["req_pool_indices"].astype(np.int64)
-    if P <= 0:
-        return pool, np.zeros(0, np.int64), np.zeros((pool.size, 0), np.int64)
-    cols = np.arange(P, dtype=np.int64) * ps
-    if pool.size and (pool.min() < 0 or pool.max() >= rtt.shape[0]) or cols[-1] >= rtt.shape[1]:
-        return None
-    return pool, cols, rtt[pool[:, None], cols[None, :]].astype(np.int64)
-
-
-def decode_tables_pass(case: Case) -> Iterator[Candidate]:
-    """Unused req_to_token rows dropped (pool indices remapped); unread token cells zeroed;
-    the SWA mapping shrunk to the largest token id read + 1, a v2p table to the largest page read + 1."""
-    t, v = case.tensors, case.values
-    if not isinstance(case.scalars.get("max_seq_pages"), int) or not isinstance(case.scalars.get("page_size"), int):
-        return
-    read = _read_tokens(case)
-    if read is None:
-        yield from _wild_pool_rows(case)
-        return
-    pool, cols, tokens = read
-    R = t["req_to_token"].shape[0]
-    used = np.unique(pool)
-    if used.size and used.size < R and pool.min() >= 0 and pool.max() < R:
-
-        def drop_rows():
-            c2 = _take_many(case, {"req_to_token": [int(i) for i in used]})
-            spec = case.tensors["req_pool_indices"]
-            return _edit(c2, {"req_pool_indices": spec},
-                         {"req_pool_indices": np.searchsorted(used, pool).astype(np.int64)})
-
-        yield f"req_to_token rows {R} -> {used.size} (unused rows dropped, req_pool_indices remapped)", drop_rows
-    rtt = v["req_to_token"]
-    mask = np.zeros(rtt.shape, bool)
-    if cols.size:
-        mask[pool[:, None], cols[None, :]] = True
-    if (rtt[~mask] != 0).any():
-
-        def zero_unread():
-            f = rtt.astype(np.int64).copy()
-            f[~mask] = 0
-            return _edit(case, values={"req_to_token": f})
-
-        yield "req_to_token: cells never read -> 0", zero_unread
-    for name in ("full_v2p", "swa_v2p"):
-        if name in t and len(t[name].shape) == 1 and not (tokens.size and tokens.min() < 0):
-            V, lo = t[name].shape[0], max(int(tokens.max()) // case.scalars["page_size"] + 1 if tokens.size else 1, 1)
-            for n in _targets(V, lo):
-                yield f"{name} length {V} -> {n}", (lambda n=n, name=name: _narrow(case, name, n, axis=0))
-    if "full_to_swa_index_mapping" in t and len(t["full_to_swa_index_mapping"].shape) == 1:
-        if tokens.size and tokens.min() < 0:
-            return
-        N = t["full_to_swa_index_mapping"].shape[0]
-        wild = tokens >= N  # token ids past the mapping (out of contract): they move with its end
-        lo = max(int(tokens[~wild].max(initial=-1)) + 1, 1)
-        for n in _targets(N, lo):
-            if not wild.any():
-                yield (f"full_to_swa_index_mapping length {N} -> {n}",
-                       lambda n=n: _narrow(case, "full_to_swa_index_mapping", n, axis=0))
-                continue
-
-            def shorter(n=n):
-                rtt = v["req_to_token"].astype(np.int64)
-                moved = np.where(rtt >= N, rtt - (N - n), rtt)
-                return _edit(_narrow(case, "full_to_swa_index_mapping", n, axis=0), values={"req_to_token": moved})
-
-            yield f"full_to_swa_index_mapping length {N} -> {n}, its wild token ids {N - n} lower (as far past it)", shorter
-
-
-def _wild_pool_rows(case: Case) -> Iterator[Candidate]:
-    """Pool indices past req_to_token's rows (out of contract): the rows no index reads are
-    dropped, the indices remapped, and each wild one stays as far past the new last row."""
-    R = case.tensors["req_to_token"].shape[0]
-    pool = case.values["req_pool_indices"].astype(np.int64)
-    inside = (pool >= 0) & (pool < R)
-    used = np.unique(pool[inside])
-    if inside.all() or used.size >= R:
-        return
-
-    def drop_rows():
-        c2 = _take_many(case, {"req_to_token": [int(i) for i in used]})
-        moved = np.where(inside, np.searchsorted(used, pool), np.where(pool >= R, pool - (R - used.size), pool))
-        return _edit(c2, values={"req_pool_indices": moved})
-
-    yield (f"req_to_token rows {R} -> {used.size} (unused rows dropped, req_pool_indices remapped, "
-           "the wild ones as far past the end)"), drop_rows
-
-
-def decode_page_size_pass(case: Case) -> Iterator[Candidate]:
-    """page_size toward 1: req_to_token keeps the columns the kernel reads (every k-th)."""
-    s = case.scalars
-    ps = s["page_size"]
-    if not isinstance(ps, int) or ps <= 1 or ps & (ps - 1):
-        return
-    for ps2 in sorted({1, ps // 2}):
-        k = ps // ps2
-
-        def build(ps2=ps2, k=k):
-            rtt = case.values["req_to_token"]
-            keep = list(range(0, rtt.shape[1], k))
-            c2 = _take_many(case, {"req_to_token": keep}, axis=1, scalars={"page_size": ps2})
-            T2 = len(keep)
-            si = case.tensors["strided_indices"]
-            n = -(-T2 // ps2)
-            spec = relayout(si, (n,))
-            return _edit(c2, {"strided_indices": spec}, {"strided_indices": np.arange(0, T2, ps2)[:n]})
-
-        yield f"page_size {ps} -> {ps2}", build
-
-
-def decode_scalars_pass(case: Case) -> Iterator[Candidate]:
-    d = case.scalars.get("seq_len_delta")
-    if isinstance(d, int) and d > 0:
-        for d2 in _targets(d, 0):
-            yield f"seq_len_delta {d} -> {d2}", (lambda d2=d2: case.with_scalars(seq_len_delta=d2))
-
-
-# swa_spec_page_table ---------------------------------------------------------------------------
-
-SPEC_ROWS_M = ("page_table_dst", "page_table_b", "seq_len_b")
-SPEC_TABLE_OF = {"seq_len_a": "page_table_a", "seq_len_b": "page_table_b"}  # a length and the table it measures
-SPEC_ROWS_BS = ("page_table_a", "seq_len_a")
-
-
-def spec_rows_pass(case: Case) -> Iterator[Candidate]:
-    """Drop requests (A row, and its R expanded rows), then fewer draft tokens R."""
-    t, R = case.tensors, case.scalars["speculative_num_draft_tokens"]
-    if not isinstance(R, int) or R < 1:
-        return
-    bs = t["seq_len_a"].shape[0]
-    for drop in _chunks(bs):
-        dropped = frozenset(drop)
-        rows = {n: [i for i in range(t[n].shape[0]) if i not in dropped] for n in SPEC_ROWS_BS}
-        rows.update({n: [m for m in range(t[n].shape[0]) if m // R not in dropped] for n in SPEC_ROWS_M})
-        word = "request" if len(drop) == 1 else "requests"
-        yield f"dropped {word} {_fmt(drop)} (bs {bs} -> {bs - len(drop)})", (lambda rows=rows: _take_many(case, rows))
-    for r2 in _targets(R, 1):
-        for where, sel in (("first", range(r2)), ("last", range(R - r2, R))):
-            sel = set(sel)
-            rows = {n: [m for m in range(t[n].shape[0]) if m % R in sel] for n in SPEC_ROWS_M}
-            yield (f"speculative_num_draft_tokens {R} -> {r2} (kept the {where} {r2} rows of each request)",
-                   lambda rows=rows, r2=r2: _take_many(case, rows, scalars={"speculative_num_draft_tokens": r2}))
-
-
-def spec_widths_pass(case: Case) -> Iterator[Candidate]:
-    """A, B and dst no wider than the lengths need (never narrower: no new overflow)."""
-    t, v, R = case.tensors, case.values, case.scalars["speculative_num_draft_tokens"]
-    la, lb = v["seq_len_a"].astype(np.int64), v["seq_len_b"].astype(np.int64)
-    needs = {"page_table_a": int(la.max(initial=0)), "page_table_b": int(lb.max(initial=0))}
-    rows = min(la.size * R, lb.size, t["page_table_dst"].shape[0])
-    m = np.arange(rows)
-    needs["page_table_dst"] = int((la[m // R] + lb[m]).max(initial=0)) if rows else 0
-    for name, need in needs.items():
-        W = t[name].shape[1]
-        for w in _targets(W, max(need, 0)):
-            yield f"{name} width {W} -> {w}", (lambda n=name, w=w: _narrow(case, n, w))
-    for length, name in SPEC_TABLE_OF.items():  # a table past which a length runs: narrower, the length with it
-        W, lens = t[name].shape[1], v[length].astype(np.int64)
-        wild = lens > W
-        if not wild.any():
-            continue
-        for w in _targets(W, max(int(lens[~wild].max(initial=0)), 0)):
-
-            def narrow(name=name, length=length, w=w, W=W, lens=lens, wild=wild):
-                return _edit(_narrow(case, name, w), values={length: np.where(wild, lens - (W - w), lens)})
-
-            yield f"{name} width {W} -> {w}, its wild {length} {W - w} lower (as far past it)", narrow
-
-
-# num_kv_splits ----------------------------------------------------------------------------------
-
-
-def splits_rows_pass(case: Case) -> Iterator[Candidate]:
-    """Drop sequences (seq_lens, their num_group outputs, num_seq), then fewer groups."""
-    t, s = case.tensors, case.scalars
-    G, ns = s.get("num_group"), s.get("num_seq")
-    if not isinstance(G, int) or G < 1 or not isinstance(ns, int):
-        return
-    n = t["seq_lens"].shape[0]
-    for drop in _chunks(n):
-        dropped = frozenset(drop)
-        rows = {"seq_lens": [i for i in range(n) if i not in dropped],
-                "num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j // G not in dropped]}
-        word = "sequence" if len(drop) == 1 else "sequences"
-        yield (f"dropped {word} {_fmt(drop)} (num_seq {ns} -> {ns - len(drop)})",
-               lambda rows=rows, d=len(drop): _take_many(case, rows, scalars={"num_seq": ns - d}))
-    for g2 in _targets(G, 1):
-        rows = {"num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j % G < g2]}
-        yield f"num_group {G} -> {g2}", (lambda rows=rows, g2=g2: _take_many(case, rows, scalars={"num_group": g2}))
-
-
-def splits_scalars_pass(case: Case) -> Iterator[Candidate]:
-    for name in ("num_head", "num_kv_head", "max_kv_splits", "device_core_count"):
-        x = case.scalars.get(name)
-        if isinstance(x, int) and x > 1:
-            for y in _targets(x, 1):
-                yield f"{name} {x} -> {y}", (lambda n=name, y=y: case.with_scalars(**{n: y}))
-
-
-# draft_extend_metadata ----------------------------------------------------------------------------
-
-DRAFT_BATCH = ("cache_seqlens_int32", "page_table", "swa_page_table", "req_pool_indices", "seq_lens",
-               "extend_seq_lens")
-DRAFT_SWA = ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
-
-
-def draft_rows_pass(case: Case) -> Iterator[Candidate]:
-    """Drop batch rows: from every batch-indexed tensor, both prefix sums, and each dropped
-    row's block of write locations."""
-    t, B = case.tensors, _batch(case)
-    tpr = t["out_cache_loc"].shape[0] // B if "out_cache_loc" in t and B else 0
-    for drop in _chunks(B):
-        dropped = frozenset(drop)
-        keep = [i for i in range(B) if i not in dropped]
-        rows = {name: keep for name in DRAFT_BATCH if name in t}
-        rows |= {name: list(range(len(keep) + 1)) for name in ("cu_seqlens_k", "cu_seqlens_q")}
-        if tpr:
-            rows["out_cache_loc"] = rows["swa_out_cache_loc"] = [i * tpr + j for i in keep for j in range(tpr)]
-        word = "row" if len(drop) == 1 else "rows"
-        yield (f"dropped batch {word} {_fmt(drop)} (B {B} -> {B - len(drop)})",
-               lambda rows=rows: _take_many(case, rows))
-
-
-def draft_swa_pass(case: Case) -> Iterator[Candidate]:
-    if any(name in case.tensors for name in DRAFT_SWA):
-        yield f"dropped SWA ({', '.join(DRAFT_SWA)})", lambda: _edit(case, drop=DRAFT_SWA)
-
-
-def draft_widths_pass(case: Case) -> Iterator[Candidate]:
-    """The page tables (together: SGLang wants one shape) down to the live pages; req_to_token
-    down to the tokens they read."""
-    t, ps = case.tensors, case.scalars.get("page_size")
-    if not isinstance(ps, int) or ps <= 0 or len(t["page_table"].shape) != 2:
-        return
-    W = t["page_table"].shape[1]
-    lens = case.values["seq_lens"].astype(np.int64)
-    need = int(np.clip(-(-lens // ps), 0, W).max()) if lens.size else 0
-    c = _contract(case.op)
-    for w in _targets(W, need, _block_edges(W, c.block_sizes if c else ())):
-
-        def narrow(w=w):
-            out = _narrow(case, "page_table", w)
-            return _narrow(out, "swa_page_table", w) if "swa_page_table" in t else out
-
-        yield f"page tables width {W} -> {w}", narrow
-    rtt = t["req_to_token"]
-    if len(rtt.shape) == 2:
-        for w in _targets(rtt.shape[1], max((need - 1) * ps + 1, 1)):
-            yield f"req_to_token width {rtt.shape[1]} -> {w}", (lambda w=w: _narrow(case, "req_to_token", w))
-
-
-# q8kv8_topk_length --------------------------------------------------------------------------------
-
-
-def topk_rows_pass(case: Case) -> Iterator[Candidate]:
-    """Drop rows of indices with their lengths; then narrow the rows (the widths SGLang's block
-    choice turns on first)."""
-    spec = case.tensors["indices"]
-    if len(spec.shape) != 2 or case.tensors["topk_length"].shape != spec.shape[:1]:
-        return
-    S, K = spec.shape
-    for drop in _chunks(S):
-        dropped = frozenset(drop)
-        keep = [i for i in range(S) if i not in dropped]
-        yield (f"dropped row{'s' if len(drop) > 1 else ''} {_fmt(drop)} (S {S} -> {len(keep)})",
-               lambda keep=keep: _take_many(case, {"indices": keep, "topk_length": keep}))
-    for w in _targets(K, 0, [b for b in (128, 256, 512) if b < K]):
-        yield f"indices width {K} -> {w}", (lambda w=w: _narrow(case, "indices", w))
-
-
-# registry ---------------------------------------------------------------------------------------
+# the passes of an op ---------------------------------------------------------------------------------------
 
 GENERIC: tuple[Pass, ...] = (layout_pass, dtype_pass, value_pass)
-PASSES: dict[str, tuple[Pass, ...]] = {
-    "decode_metadata": (decode_rows_pass, decode_swa_pass, decode_unified_pass, decode_pages_pass,
-                        decode_widths_pass, decode_tables_pass, decode_page_size_pass, *GENERIC, decode_scalars_pass),
-    "swa_spec_page_table": (spec_rows_pass, spec_widths_pass, *GENERIC),
-    "num_kv_splits": (splits_rows_pass, *GENERIC, splits_scalars_pass),
-    "draft_extend_metadata": (draft_rows_pass, draft_swa_pass, draft_widths_pass, *GENERIC),
-    "q8kv8_topk_length": (topk_rows_pass, *GENERIC),
-}
 
 
 def _passes(op: str) -> tuple[Pass, ...]:
-    return PASSES.get(op, GENERIC)
+    """The op record's passes (kvfuzz/ops/<op>/minimize.py), else the generic ones."""
+    rec = records().get(op)
+    return rec.passes if rec is not None and rec.passes is not None else GENERIC

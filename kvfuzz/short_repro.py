@@ -34,7 +34,7 @@ import numpy as np
 from .case import Case, TensorSpec
 from .corpus import SavedCase
 from .materialize import CANARY_BYTE, POISON, elements_view
-from .ops import CONTRACTS, contract_status
+from .ops import CONTRACTS, ShortCall, contract_status, record
 
 SHOWN_KINDS = ("mismatch", "untouched_write", "input_modified", "invalid_accepted")
 NOT_SHOWN = {
@@ -62,9 +62,8 @@ def why_not_short(saved: SavedCase) -> str | None:
         return f"a short repro cannot show {f.kind}: {NOT_SHOWN.get(f.kind, 'it needs the guarded arena')}"
     if case.meta.get("cross_check"):
         return "a short repro cannot show a cross-check case: " + NOT_SHOWN["backend_divergence"]
-    if case.op == "decode_metadata" and ({"swa_v2p", "swa_src_table"} & set(case.tensors)):
-        return "a short repro cannot build SGLang's unified SWA pool objects (swa_v2p, swa_src_table)"
-    return None
+    refuses = record(case.op).short_refuses
+    return refuses(case) if refuses is not None else None
 
 
 # --------------------------------------------------------------------------- literals
@@ -90,7 +89,7 @@ def _run_list(values: list[int]) -> str:
     return " + ".join(parts)
 
 
-def _wrap(text: str, indent: int) -> str:
+def wrap(text: str, indent: int) -> str:
     """`text` broken after commas into lines of at most LINE characters."""
     if len(text) + indent <= LINE:
         return text
@@ -133,7 +132,7 @@ def _tensor_source(name: str, spec: TensorSpec, values: np.ndarray | None) -> st
         made += f".reshape({tuple(spec.shape)})" if plain and len(spec.shape) != 1 else ""
     if not plain and storage.size:
         made += f".as_strided({tuple(spec.shape)}, {tuple(spec.strides)}, {spec.offset})"
-    return _wrap(f"{name} = {made}", 4)
+    return wrap(f"{name} = {made}", 4)
 
 
 def _cells_dict(mask: np.ndarray, values: np.ndarray | None = None) -> str:
@@ -148,49 +147,17 @@ def _cells_dict(mask: np.ndarray, values: np.ndarray | None = None) -> str:
 # signature is handled; here what the case's arguments need).
 
 
-def _call_lines(case: Case) -> list[str]:
-    t, s = case.tensors, case.scalars
-    entry = CONTRACTS[case.op].entry
-    if case.op == "swa_spec_page_table":
-        return [f"{entry}(page_table_dst, page_table_a, page_table_b, seq_len_a, seq_len_b,",
-                f"    speculative_num_draft_tokens={s['speculative_num_draft_tokens']})"]
-    if case.op == "num_kv_splits":
-        extra = ", uneven_batch_ptr=uneven_batch" if "uneven_batch" in t else ""
-        n = s["num_seq"]
-        max_num_seq = 256 if n < 256 else 1 << (n - 1).bit_length()
-        return ["# a bare @triton.jit kernel: SGLang's triton backend launches it on grid (1,)",
-                f"{entry}[(1,)](num_kv_splits, seq_lens, {n}, {s['num_group']}, {s['num_head']}, {s['num_kv_head']},",
-                f"    {s['max_kv_splits']}, {s['device_core_count']}, MAX_NUM_SEQ={max_num_seq}{extra})"]
-    if case.op == "q8kv8_topk_length":
-        return [f"topk_length.copy_({entry}(indices))  # it returns its output"]
-    if case.op == "draft_extend_metadata":
-        swa = ", ".join(f"{n}={n if n in t else None}" for n in ("full_to_swa_index_mapping", "swa_page_table",
-                                                                  "out_cache_loc", "swa_out_cache_loc"))
-        return [f"{entry}(cache_seqlens_int32, cu_seqlens_k, cu_seqlens_q, page_table, req_to_token, req_pool_indices,",
-                f"    seq_lens, extend_seq_lens, page_size={s['page_size']}, {swa})"]
-    # decode: bound by name, as releases renamed and moved arguments
-    names = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
-             "strided_indices", "seq_lens")
-    kw = [f"{n}={n}" for n in names] + [f"{n}={s[n]!r}" for n in ("max_seq_pages", "seq_len_delta", "page_size")]
-    swa = "swa_page_table" in t and "full_to_swa_index_mapping" in t
-    if swa:
-        kw.append("swa_page_table=swa_page_table")
-    kw += [f"{n}={n}" for n in ("full_v2p",) if n in t]
-    kw += [f"{n}={s[n]!r}" for n in ("skip_page_table", "zero_tail", "kernel_page_multiplier", "src_is_read_table")
-           if n in s]
-    lines = ["args = dict(" + _wrap(", ".join(kw), 12) + ")",
-             f"params = inspect.signature({entry}).parameters",
-             'if "strided_indices" not in params:  # SGLang 0.5.19 on',
-             '    del args["strided_indices"]']
-    if "full_v2p" in t:
-        lines += ['if "v2p_page_table" in params:  # SGLang 0.5.17-0.5.18 name full_v2p so',
-                  '    args["v2p_page_table"] = args.pop("full_v2p")']
-    if swa:
-        lines += ['if "full_to_swa_index_mapping" in params:  # SGLang 0.5.23 takes the mapping itself',
-                  '    args["full_to_swa_index_mapping"] = full_to_swa_index_mapping',
-                  "else:  # 0.5.13-0.5.22 an SWAKVPool holding it",
-                  '    args["token_to_kv_pool"] = swa_pool(full_to_swa_index_mapping)']
-    return lines + [f"{entry}(**args)"]
+def _short_call(case: Case) -> ShortCall:
+    """The op record's `short_call`, else every argument the case has, by keyword."""
+    rec = record(case.op)
+    entry = rec.contract.entry
+    if rec.short_call is not None:
+        return rec.short_call(case, entry)
+    args = [f"{n}={n}" for n in (a.name for a in rec.contract.args) if n in case.tensors]
+    args += [f"{n}={v!r}" for n, v in case.scalars.items()]
+    call = f"{entry}(" + wrap(", ".join(args), 4) + ")"
+    returns = rec.call.returns
+    return ShortCall((f"{returns}.copy_({call})  # it returns its output" if returns else call,))
 
 
 SWA_POOL = '''
@@ -222,6 +189,8 @@ def load(path):
     return module
 '''
 
+HELPERS = {"swa_pool": SWA_POOL}  # what a record's ShortCall.helpers may name
+
 
 def _sglang_module(target: str) -> str:
     version = target.split("==", 1)[1] if target.startswith("sglang==") else ""
@@ -244,8 +213,8 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
     entry, name = contract.entry, name or saved.key()
     what = f"{f.kind} {f.signature}: {f.message}" if f else "no finding recorded: the case must pass"
     what = what.replace("\\", "/").replace('"', "'")  # it sits in the docstring
-    helpers = LOAD + (SWA_POOL if case.op == "decode_metadata" and "full_to_swa_index_mapping" in case.tensors
-                      else "")
+    call = _short_call(case)
+    helpers = LOAD + "".join(HELPERS[h] for h in call.helpers)
     out = ['#!/usr/bin/env python3',
            f'"""kvfuzz case {name} ({case.op}, contract variant {case.variant}): {entry}',
            f"{what}",
@@ -253,7 +222,7 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
            "",
            f"Run: python {{this file}} [PATH/TO/metadata.py]  (no path: {entry} from sglang)",
            'Exit 0: clean; 1: the defect shows; 2: no such kernel file, or no sglang to import."""',
-           "import importlib.util"] + (["import inspect"] if case.op == "decode_metadata" else []) + [
+           "import importlib.util"] + [f"import {m}" for m in call.imports] + [
            "import os", "import sys"] + (["import types"] if "SWAKVPool" in helpers else []) + ["",
            "import torch", "",
            'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"',
@@ -276,9 +245,9 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
             "", "# inputs, then outputs (filled with POISON); gaps between strided elements hold kvfuzz's canary"]
     for tname, spec in sorted(case.tensors.items(), key=lambda kv: (kv[0] not in case.values, kv[0])):
         out.append(_tensor_source(tname, spec, case.values.get(tname)))
-    out += [_wrap("inputs = {" + ", ".join(f'"{n}": {n}' for n in sorted(case.values)) + "}", 4),
+    out += [wrap("inputs = {" + ", ".join(f'"{n}": {n}' for n in sorted(case.values)) + "}", 4),
             "inputs_before = {n: t.clone() for n, t in inputs.items()}", ""]
-    call = _call_lines(case)
+    call = list(call.lines)
     if status == "must_refuse":
         rule = contract.broken_rule(case)
         out += ["try:"] + [f"    {line}" for line in call] + [
@@ -296,7 +265,7 @@ def _checks(saved: SavedCase, status: str) -> list[str]:
     case, f = saved.case, saved.finding
     contract = CONTRACTS[case.op]
     outs = [n for n in contract.outputs if n in case.tensors]
-    lines = ["", _wrap("outputs = {" + ", ".join(f'"{n}": {n}' for n in outs) + "}", 4), "wrong = []"]
+    lines = ["", wrap("outputs = {" + ", ".join(f'"{n}": {n}' for n in outs) + "}", 4), "wrong = []"]
     if status == "in_contract":
         expected = contract.numpy_ref(case)
         cells = contract.cells(case)
@@ -308,12 +277,12 @@ def _checks(saved: SavedCase, status: str) -> list[str]:
             parts = [f'"{n}": {_cells_dict(cells[n].required, np.asarray(answer[n]))}' for n in outs
                      if cells[n].required.any()]
             dicts.append("{" + ", ".join(parts) + "}")
-        lines.append(_wrap("ACCEPTED = [" + ", ".join(dicts) + "]", 4))
+        lines.append(wrap("ACCEPTED = [" + ", ".join(dicts) + "]", 4))
         untouched = {n: cells[n].untouched for n in outs if cells[n].untouched.any()}
         if untouched and (f is not None and f.kind == "untouched_write"
                           or sum(int(m.sum()) for m in untouched.values()) <= UNTOUCHED_SHOWN):
             lines.append("# cells the contract leaves untouched: they must keep POISON")
-            lines.append(_wrap("UNTOUCHED = {" + ", ".join(f'"{n}": {_cells_dict(m)}' for n, m in untouched.items())
+            lines.append(wrap("UNTOUCHED = {" + ", ".join(f'"{n}": {_cells_dict(m)}' for n, m in untouched.items())
                                + "}", 4))
         else:
             lines.append("UNTOUCHED = {}")

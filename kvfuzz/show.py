@@ -18,6 +18,7 @@ import numpy as np
 
 from .case import Case
 from .findings import Finding
+from .ops import records
 
 SMALL = 64  # elements: an input this small is printed in full
 ROW_SHOWN = 32  # elements of one row printed before "..."
@@ -43,28 +44,10 @@ def related_rows(case: Case, out_rows: Iterable[int]) -> dict[str, list[int]]:
     """For the output rows `out_rows` (the first index of wrong cells), the first-dimension
     indices of each input that those rows are computed from."""
     rows = sorted(set(int(r) for r in out_rows))
-    v, s = case.values, case.scalars
     if not rows:
         return {}
-    if case.op in ("decode_metadata", "draft_extend_metadata"):
-        out = {name: rows for name in ("seq_lens", "req_pool_indices", "extend_seq_lens") if name in v}
-        pool = v.get("req_pool_indices")
-        if pool is not None:
-            slots = sorted({int(pool[i]) for i in rows if 0 <= i < pool.shape[0]})
-            out["req_to_token"] = slots
-            if "swa_src_table" in v:
-                out["swa_src_table"] = slots
-        return out
-    if case.op == "swa_spec_page_table":
-        R = s.get("speculative_num_draft_tokens") or 1
-        return {"seq_len_a": sorted({r // R for r in rows}), "page_table_a": sorted({r // R for r in rows}),
-                "seq_len_b": rows, "page_table_b": rows}
-    if case.op == "num_kv_splits":
-        g = s.get("num_group") or 1
-        return {"seq_lens": sorted({r // g for r in rows})}
-    if case.op == "q8kv8_topk_length":
-        return {"indices": rows}
-    return {}
+    rec = records().get(case.op)
+    return rec.related_rows(case, rows) if rec is not None and rec.related_rows is not None else {}
 
 
 def input_lines(case: Case, findings: Iterable[Finding] = ()) -> list[str]:
@@ -90,7 +73,7 @@ def input_lines(case: Case, findings: Iterable[Finding] = ()) -> list[str]:
     return lines
 
 
-def _at(table: np.ndarray, *index: int) -> str:
+def at(table: np.ndarray, *index: int) -> str:
     """`[i, j] = v`, or `[i, j] outside` an index past the table."""
     where = "[" + ", ".join(str(i) for i in index) + "]"
     inside = len(index) == table.ndim and all(0 <= i < n for i, n in zip(index, table.shape))
@@ -100,43 +83,8 @@ def _at(table: np.ndarray, *index: int) -> str:
 def cell_sources(case: Case, tensor: str, index: list[int]) -> str | None:
     """The input cells an output cell is computed from, in words (page-table cells of the decode,
     draft-extend and spec ops); None for the other cells."""
-    v, s = case.values, case.scalars
-    if case.op in ("decode_metadata", "draft_extend_metadata") and tensor in ("page_table", "swa_page_table"):
-        i, c = index
-        pool, rtt, ps = v["req_pool_indices"], v["req_to_token"], s["page_size"]
-        if not 0 <= i < pool.shape[0]:
-            return None
-        slot = int(pool[i])
-        parts = [f"req_pool_indices[{i}] = {slot}"]
-        if s.get("src_is_read_table"):
-            table = "req_to_token" if tensor == "page_table" else "swa_src_table"
-            return ", ".join(parts + [f"{table}{_at(v[table], slot, c)}"])
-        parts.append(f"req_to_token{_at(rtt, slot, c * ps)}")
-        if "outside" in parts[-1]:
-            return ", ".join(parts)
-        token = int(rtt[slot, c * ps])
-        if tensor == "page_table" and "full_v2p" in v:
-            parts.append(f"full_v2p{_at(v['full_v2p'], token // ps)}")
-        if tensor == "swa_page_table":
-            if "swa_v2p" in v:
-                parts.append(f"swa_v2p{_at(v['swa_v2p'], token // ps)}")
-            elif "full_to_swa_index_mapping" in v:
-                parts.append(f"full_to_swa_index_mapping{_at(v['full_to_swa_index_mapping'], token)}")
-        return ", ".join(parts)
-    if case.op == "swa_spec_page_table" and tensor == "page_table_dst":
-        m, c = index
-        R = s["speculative_num_draft_tokens"]
-        la_all, lb_all = v["seq_len_a"], v["seq_len_b"]
-        if not (0 <= m // R < la_all.shape[0] and 0 <= m < lb_all.shape[0]):
-            return None
-        la, lb = int(la_all[m // R]), int(lb_all[m])
-        head = f"seq_len_a[{m // R}] = {la}, seq_len_b[{m}] = {lb}"
-        if c < la:
-            return f"{head}, page_table_a{_at(v['page_table_a'], m // R, c)}"
-        if c < la + lb:
-            return f"{head}, page_table_b{_at(v['page_table_b'], m, c - la)}"
-        return f"{head}: past la + lb = {la + lb}"
-    return None
+    rec = records().get(case.op)
+    return rec.cell_sources(case, tensor, index) if rec is not None and rec.cell_sources is not None else None
 
 
 def cell_lines(f: Finding, case: Case | None = None) -> list[str]:

@@ -16,8 +16,8 @@ gets the worker a campaign starts; atheris pays on its clock for its own fuzzing
 a new one after each crash). A finding
 counts when the engine first sees it, before confirmation (nothing is confirmed or saved here).
 "Block paths" is the time of the first case by which all of `block:all_a`, `block:all_b`,
-`block:mixed` have occurred (the case features of `strategies/spec.py`, which follow the seed
-kernel's branch conditions). A median over seeds that did not all find it counts the missing
+`block:mixed` have occurred (the case features of `kvfuzz/ops/swa_spec_page_table/generate.py`,
+which follow the seed kernel's branch conditions). A median over seeds that did not all find it counts the missing
 ones as never ("-" when that is the median); (k/n) says in how many seeds it showed. The
 Hypothesis engine's budget excludes its shrinking, so its runs last longer than `--budget`
 and can first see a signature later than that.

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kvfuzz.case import Case, TensorSpec
-from kvfuzz.strategies import GENERATORS, spec
+from kvfuzz.ops.swa_spec_page_table import generate as spec
+from kvfuzz.strategies import GENERATORS
 from kvfuzz.strategies.coverage import generic_features
 from kvfuzz.strategies.draw import CompileClass, RandomDraw
 from kvfuzz.strategies.layouts import MEMO_SIZE, LayoutClass, apply_broadcast, apply_layout, class_layout

@@ -160,7 +160,7 @@ def ref_splits(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores,
 def ref_splits_accepted(seq_lens, num_group, num_head, num_kv_head, max_kv_splits, cores, row_cdiv=cdiv):
     """Every right answer: a GPU's log2 is not correctly rounded, so where the float32 step
     sits on an integer boundary both sides are right (the bounds come from kvfuzz's oracle)."""
-    from kvfuzz.oracles.numpy_ref import ext_core_count_range
+    from kvfuzz.ops.num_kv_splits.oracle import ext_core_count_range
 
     live = [x for x in seq_lens if x >= 1]
     _, lo, hi = ext_core_count_range(max(live) if live else 1, cores)

@@ -9,7 +9,7 @@ import pytest
 
 from kvfuzz.case import TensorSpec
 from kvfuzz.contract import disjoint
-from kvfuzz.oracles import numpy_ref
+from kvfuzz.ops.num_kv_splits import oracle as splits_oracle
 
 pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
 
@@ -21,19 +21,19 @@ def test_the_double_log2_shortcut_rounds_as_the_decimal_one():
     xs |= {float(v) for v in (rng.random(2000) * 4).astype(np.float32).tolist()}
     answered = 0
     for x in sorted(xs):
-        fast = numpy_ref._log2_f32_unambiguous(np.float32(x))
+        fast = splits_oracle._log2_f32_unambiguous(np.float32(x))
         if fast is not None:
             answered += 1
-            assert fast.tobytes() == numpy_ref.log2_f32_by_decimal(x).tobytes(), x
-        assert numpy_ref.log2_f32(x).tobytes() == numpy_ref.log2_f32_by_decimal(x).tobytes(), x
+            assert fast.tobytes() == splits_oracle.log2_f32_by_decimal(x).tobytes(), x
+        assert splits_oracle.log2_f32(x).tobytes() == splits_oracle.log2_f32_by_decimal(x).tobytes(), x
     assert answered >= 0.99 * len(xs)
 
 
 def test_the_shortcut_leaves_a_value_near_a_midpoint_to_the_decimal_log2():
     # a float32 whose double log2 lies within 2^-40 of itself from a float32 midpoint
     near = next(x for x in (float(np.float32(i / 64)) for i in range(64, 1 << 22))
-                if numpy_ref._log2_f32_unambiguous(np.float32(x)) is None)
-    assert numpy_ref.log2_f32(near).tobytes() == numpy_ref.log2_f32_by_decimal(near).tobytes()
+                if splits_oracle._log2_f32_unambiguous(np.float32(x)) is None)
+    assert splits_oracle.log2_f32(near).tobytes() == splits_oracle.log2_f32_by_decimal(near).tobytes()
 
 
 @pytest.mark.parametrize("shape,strides", [

@@ -12,7 +12,7 @@ from kvfuzz.device import torch_device
 from kvfuzz.execute import run_case
 from kvfuzz.judge import classify, judge
 from kvfuzz.ops import CONTRACTS
-from kvfuzz.oracles import numpy_ref
+from kvfuzz.ops.num_kv_splits import oracle as splits_oracle
 
 import cases
 
@@ -77,7 +77,7 @@ def test_builtin_kernels_agree_with_both_oracles(name, builtin_target, device):
 def test_decode_values_by_hand():
     case = cases.decode(ps=4, B=2, delta=1)
     v = case.values
-    exp = numpy_ref.decode_metadata(case).values
+    exp = CONTRACTS["decode_metadata"].numpy_ref(case).values
     lens = v["seq_lens"] + 1
     assert exp["cache_seqlens_int32"].tolist() == lens.tolist()
     assert exp["cu_seqlens_k"].tolist() == [0, lens[0], lens[0] + lens[1]]
@@ -90,12 +90,12 @@ def test_negative_token_ids_floor_divide():
     rtt = np.array(case.values["req_to_token"])
     rtt[:, 0] = -17
     case = case.replace(values={**case.values, "req_to_token": rtt})
-    assert numpy_ref.decode_metadata(case).values["page_table"][0, 0] == -2  # floor, not truncation
+    assert CONTRACTS["decode_metadata"].numpy_ref(case).values["page_table"][0, 0] == -2  # floor, not truncation
 
 
 def test_spec_values_by_hand():
     case = cases.spec(la=(3, 1), R=2, WB=2)
-    exp = numpy_ref.swa_spec_page_table(case).values["page_table_dst"]
+    exp = CONTRACTS["swa_spec_page_table"].numpy_ref(case).values["page_table_dst"]
     a, b = case.values["page_table_a"], case.values["page_table_b"]
     # row 3: request 1 (la = 1), lb = 3 % 3 = 0 -> only the A part
     assert exp[3, 0] == a[1, 0]
@@ -106,10 +106,10 @@ def test_spec_values_by_hand():
 def test_splits_values_by_hand():
     # mx = mn = 1000: s1 = 1, c1 = 1000; e = int(132 * log2(1000 / 64)) = 523;
     # tg = 4 * 1 * cdiv(32, min(16, 4)) = 32; s2 = min(cdiv(523, 32), 8) = 8; c2 = 125 -> 8 splits
-    exp = numpy_ref.num_kv_splits(cases.splits([1000] * 4)).values["num_kv_splits"]
+    exp = CONTRACTS["num_kv_splits"].numpy_ref(cases.splits([1000] * 4)).values["num_kv_splits"]
     assert exp.tolist() == [8, 8, 8, 8]
     # zero lengths take no part in max/min and get 0 splits
-    assert numpy_ref.num_kv_splits(cases.splits([0, 5, 9])).values["num_kv_splits"][0] == 0
+    assert CONTRACTS["num_kv_splits"].numpy_ref(cases.splits([0, 5, 9])).values["num_kv_splits"][0] == 0
 
 
 def draft_by_hand(swa: bool):
@@ -131,7 +131,7 @@ def test_draft_extend_values_by_hand(swa, device):
     """Row 0: 3 tokens at page size 2 -> 2 live pages (tokens 10 and rtt[0, 2]); row 1 is padding
     (length 0, pool index 7 past the table: never read). Columns past the live pages may be written."""
     case = draft_by_hand(swa)
-    exp = numpy_ref.draft_extend_metadata(case).values
+    exp = CONTRACTS["draft_extend_metadata"].numpy_ref(case).values
     assert exp["cache_seqlens_int32"].tolist() == [3, 0]
     assert exp["cu_seqlens_k"].tolist() == [0, 3, 3] and exp["cu_seqlens_q"].tolist() == [0, 2, 7]
     cells = CONTRACTS["draft_extend_metadata"].cells(case)
@@ -166,8 +166,8 @@ def test_draft_extend_out_of_contract_reasons():
 
 def test_topk_length_values_by_hand():
     case = cases.topk([[0, -1, 5, -1], [-1] * 4, [3, 3, 3, 3], [-(2**31), 9, -2, -1]])
-    assert numpy_ref.q8kv8_topk_length(case).values["topk_length"].tolist() == [3, 1, 4, 2]
-    assert numpy_ref.q8kv8_topk_length(cases.topk([[], []], K=0)).values["topk_length"].tolist() == [1, 1]
+    assert CONTRACTS["q8kv8_topk_length"].numpy_ref(case).values["topk_length"].tolist() == [3, 1, 4, 2]
+    assert CONTRACTS["q8kv8_topk_length"].numpy_ref(cases.topk([[], []], K=0)).values["topk_length"].tolist() == [1, 1]
     assert CONTRACTS["q8kv8_topk_length"].kernel_path(cases.topk([[1]], K=768)) == "block256"
     transposed = case.replace(tensors={**case.tensors, "indices": TensorSpec("int32", (4, 4), (1, 4))})
     assert classify(transposed)[1] == ["indices must have unit column stride, got strides (1, 4) (SGLang asserts it)"]
@@ -177,19 +177,20 @@ def test_int32_overflow_is_out_of_contract_not_wrapped():
     case = cases.decode(ps=1, B=2)
     big = case.replace(values={**case.values, "seq_lens": np.array([2**31 - 10, 100])})
     with pytest.raises(OutOfContract, match="does not fit int32"):
-        numpy_ref.decode_metadata(big)
+        CONTRACTS["decode_metadata"].numpy_ref(big)
     assert classify(big)[0] == "out_of_contract"
 
 
 def test_rounding_boundary_is_recognised():
     # dcc = 1, mx = 1024: e = trunc(log2(1024 / 64)) = trunc(4.0) = 4 exactly; a device log2 one
     # ulp low gives 3, so s2 = 4 or 3 and the answer is cdiv(1024, 256) = 4 or cdiv(1024, 342) = 3
-    exp = numpy_ref.num_kv_splits(cases.splits([1024], num_head=1, num_kv_head=1, dcc=1))
+    exp = CONTRACTS["num_kv_splits"].numpy_ref(cases.splits([1024], num_head=1, num_kv_head=1, dcc=1))
     assert exp.values["num_kv_splits"].tolist() == [4]
     assert [a["num_kv_splits"].tolist() for a in exp.alternatives] == [[3]]
     assert "rounding boundary" in exp.boundary
     # away from a boundary there is one answer
-    assert numpy_ref.num_kv_splits(cases.splits([1000], num_head=1, num_kv_head=1, dcc=1)).alternatives == ()
+    exp = CONTRACTS["num_kv_splits"].numpy_ref(cases.splits([1000], num_head=1, num_kv_head=1, dcc=1))
+    assert exp.alternatives == ()
 
 
 @pytest.mark.parametrize("written, kinds", [(4, []), (3, []), (5, ["mismatch"])])
@@ -208,23 +209,23 @@ def test_boundary_alternatives_are_not_mismatches(written, kinds, tmp_path, devi
 # At 341364 / 64 = 5333.8125 the correctly rounded float32 log2 is 12.380951, one ulp below
 # 12.380952, which NumPy's and torch's float32 log2 give on some hosts; with 21 cores the
 # truncated product falls on either side of 260, so the answer is 7 (correctly rounded) or 8.
-# The NumPy oracle computes log2 exactly (numpy_ref.log2_f32), so its answer is 7 on every
+# The NumPy oracle computes log2 exactly (splits_oracle.log2_f32), so its answer is 7 on every
 # host and 8 is an accepted alternative. corpora/ keeps this case.
 ROUNDING_DISAGREEMENT = dict(lens=[341364], num_head=37, num_kv_head=37, mks=8, dcc=21)
 
 
 def test_the_oracles_float32_log2_is_correctly_rounded_on_every_host():
-    assert numpy_ref.log2_f32(5333.8125) == np.float32(12.380951)
-    assert numpy_ref.log2_f32(1024 / 64) == np.float32(4.0)
+    assert splits_oracle.log2_f32(5333.8125) == np.float32(12.380951)
+    assert splits_oracle.log2_f32(1024 / 64) == np.float32(4.0)
     # the correctly rounded float32 values, written out (no host log2 involved)
     for x, want in ((1.5, 0.5849624872207642), (3.0, 1.5849624872207642), (100.25, 6.647458553314209),
                     (16384.0, 14.0), (0.015625, -6.0)):
-        assert numpy_ref.log2_f32(x) == np.float32(want)
+        assert splits_oracle.log2_f32(x) == np.float32(want)
 
 
 def test_oracles_may_disagree_on_a_rounding_boundary_only_where_the_numpy_oracle_says_so(device):
     case = cases.splits(**ROUNDING_DISAGREEMENT)
-    exp = numpy_ref.num_kv_splits(case)
+    exp = CONTRACTS["num_kv_splits"].numpy_ref(case)
     assert exp.values["num_kv_splits"].tolist() == [7]
     assert [a["num_kv_splits"].tolist() for a in exp.alternatives] == [[8]] and exp.boundary
     builtin = __import__("kvfuzz.targets", fromlist=["load_target"]).load_target("builtin", device)

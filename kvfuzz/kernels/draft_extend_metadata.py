@@ -1,6 +1,6 @@
 """kvfuzz's own ``draft_extend_set_metadata`` (SGLang 0.5.16 on): the draft-extend metadata op.
 
-SGLang's call signature, written from kvfuzz's contract (``kvfuzz/ops/draft_extend_metadata.py``).
+SGLang's call signature, written from kvfuzz's contract (``kvfuzz/ops/draft_extend_metadata/contract.py``).
 With ``B = cache_seqlens_int32.shape[0]``, ``W = page_table.shape[1]`` and ``live[i] =
 min(cdiv(seq_lens[i], page_size), W)`` it writes, in place and nothing else:
 

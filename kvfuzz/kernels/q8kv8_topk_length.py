@@ -1,6 +1,6 @@
 """kvfuzz's own ``q8kv8_topk_length_from_indices`` (SGLang 0.5.23): each row's valid top-k count.
 
-SGLang's call signature, written from kvfuzz's contract (``kvfuzz/ops/q8kv8_topk_length.py``):
+SGLang's call signature, written from kvfuzz's contract (``kvfuzz/ops/q8kv8_topk_length/contract.py``):
 returns a new int32 tensor ``out`` with ``out[i] = 1 + max{j : indices[i, j] >= 0}``, and 1 for
 a row with no such ``j`` (a row of pads, or width 0).
 

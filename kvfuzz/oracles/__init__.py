@@ -1,1 +1,2 @@
-"""Two independent oracles per op: `numpy_ref` (exact, torch-free) and `torch_ref` (unfused torch)."""
+"""Helpers of the two oracles every op has (`kvfuzz/ops/<op>/oracle.py`): `numpy_ref` (exact,
+torch-free) and `torch_ref` (unfused torch)."""

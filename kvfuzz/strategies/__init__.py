@@ -1,4 +1,5 @@
-"""Case generators, one family per op, written once against `Draw` (public API).
+"""Case generators, one family per op, written once against `Draw` (public API); each op's
+generator lives in its record (`kvfuzz/ops/<op>/generate.py`, an `OpGenerator`).
 
 `in_contract(op)` leans on where such kernels break: zero pages and empty parts, block
 edges, independent non-contiguous layouts on every tensor, odd values. `out_of_contract(op)`
@@ -11,15 +12,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
-
-from hypothesis import strategies as st
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..case import Case
-from . import decode, draft_extend, spec, splits, topk
+from ..ops import RecordView, record
 from .coverage import class_pool, generic_features
 from .draw import CompileClass, Draw, HypothesisDraw, RandomDraw
 from .layouts import layouts
+
+if TYPE_CHECKING:  # Hypothesis loads when a strategy is built: a worker never builds one
+    from hypothesis import strategies as st
 
 __all__ = [
     "cases", "in_contract", "out_of_contract", "layouts",
@@ -94,46 +96,18 @@ def _stint_violation(seed: int | str, stint_no: int, violations: tuple[str, ...]
     return RandomDraw(f"{seed}:{stint_no}:violation").choice(violations)
 
 
-GENERATORS: dict[str, OpGenerator] = {
-    g.op: g for g in (
-        OpGenerator(decode.OP, decode.decode_class, decode.decode_in_class, decode.decode_violation,
-                    decode.OUT_OF_CONTRACT, decode.decode_features, decode.required_features,
-                    decode.class_combinations, decode.decode_class),
-        OpGenerator(spec.OP, spec.spec_class, spec.spec_in_class, spec.spec_violation, spec.OUT_OF_CONTRACT,
-                    spec.spec_features, spec.required_features),
-        OpGenerator(splits.OP, splits.splits_class, splits.splits_in_class, splits.splits_violation,
-                    splits.OUT_OF_CONTRACT, splits.splits_features, splits.required_features),
-        OpGenerator(draft_extend.OP, draft_extend.draft_extend_class, draft_extend.draft_extend_in_class,
-                    draft_extend.draft_extend_violation, draft_extend.OUT_OF_CONTRACT,
-                    draft_extend.draft_extend_features, draft_extend.required_features,
-                    draft_extend.class_combinations),
-        OpGenerator(topk.OP, topk.topk_class, topk.topk_in_class, topk.topk_violation, topk.OUT_OF_CONTRACT,
-                    topk.topk_features, topk.required_features, topk.class_combinations),
-    )
-}
-
-# Generic features every campaign must reach, per op (num_kv_splits takes no strides: its
-# contract wants unit strides, so an odd stride there is only an out-of-contract case).
-_GENERIC_REQUIRED = {
-    "decode_metadata": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
-        "seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping")
-        for dt in ("int32", "int64"))},
-    "swa_spec_page_table": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in ("seq_len_a", "seq_len_b")
-                                                          for dt in ("int32", "int64"))},
-    "num_kv_splits": {"misaligned", "dtype:seq_lens:int32", "dtype:seq_lens:int64"},
-    "draft_extend_metadata": {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
-        "seq_lens", "extend_seq_lens", "req_pool_indices", "req_to_token", "full_to_swa_index_mapping",
-        "out_cache_loc", "swa_out_cache_loc") for dt in ("int32", "int64"))},
-    "q8kv8_topk_length": {"misaligned", "odd_stride", "broadcast:indices"},
-}
+# op name -> its generator (kvfuzz/ops/<op>/generate.py), a view over the op records
+GENERATORS: Mapping[str, OpGenerator] = RecordView(lambda r: r.generator)
 
 
 def required_features(op: str) -> set[str]:
-    """Features every campaign of a few minutes must exercise for `op`."""
-    return _GENERIC_REQUIRED[op] | GENERATORS[op].required()
+    """Features every campaign of a few minutes must exercise for `op` (generic ones included)."""
+    return record(op).required_features()
 
 
 def _strategy(op: str, mode: str, variant: str | None = None) -> st.SearchStrategy:
+    from hypothesis import strategies as st
+
     g = GENERATORS[op]
     draw_class = g.class_for(variant)
 
@@ -167,27 +141,27 @@ def cases(op: str, in_contract_only: bool = False, variant: str | None = None) -
 
 
 def decode_cases() -> st.SearchStrategy:
-    return in_contract(decode.OP)
+    return in_contract("decode_metadata")
 
 
 def decode_out_of_contract() -> st.SearchStrategy:
-    return out_of_contract(decode.OP)
+    return out_of_contract("decode_metadata")
 
 
 def spec_cases() -> st.SearchStrategy:
-    return in_contract(spec.OP)
+    return in_contract("swa_spec_page_table")
 
 
 def spec_out_of_contract() -> st.SearchStrategy:
-    return out_of_contract(spec.OP)
+    return out_of_contract("swa_spec_page_table")
 
 
 def splits_cases() -> st.SearchStrategy:
-    return in_contract(splits.OP)
+    return in_contract("num_kv_splits")
 
 
 def splits_out_of_contract() -> st.SearchStrategy:
-    return out_of_contract(splits.OP)
+    return out_of_contract("num_kv_splits")
 
 
 def random_cases(op: str, seed: int, n: int, in_contract_only: bool = False,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import strategies as st
 
 INT32_MAX = 2**31 - 1
 
@@ -28,8 +27,6 @@ class LazyRng:
             self.g = rng(self.seed)
         return self.g
 
-
-seeds = st.integers(0, 2**32 - 1)
 
 # token ids for req_to_token: simplest first
 TOKEN_PATTERNS = ("arange", "permuted", "repeated", "random", "large", "negative", "zeros")

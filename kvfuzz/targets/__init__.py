@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from .. import device as devmod
 from ..errors import BadInput, TargetLoadError
-from ..ops import CONTRACTS
+from ..ops import CONTRACTS, OpRecord, record, records
 from .calls import Binding, bind
 from .releases import module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
@@ -89,7 +89,7 @@ def variant_for(op: str, requested: str | None, executor: Any) -> str:
     if requested:
         return requested
     chosen = (getattr(executor, "variants", None) or {}).get(op)
-    return chosen or next(iter(CONTRACTS[op].variants))
+    return chosen or next(iter(record(op).contract.variants))
 
 
 def variant_lacks(op: str, variant: str, executor: Any) -> tuple[str, ...]:
@@ -122,8 +122,9 @@ def load_target(spec: str, device: str) -> Target:
         module, description, release = _load_module(spec)
         _check_triton_mode(module, device, spec)
         target = Target(spec, description, module, release=release)
-        for op, contract in CONTRACTS.items():
-            entry = getattr(module, contract.entry, None)
+        for op, rec in records().items():
+            contract = rec.contract
+            entry = _builtin_entry(rec, device, spec) if spec == "builtin" else getattr(module, contract.entry, None)
             if entry is None:
                 why = getattr(release_entry(release or ""), "not_offered", {}).get(op)  # an old release's reason
                 target.missing[op] = f"not offered by sglang {release}: {why}" if why else \
@@ -137,6 +138,17 @@ def load_target(spec: str, device: str) -> Target:
                                   f"{', '.join(c.entry for c in CONTRACTS.values())}")
         _cache[key] = target
     return _cache[key]
+
+
+def _builtin_entry(rec: OpRecord, device: str, spec: str) -> Any:
+    """kvfuzz's own kernel for the op, as its record names it (imported after the device is chosen)."""
+    try:
+        entry = rec.builtin_kernel()
+    except Exception as exc:
+        raise TargetLoadError(f"{rec.name}: cannot import its builtin kernel {rec.builtin}: "
+                              f"{type(exc).__name__}: {exc}") from None
+    _check_triton_mode(sys.modules[rec.builtin.partition(":")[0]], device, spec)
+    return entry
 
 
 def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:

@@ -38,8 +38,9 @@ Binding happens at load time, so a call cannot fail to bind. Building a call's a
 a case is kvfuzz's own work: an exception there is raised as `HarnessError`, which the judge
 counts as kvfuzz's failure, never the target's (its type name is `execute.HARNESS`).
 
-`GENERATIONS` lists each SGLang API generation of each op, read from the release wheels'
-kernel files (docs/releases.md); a signature equal to one of them is named after it.
+Each op's `OpCall` and its SGLang API generations (`Generation`, read from the release wheels'
+kernel files, docs/releases.md) live in its record (`kvfuzz/ops/<op>/call.py`); a signature
+equal to one of them is named after it. This module is the binding logic every op shares.
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import TargetLoadError
-from ..ops.num_kv_splits import sglang_max_num_seq
-from .sglang_shim import make_swa_pool, make_unified_swa_pool
+from ..ops import record
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
@@ -77,52 +77,24 @@ class HarnessError(Exception):
     The name is `kvfuzz.execute.HARNESS`, the error type the judge never counts as a finding."""
 
 
-def _uses_swa(t: Mapping[str, Any]) -> bool:
-    return "swa_page_table" in t and any(n in t for n in ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table"))
-
-
-def _tensor(name: str) -> Getter:
+def tensor(name: str) -> Getter:
     return lambda t, s: t[name]
 
 
-def _scalar(name: str) -> Getter:
+def scalar(name: str) -> Getter:
     return lambda t, s: s[name]
 
 
-def _const(value: Any) -> Getter:
+def const(value: Any) -> Getter:
     return lambda t, s: value
 
 
-def _swa_table(t, s):
-    return t["swa_page_table"] if _uses_swa(t) else None
-
-
-def _swa_pool(t, s):
-    """Up to 0.5.22: an SWAKVPool holding the token mapping; 0.5.18's UnifiedSWAKVPool holding
-    the SWA v2p table (a case carries swa_v2p only for a variant whose targets take it)."""
-    if not _uses_swa(t):
-        return None
-    if "full_to_swa_index_mapping" in t:
-        return make_swa_pool(t["full_to_swa_index_mapping"])
-    # the unified pool's: its v2p table, or (0.5.19's read tables) the pool as SGLang's unified
-    # backend passes it beside swa_src_table (0.5.19 reads the pool's mapping even then)
-    return make_unified_swa_pool(t.get("swa_v2p"))
-
-
-def _swa_mapping(t, s):  # 0.5.23: the mapping tensor itself (None with the unified pool's swa_v2p)
-    return t.get("full_to_swa_index_mapping") if _uses_swa(t) else None
-
-
-def _optional_tensor(name: str) -> Getter:  # an optional tensor (input or output): None when the case has none
+def optional_tensor(name: str) -> Getter:  # an optional tensor (input or output): None when the case has none
     return lambda t, s: t.get(name)
 
 
-def _flag(name: str) -> Getter:
+def flag(name: str) -> Getter:
     return lambda t, s: bool(s.get(name, False))
-
-
-def _max_num_seq(t, s):
-    return sglang_max_num_seq(s["num_seq"])
 
 
 @dataclass(frozen=True)
@@ -145,100 +117,6 @@ class OpCall:
         return self.aliases.get(name, name)
 
 
-DECODE = OpCall(
-    supplied={
-        "cache_seqlens_int32": _tensor("cache_seqlens_int32"),
-        "cu_seqlens_k": _tensor("cu_seqlens_k"),
-        "page_table": _tensor("page_table"),
-        "req_to_token": _tensor("req_to_token"),
-        "req_pool_indices": _tensor("req_pool_indices"),
-        "strided_indices": _tensor("strided_indices"),  # up to 0.5.18
-        "max_seq_pages": _scalar("max_seq_pages"),
-        "seq_lens": _tensor("seq_lens"),
-        "seq_len_delta": _scalar("seq_len_delta"),
-        "page_size": _scalar("page_size"),
-        "swa_page_table": _swa_table,
-        "token_to_kv_pool": _swa_pool,  # up to 0.5.22
-        "full_to_swa_index_mapping": _swa_mapping,  # 0.5.23
-        "skip_page_table": _flag("skip_page_table"),  # 0.5.20 on: lengths and prefix sum only
-        "zero_tail": _flag("zero_tail"),  # 0.5.23: also zero the columns between the live prefix and P
-        "full_v2p": _optional_tensor("full_v2p"),  # 0.5.23: unified memory's virtual -> physical pages
-        "swa_v2p": _optional_tensor("swa_v2p"),  # 0.5.23: the unified SWA pool's
-        "v2p_page_table": _optional_tensor("full_v2p"),  # 0.5.17-0.5.18: the same table, named so
-        "kernel_page_multiplier": lambda t, s: s.get("kernel_page_multiplier", 1),  # 0.5.17-0.5.18
-        "src_is_read_table": _flag("src_is_read_table"),  # 0.5.19: req_to_token holds page ids
-        "swa_src_table": _optional_tensor("swa_src_table"),  # 0.5.19: the SWA read table
-    },
-    required=(("cache_seqlens_int32",), ("cu_seqlens_k",), ("page_table",), ("req_to_token",),
-              ("req_pool_indices",), ("max_seq_pages",), ("seq_lens",), ("seq_len_delta",), ("page_size",),
-              ("swa_page_table",), ("token_to_kv_pool", "full_to_swa_index_mapping")),
-    neutral={},  # every later parameter of decode comes from the case
-    legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
-            "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
-    legacy_kw=("swa_page_table", "token_to_kv_pool"),
-    # 0.5.18's swa_v2p rides in token_to_kv_pool, which every release has: only its release tells
-    carries={"full_v2p": ("full_v2p", "v2p_page_table"), "swa_v2p": ("swa_v2p",),
-             **{name: (name,) for name in ("kernel_page_multiplier", "src_is_read_table", "swa_src_table",
-                                           "skip_page_table", "zero_tail")}},
-)
-
-SWA_SPEC = OpCall(
-    supplied={name: _tensor(name) for name in ("page_table_dst", "page_table_a", "page_table_b",
-                                               "seq_len_a", "seq_len_b")}
-    | {"speculative_num_draft_tokens": _scalar("speculative_num_draft_tokens")},
-    required=(("page_table_dst",), ("page_table_a",), ("page_table_b",), ("seq_len_a",), ("seq_len_b",),
-              ("speculative_num_draft_tokens",)),
-    neutral={},
-    legacy=("page_table_dst", "page_table_a", "page_table_b", "seq_len_a", "seq_len_b",
-            "speculative_num_draft_tokens"),
-)
-
-NUM_KV_SPLITS = OpCall(
-    supplied={
-        "num_kv_splits_ptr": _tensor("num_kv_splits"),  # SGLang's kernel names its pointers *_ptr
-        "num_kv_splits": _tensor("num_kv_splits"),
-        "seq_lens_ptr": _tensor("seq_lens"),
-        "seq_lens": _tensor("seq_lens"),
-        **{name: _scalar(name) for name in ("num_seq", "num_group", "num_head", "num_kv_head", "max_kv_splits",
-                                            "device_core_count")},
-        "MAX_NUM_SEQ": _max_num_seq,  # SGLang's triton backend: 256 below 256 sequences, else next power of 2
-        "uneven_batch_ptr": _optional_tensor("uneven_batch"),  # 0.5.23: an extra output flag (min < max length)
-    },
-    required=(("num_kv_splits_ptr", "num_kv_splits"), ("seq_lens_ptr", "seq_lens"), ("num_seq",), ("num_group",),
-              ("num_head",), ("num_kv_head",), ("max_kv_splits",), ("device_core_count",)),
-    neutral={},
-    legacy=("num_kv_splits_ptr", "seq_lens_ptr", "num_seq", "num_group", "num_head", "num_kv_head",
-            "max_kv_splits", "device_core_count"),
-    legacy_kw_bare=("MAX_NUM_SEQ",),
-    aliases={"num_kv_splits": "num_kv_splits_ptr", "seq_lens": "seq_lens_ptr"},
-    optional={"uneven_batch": ("uneven_batch_ptr",)},
-)
-
-_DRAFT_EXTEND_PARAMS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "page_table", "req_to_token",
-                        "req_pool_indices", "seq_lens", "extend_seq_lens", "page_size", "full_to_swa_index_mapping",
-                        "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
-DRAFT_EXTEND = OpCall(  # 0.5.16 on; the four SWA tensors are None without SWA (their defaults)
-    supplied={name: _optional_tensor(name) if name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
-                                                "swa_out_cache_loc") else _scalar(name) if name == "page_size"
-              else _tensor(name) for name in _DRAFT_EXTEND_PARAMS},
-    required=tuple((name,) for name in _DRAFT_EXTEND_PARAMS),
-    neutral={},
-    legacy=_DRAFT_EXTEND_PARAMS,  # the only signature so far: its own order
-)
-
-Q8KV8_TOPK_LENGTH = OpCall(  # 0.5.23: returns the lengths instead of writing an output
-    supplied={"indices": _tensor("indices")},
-    required=(("indices",),),
-    neutral={},
-    legacy=("indices",),
-    returns="topk_length",
-)
-
-OPS: dict[str, OpCall] = {"decode_metadata": DECODE, "swa_spec_page_table": SWA_SPEC,
-                          "num_kv_splits": NUM_KV_SPLITS, "draft_extend_metadata": DRAFT_EXTEND,
-                          "q8kv8_topk_length": Q8KV8_TOPK_LENGTH}
-
-
 @dataclass(frozen=True)
 class Generation:
     """One SGLang API generation of an op's entry point: its exact parameter names, in order."""
@@ -247,43 +125,6 @@ class Generation:
     releases: str  # the releases that have it (read from the wheels)
     params: tuple[str, ...]
     new: str = ""  # what it added or changed, and what kvfuzz passes for it
-
-
-_DECODE_0514 = DECODE.legacy + DECODE.legacy_kw
-_DECODE_0519 = tuple(p for p in _DECODE_0514 if p != "strided_indices")
-_SPLITS_0514 = NUM_KV_SPLITS.legacy + ("MAX_NUM_SEQ",)
-GENERATIONS: dict[str, tuple[Generation, ...]] = {
-    "decode_metadata": (
-        Generation("0.5.14", "0.5.10-0.5.16", _DECODE_0514, "the seed's signature"),
-        Generation("0.5.17", "0.5.17-0.5.18", _DECODE_0514 + ("v2p_page_table", "kernel_page_multiplier"),
-                   "v2p_page_table, kernel_page_multiplier (unified memory): the case's full_v2p and multiplier "
-                   "(variant v2p; 0.5.18 v2p_swa: and swa_v2p in a UnifiedSWAKVPool)"),
-        Generation("0.5.19", "0.5.19", _DECODE_0519 + ("src_is_read_table", "swa_src_table"),
-                   "strided_indices dropped; src_is_read_table, swa_src_table: the case's (variant read_table)"),
-        Generation("0.5.20", "0.5.20-0.5.22", _DECODE_0519 + ("skip_page_table",),
-                   "skip_page_table: the case's (variant skip)"),
-        Generation("0.5.23", "0.5.23",
-                   tuple(p for p in _DECODE_0519 if p != "token_to_kv_pool")
-                   + ("full_to_swa_index_mapping", "skip_page_table", "full_v2p", "swa_v2p", "zero_tail"),
-                   "rewritten: the SWA mapping passed as a tensor; full_v2p, swa_v2p, zero_tail, skip_page_table: "
-                   "the case's (variant fused)"),
-    ),
-    "swa_spec_page_table": (
-        Generation("0.5.14", "0.5.6-0.5.23", SWA_SPEC.legacy, "unchanged in every release"),
-    ),
-    "num_kv_splits": (
-        Generation("0.5.14", "0.5.6-0.5.22", _SPLITS_0514, "the seed's kernel"),
-        Generation("0.5.23", "0.5.23", _SPLITS_0514 + ("uneven_batch_ptr",),
-                   "uneven_batch_ptr (optional output flag): the case's uneven_batch tensor, or None"),
-    ),
-    "draft_extend_metadata": (
-        Generation("0.5.16", "0.5.16-0.5.23", DRAFT_EXTEND.legacy, "new op; the same signature and kernel "
-                   "text in every release since"),
-    ),
-    "q8kv8_topk_length": (
-        Generation("0.5.23", "0.5.23", Q8KV8_TOPK_LENGTH.legacy, "new op; returns a new int32 tensor"),
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -368,7 +209,7 @@ def _known(call: OpCall) -> set[str]:
 
 def _generation(op: str, names: tuple[str, ...]) -> tuple[str | None, str]:
     """(the generation equal to `names`, if any; the one sharing most names, newest on a tie)."""
-    gens = GENERATIONS[op]
+    gens = record(op).generations
     equal = next((g.name for g in gens if g.params == names), None)
     closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1].params) & set(names)), ig[0]))[1].name
     return equal, closest
@@ -377,7 +218,7 @@ def _generation(op: str, names: tuple[str, ...]) -> tuple[str | None, str]:
 def bind(op: str, entry: Any, where: str = "target") -> Binding:
     """The Binding of `entry` for `op`, or TargetLoadError (one line) naming what kvfuzz
     cannot supply."""
-    call = OPS[op]
+    call = record(op).call
     bare = is_bare_kernel(entry)
     name = getattr(entry, "__name__", None) or getattr(getattr(entry, "fn", None), "__name__", op)
     try:
@@ -401,7 +242,7 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
                        call.returns, positional, keywords, _takes(call, supplied))
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
-                          f"{', '.join(g.name for g in GENERATIONS[op])} signatures; see docs/releases.md)")
+                          f"{', '.join(g.name for g in record(op).generations)} signatures; see docs/releases.md)")
 
 
 def _lacks(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:
@@ -442,7 +283,7 @@ def _bind_by_name(call: OpCall, params: list[inspect.Parameter]):
             if _same(p.default, value):  # its default already turns the new path off: leave it unset
                 by_keyword_from = by_keyword_from or p.name
                 continue
-            getter = _const(value)
+            getter = const(value)
         if p.kind is p.POSITIONAL_ONLY:
             if by_keyword_from:
                 return f"positional-only parameter {p.name!r} follows {by_keyword_from!r}, which kvfuzz leaves unset"

@@ -5,12 +5,12 @@ and how it was measured). `select_variant` picks, per op, the contract variant a
 judged by when the user gives no `--variant`:
 
 * a target whose SGLang version is known (`sglang==X.Y.Z`, the installed `sglang`, or a module
-  inside the installed `sglang` package): the op's `RELEASE_VARIANTS` (kvfuzz/ops/) for that
+  inside the installed `sglang` package): its record's `release_variants` (kvfuzz/ops/<op>/call.py) for that
   version;
-* kvfuzz's `builtin` kernels: the op's `BUILTIN_VARIANT` where it has one (decode's `strict`:
+* kvfuzz's `builtin` kernels: its record's `builtin_variant` where it has one (decode's `strict`:
   every argument kvfuzz checks, judged by the strictest column rule), else as any other;
 * any other (a file, another module): the API generation of its entry point's
-  signature (`calls.GENERATIONS`; every generation is named after its first release), or the
+  signature (the record's `generations`; every generation is named after its first release), or the
   generation closest to it.
 
 Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py). Releases 0.5.6 - 0.5.12 have
@@ -23,13 +23,8 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from ..ops import CONTRACTS
-from ..ops import decode_metadata, draft_extend_metadata, num_kv_splits, q8kv8_topk_length, swa_spec_page_table
+from ..ops import record
 from .calls import Binding
-
-RELEASE_VARIANTS = {m.CONTRACT.name: m.RELEASE_VARIANTS for m in (
-    decode_metadata, swa_spec_page_table, num_kv_splits, draft_extend_metadata, q8kv8_topk_length)}
-BUILTIN_VARIANTS = {m.CONTRACT.name: m.BUILTIN_VARIANT for m in (decode_metadata,)}
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -43,7 +38,7 @@ FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its ow
 class Release:
     version: str
     kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
-    api: dict  # op -> the API generation of its entry point (calls.GENERATIONS)
+    api: dict  # op -> the API generation of its entry point (OpRecord.generations)
     unchecked: str = ""  # what this release added that kvfuzz does not check yet
     note: str = ""
     # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it), and the
@@ -123,10 +118,11 @@ def release_entry(version: str) -> Release | None:
 
 
 def variant_for_release(op: str, version: str) -> str:
-    """The contract variant that judges `op` of SGLang `version` (the op's RELEASE_VARIANTS)."""
+    """The contract variant that judges `op` of SGLang `version` (its record's release_variants)."""
     v = parse_version(version)
-    chosen = next(iter(CONTRACTS[op].variants))
-    for first, variant in RELEASE_VARIANTS[op]:
+    rec = record(op)
+    chosen = next(iter(rec.contract.variants))
+    for first, variant in rec.release_variants:
         if v is not None and v >= parse_version(first):
             chosen = variant
     return chosen
@@ -137,8 +133,8 @@ def select_variant(op: str, release: str | None, binding: Binding, builtin: bool
     own for the builtin kernels, else by the API generation of its entry point's signature."""
     if release is not None and parse_version(release) is not None:
         return variant_for_release(op, release), f"sglang {release}"
-    if builtin and op in BUILTIN_VARIANTS:
-        return BUILTIN_VARIANTS[op], "kvfuzz's builtin kernel"
+    if builtin and record(op).builtin_variant:
+        return record(op).builtin_variant, "kvfuzz's builtin kernel"
     gen = binding.generation or binding.closest
     how = (f"signature of SGLang {gen}" if binding.generation else
            f"signature closest to SGLang {gen}" if binding.by_name else f"SGLang {gen}'s positional call")

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case, TensorSpec
-from .draw import CompileClass, Draw
-from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
-from .values import LazyRng
+from ...case import Case, TensorSpec
+from ...strategies import OpGenerator
+from ...strategies.draw import CompileClass, Draw
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import LazyRng
 
 OP = "q8kv8_topk_length"
 # widths by (SGLang's block, Triton's integer class of the width)
@@ -140,3 +141,16 @@ def class_combinations(k: CompileClass) -> set[str]:
 def required_features() -> set[str]:
     return {"path:block512", "path:block256", "path:block128", "empty", "zero_width", "unaligned_width",
             "all_pad_row", "edge:last_in_first_block_scanned", "edge:last_in_second_block_scanned", "negative_pad"}
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "odd_stride", "broadcast:indices"}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for q8kv8_topk_length."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, topk_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
+                        all_required_features, class_combinations)

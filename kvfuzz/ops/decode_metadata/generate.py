@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case, TensorSpec
-from ..ops.decode_metadata import VARIANT_ARGS
-from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
-from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
-from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
+from ...case import Case, TensorSpec
+from ...strategies import OpGenerator
+from ...strategies.draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, narrower, width
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
+from .contract import VARIANT_ARGS
 
 OP = "decode_metadata"
 PAGE_SIZES = (1, 16, 2, 4, 64, 128, 1024)
@@ -362,3 +363,18 @@ def required_features() -> set[str]:
     for path, block in (("ps1", 256), ("general", 128), ("swa", 128)):
         out |= {f"path:{path}"} | {f"edge:{path}:{block + e}" for e in (-1, 0, 1)}
     return out
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
+    "seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping")
+    for dt in ("int32", "int64"))}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for decode_metadata."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, decode_class, decode_in_class, decode_violation, OUT_OF_CONTRACT, decode_features,
+                        all_required_features, class_combinations, decode_class)

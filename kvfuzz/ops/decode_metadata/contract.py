@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from ..contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
-from ..oracles import numpy_ref, torch_ref
+from ...case import Case
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
+from . import oracle
 
 I32, I32_64 = ("int32",), ("int32", "int64")
 
@@ -94,15 +94,6 @@ LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "read_table", "skip", "fused")  
 FLAGS = ("skip_page_table", "zero_tail", "src_is_read_table")  # optional bool scalars
 TABLES = ("full_v2p", "swa_v2p", "swa_src_table")  # optional translation tables
 SWA_SOURCES = ("full_to_swa_index_mapping", "swa_v2p", "swa_src_table")  # swa_page_table takes exactly one
-
-
-# Which contract variant judges which SGLang release, chosen automatically from the target
-# (kvfuzz/targets/releases.py; --variant overrides): (first release, variant), oldest first.
-# Read from the release wheels: 0.5.17's kernels return before the columns past
-# cdiv(seq_len + seq_len_delta, page_size) ("Contract: only the live prefix ... is (re)written").
-RELEASE_VARIANTS = (("0.5.10", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p_swa"), ("0.5.19", "read_table"),
-                    ("0.5.20", "skip"), ("0.5.23", "fused"))
-BUILTIN_VARIANT = "strict"  # kvfuzz's own kernel: every argument kvfuzz checks, every column c < P written
 
 
 def uses_swa(case: Case) -> bool:
@@ -265,8 +256,8 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
-    numpy_ref=numpy_ref.decode_metadata,
-    torch_ref=torch_ref.decode_metadata,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
     block_sizes=(128, 256),
     variant_args=VARIANT_ARGS,
 )

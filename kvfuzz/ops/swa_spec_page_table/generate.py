@@ -12,10 +12,11 @@ import functools
 
 import numpy as np
 
-from ..case import Case, TensorSpec
-from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, narrower, width
-from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
-from .values import rng
+from ...case import Case, TensorSpec
+from ...strategies import OpGenerator
+from ...strategies.draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, narrower, width
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import rng
 
 OP = "swa_spec_page_table"
 BLOCK = 256
@@ -170,3 +171,17 @@ _EDGES = (BLOCK - 1, BLOCK, BLOCK + 1)
 def required_features() -> set[str]:
     out = {"zero_a", "zero_b", "block:all_a", "block:all_b", "block:mixed"}
     return out | {f"edge:{w}:{BLOCK + e}" for w in ("la", "total") for e in (-1, 0, 1)}
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in ("seq_len_a", "seq_len_b")
+                                                       for dt in ("int32", "int64"))}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for swa_spec_page_table."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, spec_class, spec_in_class, spec_violation, OUT_OF_CONTRACT, spec_features,
+                        all_required_features)

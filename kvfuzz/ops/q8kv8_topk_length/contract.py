@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from ..contract import Arg, Cells, Contract, dtype_and_layout_reasons
-from ..oracles import numpy_ref, torch_ref
+from ...case import Case
+from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons
+from . import oracle
 
 ARGS = (
     Arg("indices", "in", ("int32",), "S,K", doc="top-k indices, -1 (any negative) for a pad; unit column stride"),
     Arg("topk_length", "out", ("int32",), "S", doc="the returned tensor: 1 + last j with indices[i, j] >= 0, min 1"),
 )
-
-# (first release, variant): the op appeared in 0.5.23
-RELEASE_VARIANTS = (("0.5.23", "default"),)
 
 
 def kernel_path(case: Case) -> str:
@@ -78,7 +75,7 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
-    numpy_ref=numpy_ref.q8kv8_topk_length,
-    torch_ref=torch_ref.q8kv8_topk_length,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
     block_sizes=(128, 256, 512),
 )

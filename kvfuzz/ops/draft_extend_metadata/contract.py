@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from ..contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
-from ..oracles import numpy_ref, torch_ref
+from ...case import Case
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
+from . import oracle
 
 I32, I32_64 = ("int32",), ("int32", "int64")
 SWA_ARGS = ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc", "swa_out_cache_loc")
@@ -48,9 +48,6 @@ ARGS = (
     Arg("swa_out_cache_loc", "out", I32_64, "K", optional=True, doc="mapping[out_cache_loc]"),
 )
 SCALARS = (Scalar("page_size", "a power of two; anything else must be refused"),)
-
-# (first release, variant): one contract since the op appeared (0.5.16; unchanged to 0.5.23)
-RELEASE_VARIANTS = (("0.5.16", "default"),)
 
 
 def uses_swa(case: Case) -> bool:
@@ -146,7 +143,7 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
-    numpy_ref=numpy_ref.draft_extend_metadata,
-    torch_ref=torch_ref.draft_extend_metadata,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
     block_sizes=(256,),
 )

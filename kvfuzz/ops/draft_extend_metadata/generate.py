@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case, TensorSpec
-from .draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, width
-from .layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
-from .values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
+from ...case import Case, TensorSpec
+from ...strategies import OpGenerator
+from ...strategies.draw import DIV16, ONE, PLAIN, ZERO, CompileClass, Draw, fit, int_class, width
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import INDEX_PATTERNS, SWA_TOKEN_PATTERNS, TOKEN_PATTERNS, pick, rng, tokens
 
 OP = "draft_extend_metadata"
 BLOCK = 256  # SGLang's BLOCK_COLS
@@ -237,3 +238,18 @@ def required_features() -> set[str]:
     for path in ("ps1", "general", "swa"):
         out |= {f"path:{path}"} | {f"edge:{path}:{BLOCK + e}" for e in (-1, 0, 1)}
     return out
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "odd_stride", *(f"dtype:{n}:{dt}" for n in (
+    "seq_lens", "extend_seq_lens", "req_pool_indices", "req_to_token", "full_to_swa_index_mapping",
+    "out_cache_loc", "swa_out_cache_loc") for dt in ("int32", "int64"))}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for draft_extend_metadata."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, draft_extend_class, draft_extend_in_class, draft_extend_violation, OUT_OF_CONTRACT,
+                        draft_extend_features, all_required_features, class_combinations)

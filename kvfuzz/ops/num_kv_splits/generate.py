@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from .draw import CompileClass, Draw, PLAIN, fit
-from .layouts import class_layout, layout_class
-from .values import rng
+from ...case import Case
+from ...strategies import OpGenerator
+from ...strategies.draw import CompileClass, Draw, PLAIN, fit
+from ...strategies.layouts import class_layout, layout_class
+from ...strategies.values import rng
 
 OP = "num_kv_splits"
 CORE_COUNTS = (132, 1, 78, 108, 16, 114)
@@ -131,3 +132,17 @@ def splits_features(case: Case) -> set[str]:
 def required_features() -> set[str]:
     return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257",
             "uneven_batch:even", "uneven_batch:uneven"}
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach (the kernel takes no strides:
+# its contract wants unit strides, so an odd stride is only an out-of-contract case)
+GENERIC_REQUIRED = {"misaligned", "dtype:seq_lens:int32", "dtype:seq_lens:int64"}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for num_kv_splits."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, splits_class, splits_in_class, splits_violation, OUT_OF_CONTRACT, splits_features,
+                        all_required_features)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from ..contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
-from ..oracles import numpy_ref, torch_ref
+from ...case import Case
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
+from . import oracle
 
 BLOCK = 256  # the seed's column block: all-A, all-B and mixed blocks take different code
 
@@ -19,11 +19,6 @@ ARGS = (
     Arg("seq_len_b", "in", ("int32", "int64"), "M", doc="lb: B-part length of row m, in [0, WB]; la + lb <= W"),
 )
 SCALARS = (Scalar("speculative_num_draft_tokens", "R >= 1; M = bs * R"),)
-
-
-# (first release, variant) chosen automatically (kvfuzz/targets/releases.py): the entry point and
-# its kernel are the same in every release from 0.5.6 to 0.5.23.
-RELEASE_VARIANTS = (("0.5.6", "default"),)
 
 
 def kernel_path(case: Case) -> str:
@@ -82,7 +77,7 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
-    numpy_ref=numpy_ref.swa_spec_page_table,
-    torch_ref=torch_ref.swa_spec_page_table,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
 )

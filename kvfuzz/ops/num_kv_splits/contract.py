@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..case import Case
-from ..contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
-from ..oracles import numpy_ref, torch_ref
+from ...case import Case
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
+from . import oracle
 
 ARGS = (
     Arg("num_kv_splits", "out", ("int32",), "num_seq*num_group",
@@ -24,13 +24,6 @@ SCALARS = (
     Scalar("max_kv_splits", "upper bound on splits (SGLang default 8)"),
     Scalar("device_core_count", "SM count (132 on an H200)"),
 )
-
-
-# (first release, variant) chosen automatically (kvfuzz/targets/releases.py). No release changed
-# the zero-length behaviour (0.5.23 only added `uneven_batch_ptr`), so every release is judged by
-# kvfuzz's stricter `default`, which reports SGLang's division by zero; `--variant sglang` judges
-# by SGLang's own documented contract instead.
-RELEASE_VARIANTS = (("0.5.6", "default"),)
 
 
 def sglang_max_num_seq(num_seq: int) -> int:
@@ -96,6 +89,6 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
-    numpy_ref=numpy_ref.num_kv_splits,
-    torch_ref=torch_ref.num_kv_splits,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
 )

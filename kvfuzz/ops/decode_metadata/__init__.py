@@ -1,0 +1,24 @@
+"""The op record of decode_metadata: its contract, generator, oracles, call bindings, release variants,
+minimizer passes and presentation hooks, each in its own module beside this one."""
+
+from ..record import OpRecord
+from . import call, generate, minimize, present
+from .contract import CONTRACT
+
+RECORD = OpRecord(
+    name="decode_metadata",
+    contract=CONTRACT,
+    generator=generate.GENERATOR,
+    call=call.CALL,
+    generations=call.GENERATIONS,
+    builtin="kvfuzz.kernels.decode_metadata:normal_decode_set_metadata",
+    release_variants=call.RELEASE_VARIANTS,
+    builtin_variant=call.BUILTIN_VARIANT,
+    passes=minimize.PASSES,
+    value_bound=minimize.value_bound,
+    related_rows=present.related_rows,
+    cell_sources=present.cell_sources,
+    short_call=present.short_call,
+    short_refuses=present.short_refuses,
+    order=10,
+)

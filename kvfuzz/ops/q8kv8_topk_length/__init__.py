@@ -1,0 +1,20 @@
+"""The op record of q8kv8_topk_length: its contract, generator, oracles, call bindings, release variants,
+minimizer passes and presentation hooks, each in its own module beside this one."""
+
+from ..record import OpRecord
+from . import call, generate, minimize, present
+from .contract import CONTRACT
+
+RECORD = OpRecord(
+    name="q8kv8_topk_length",
+    contract=CONTRACT,
+    generator=generate.GENERATOR,
+    call=call.CALL,
+    generations=call.GENERATIONS,
+    builtin="kvfuzz.kernels.q8kv8_topk_length:q8kv8_topk_length_from_indices",
+    release_variants=call.RELEASE_VARIANTS,
+    passes=minimize.PASSES,
+    related_rows=present.related_rows,
+    short_call=present.short_call,
+    order=50,
+)

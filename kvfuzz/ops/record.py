@@ -1,0 +1,78 @@
+"""`OpRecord`: everything kvfuzz knows about one op, in one object (modelled on PyTorch's OpInfo).
+
+An op lives in one folder, `kvfuzz/ops/<op>/` (or in any module named in `KVFUZZ_OPS`), whose
+`RECORD` names its contract (with its NumPy and torch oracles), its generator, how its entry
+point is called in each SGLang API generation, the contract variant of each release, its
+builtin kernel, and the optional hooks the minimizer and the case printers use. Generic code
+walks the records (`kvfuzz.ops.records()`); nothing else is keyed by an op's name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..case import Case
+from ..contract import Contract
+
+
+@dataclass(frozen=True)
+class ShortCall:
+    """How a short repro script calls the entry point for one case: its lines, the standard
+    modules they use, and the helpers they call (`short_repro.HELPERS`: "swa_pool")."""
+
+    lines: tuple[str, ...]
+    imports: tuple[str, ...] = ()
+    helpers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str
+    contract: Contract  # arguments, cells, variants; its numpy_ref and torch_ref are the oracles
+    generator: Any  # strategies.OpGenerator: compile classes, cases, violations, features
+    call: Any  # targets.calls.OpCall: what kvfuzz can pass to the entry point
+    generations: tuple  # targets.calls.Generation per SGLang API generation, oldest first
+    builtin: str  # "module:attribute" of kvfuzz's own kernel for the op (the `builtin` target)
+    release_variants: tuple[tuple[str, str], ...] = ()  # (first release, variant), oldest first
+    builtin_variant: str | None = None  # the variant judging the builtin kernel (default: as any target)
+    # minimizer: the op's passes in order, generic ones included (None: minimize.GENERIC)
+    passes: Optional[tuple[Callable, ...]] = None
+    # minimizer: (case, input name) -> exclusive bound of an index-valued input, or None
+    value_bound: Optional[Callable[[Case, str], Optional[int]]] = None
+    # minimizer: (case, input name) -> where a wild index or length escapes its table (None: value_bound)
+    value_escape: Optional[Callable[[Case, str], Optional[int]]] = None
+    # show: (case, output rows) -> input name -> the first-dimension indices those rows read
+    related_rows: Optional[Callable[[Case, list[int]], dict[str, list[int]]]] = None
+    # show: (case, output tensor, index) -> the input cells that output cell reads, in words
+    cell_sources: Optional[Callable[[Case, str, list[int]], Optional[str]]] = None
+    # short repro: (case, entry name) -> ShortCall (None: every argument by keyword)
+    short_call: Optional[Callable[[Case, str], ShortCall]] = None
+    # short repro: case -> why a short script cannot build its call (None: it can)
+    short_refuses: Optional[Callable[[Case], Optional[str]]] = None
+    # where the op sorts among the package's ops in listings and campaigns (ties: by name); the ops
+    # of KVFUZZ_OPS follow them in the order named there
+    order: int = 100
+
+    def __post_init__(self):
+        names = {self.name, self.contract.name, getattr(self.generator, "op", self.name)}
+        if len(names) != 1:
+            raise ValueError(f"op record {self.name!r}: its contract and generator name {sorted(names)}")
+
+    @property
+    def numpy_ref(self) -> Callable:
+        return self.contract.numpy_ref
+
+    @property
+    def torch_ref(self) -> Callable:
+        return self.contract.torch_ref
+
+    def required_features(self) -> set[str]:
+        """Features every campaign of a few minutes must exercise for the op."""
+        return self.generator.required()
+
+    def builtin_kernel(self) -> Any:
+        """kvfuzz's own kernel for the op, imported now (after the device is selected)."""
+        module, _, attr = self.builtin.partition(":")
+        return getattr(importlib.import_module(module), attr)
