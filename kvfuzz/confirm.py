@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .check import Checker
 from .corpus import SavedCase, read_case_dir, write_case_dir
-from .judge import judge
+from .execute import prepare
 from .worker import WorkerExecutor
 
 TRIES = 3  # fresh processes each finding runs in
@@ -48,14 +49,15 @@ def round_trip(saved: SavedCase) -> SavedCase:
 
 def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> Confirmation:
     """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
-    Every try is made, even after one that did not show it: the report says how many did."""
+    Every try is made, even after one that did not show it: the report says how many did.
+    The case read back is prepared once (its NumPy oracle runs once) for all the tries."""
     signature = saved.finding.signature
-    case = round_trip(saved).case
+    prepared = prepare(round_trip(saved).case)
     reproduced = 0
     for _ in range(max(tries, 1)):
         executor = fresh()
         try:
-            reproduced += signature in judge(case, executor.run(case, repeats=2)).signatures()
+            reproduced += signature in Checker(executor, prepared.case.op).check(prepared, repeats=2).signatures()
         finally:
             executor.close()
     return Confirmation(signature, reproduced, max(tries, 1))
