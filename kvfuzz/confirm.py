@@ -4,7 +4,9 @@ it would be saved, shows the same signature in a fresh worker process.
 A warm worker can carry state from earlier cases (a corrupted allocator, a poisoned CUDA
 context, a kernel cache entry), and a case can change on its way to disk. So the case is
 written to a temporary corpus directory, read back, and run in `tries` new workers, one after
-another (at least two: one fresh run that shows it says little about the next). The finding
+another (at least two: one fresh run that shows it says little about the next). Where the
+workers come from a campaign's executor they are started together (`fresh_many`), so their
+imports overlap and confirming costs about one process start, not `tries` of them. The finding
 is confirmed only if every one of them shows the signature; where they disagree it is
 reported as flaky with how many fresh tries showed it, and a flaky finding is never saved as
 a regression case (its replay would pass or fail by chance).
@@ -53,11 +55,17 @@ def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = 
     The case read back is prepared once (its NumPy oracle runs once) for all the tries."""
     signature = saved.finding.signature
     prepared = prepare(round_trip(saved).case)
-    reproduced = 0
-    for _ in range(max(tries, 1)):
-        executor = fresh()
-        try:
-            reproduced += signature in Checker(executor, prepared.case.op).check(prepared, repeats=2).signatures()
-        finally:
+    reproduced, n = 0, max(tries, 1)
+    many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)  # fresh is executor.fresh
+    started = many(n) if many is not None else None
+    try:
+        for i in range(n):
+            executor = started[i] if started is not None else fresh()
+            try:
+                reproduced += signature in Checker(executor, prepared.case.op).check(prepared, repeats=2).signatures()
+            finally:
+                executor.close()
+    finally:  # a try that raised leaves the ones after it started
+        for executor in started or ():
             executor.close()
-    return Confirmation(signature, reproduced, max(tries, 1))
+    return Confirmation(signature, reproduced, n)

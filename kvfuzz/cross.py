@@ -114,6 +114,11 @@ class CrossExecutor:
         return CrossExecutor(self.fresh_primary() if self.fresh_primary else self.primary.fresh(),
                              self.secondary.fresh(), self.backend)
 
+    def fresh_many(self, n: int) -> list["CrossExecutor"]:
+        """`n` pairs of fresh processes, started together (`WorkerExecutor.fresh_many`)."""
+        primaries = [self.fresh_primary() for _ in range(n)] if self.fresh_primary else self.primary.fresh_many(n)
+        return [CrossExecutor(p, s, self.backend) for p, s in zip(primaries, self.secondary.fresh_many(n))]
+
     def close(self) -> None:
         try:
             self.primary.close()

@@ -209,6 +209,25 @@ class WorkerExecutor:
             self._standby_due = False
         return WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
 
+    def fresh_many(self, n: int) -> list["WorkerExecutor"]:
+        """`n` executors on processes that have run no case, started together: their imports
+        overlap (each takes seconds), so n of them cost about one start, not n."""
+        procs = [self.standby] + [self._spawn() for _ in range(n - 1)]
+        self.standby = self._spawn() if self.use_standby else None
+        self._standby_due = False
+        made: list[WorkerExecutor] = []
+        try:
+            for proc in procs:
+                made.append(WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc))
+        except BaseException:
+            for ex in made:
+                ex.close()
+            for proc in procs[len(made):]:
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+            raise
+        return made
+
     def _kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
