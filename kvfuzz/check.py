@@ -97,7 +97,7 @@ class Checker:
         arrays prove the run clean, else the full judge."""
         for i, p in enumerate(prepared):
             outcome = outcome_of(batch, result, i, copy=False)
-            yield p, outcome, quick_verdict(p, outcome) or judge(p.case, outcome, prepared=p)
+            yield p, outcome, quick_verdict(p, outcome) or self.verdict(p, outcome)
 
     def still_fails(self, signature: str) -> Callable[[Case], bool]:
         """The minimizer's predicate: whether a candidate still shows `signature` (run as
