@@ -124,3 +124,37 @@ def test_a_replay_runs_the_oracle_once(counts, device):
     r = replay(saved, None, device, isolate=False)
     assert r.same_defect
     assert counts.of(saved.case) == (1, 1) and counts.most() == (1, 1)
+
+
+def test_one_function_settles_the_variant_a_saved_case_is_judged_by():
+    """`Checker.for_saved`, as replay and the pytest plugin call it: on its own target a case
+    keeps its variant, refused where the target would drop that variant's arguments; on
+    another target it takes the variant that target selects. The campaign's `--variant` goes
+    through the same `settle_variant`."""
+    from types import SimpleNamespace
+
+    from kvfuzz.check import Checker, settle_variant
+    from kvfuzz.errors import BadInput
+
+    release = SimpleNamespace(variants={OP: "skip"}, takes={OP: ("skip_page_table",)})  # SGLang 0.5.20-like
+    fused = hand.decode(variant="fused")
+    with pytest.raises(BadInput, match="the case's variant fused: target sglang==0.5.20 does not take"):
+        Checker.for_saved(release, fused, "sglang==0.5.20", own_target=True)
+    other = Checker.for_saved(release, fused, "sglang==0.5.20", own_target=False)
+    assert other.variant == "skip" and other.adopt(fused).variant == "skip"
+    own = Checker.for_saved(release, hand.decode(variant="skip"), "sglang==0.5.20", own_target=True)
+    assert own.variant == "skip"
+    assert settle_variant(OP, release, "sglang==0.5.20", "live_prefix", "--variant live_prefix") == "live_prefix"
+    with pytest.raises(BadInput, match="--variant fused"):
+        settle_variant(OP, release, "sglang==0.5.20", "fused", "--variant fused")
+
+
+def test_a_checker_prepares_the_same_case_object_once(counts, mutant):
+    from kvfuzz.check import Checker
+
+    checker = Checker(mutant, OP)
+    case = modified_case()
+    assert checker.prepare(case) is checker.prepare(case)  # the minimizer's class, then its run
+    again = modified_case()  # equal content, another object: prepared anew
+    assert checker.prepare(again) is not checker.prepare(case)
+    assert counts.of(case)[0] == 2 and counts.of(again)[0] == 1
