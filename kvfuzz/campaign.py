@@ -513,6 +513,14 @@ def fair_share(until: float | None, waiting: int) -> float | None:
     return now + max(0.0, until - now) / max(waiting, 1)
 
 
+def minimize_seconds(wanted: float, until: float | None, confirmation: Confirmation | None) -> float:
+    """A finding's minimizing time: `wanted`, cut so that the confirmation and re-run of the
+    minimized case that follow (about 1.5 times what its first confirmation took) still end
+    by `until`; else one finding overruns its share and the last ones get none."""
+    reserve = 1.5 * confirmation.seconds if confirmation is not None else 0.0
+    return _within(wanted, None if until is None else until - reserve)
+
+
 def _within(seconds: float, until: float | None) -> float:
     """`seconds`, cut to what is left before `until` (a monotonic time; None: no cut)."""
     return seconds if until is None else max(0.0, min(seconds, until - time.monotonic()))
@@ -565,7 +573,8 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
     minimized_confirmed = None
     if until is not None and time.monotonic() >= until:  # the op's --time-limit slot is spent
         interrupted = True
-    budget = _within(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until)
+    budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
+                              confirmation)
     checker = Checker(executor, f.finding.op)
     if budget > 0 and not interrupted:
         m = minimize(case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)

@@ -15,7 +15,8 @@ a regression case (its replay would pass or fail by chance).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +34,7 @@ class Confirmation:
     signature: str
     reproduced: int  # fresh tries that showed the signature
     tries: int  # fresh tries made
+    seconds: float = field(default=0.0, compare=False)  # what confirming took (the campaign plans by it)
 
     @property
     def confirmed(self) -> bool:
@@ -53,6 +55,7 @@ def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = 
     """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
     Every try is made, even after one that did not show it: the report says how many did.
     The case read back is prepared once (its NumPy oracle runs once) for all the tries."""
+    t0 = time.monotonic()
     signature = saved.finding.signature
     prepared = prepare(round_trip(saved).case)
     reproduced, n = 0, max(tries, 1)
@@ -68,4 +71,4 @@ def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = 
     finally:  # a try that raised leaves the ones after it started
         for executor in started or ():
             executor.close()
-    return Confirmation(signature, reproduced, n)
+    return Confirmation(signature, reproduced, n, time.monotonic() - t0)

@@ -63,3 +63,17 @@ def test_fair_share_splits_what_is_left_over_the_findings_waiting():
     assert now + 9.0 <= first <= now + 10.5  # a third of what is left, not all of it
     assert abs(fair_share(until, 1) - until) < 0.5  # the last one gets the rest
     assert fair_share(now - 5.0, 2) <= _t.monotonic() + 0.01  # a spent slot gives nothing
+
+
+def test_a_finding_keeps_back_time_for_confirming_its_minimized_case():
+    import time as _t
+
+    from kvfuzz.campaign import minimize_seconds
+    from kvfuzz.confirm import Confirmation
+    until = _t.monotonic() + 20.0
+    slow = Confirmation("s", 3, 3, seconds=8.0)  # its fresh workers took 8 s: keep 12 s back
+    assert 7.0 <= minimize_seconds(30.0, until, slow) <= 8.1
+    assert 19.0 <= minimize_seconds(30.0, until, None) <= 20.1
+    assert minimize_seconds(5.0, until, slow) == 5.0
+    assert minimize_seconds(30.0, None, slow) == 30.0
+    assert minimize_seconds(30.0, until, Confirmation("s", 3, 3, seconds=20.0)) == 0.0
