@@ -29,6 +29,7 @@ from typing import Callable
 from . import IMPORTED_AT, cross, environment
 from . import device as devmod
 from .case import Case
+from .check import Checker, settle_variant
 from .confirm import MIN_TRIES, TRIES, Confirmation, confirm
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
 from .corpus.format import key_of
@@ -37,11 +38,10 @@ from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .findings import runs_to_show
-from .judge import Verdict, judge
+from .judge import Verdict
 from .minimize import minimize
 from .ops import CONTRACTS, contract_status, get_contract
 from .progress import OpProgress, lines_to
-from .targets import check_variant, variant_for
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
@@ -229,15 +229,6 @@ class CampaignResult:
         }
 
 
-def still_fails_fn(executor: Executor, signature: str) -> Callable[[Case], bool]:
-    def still_fails(candidate: Case) -> bool:
-        try:
-            return signature in judge(candidate, executor.run(candidate, repeats=runs_to_show(signature))).signatures()
-        except Exception:
-            return False
-    return still_fails
-
-
 class CampaignState:
     """`--campaign DIR`: where each op's case stream stands, so that running the same campaign
     again continues where it stopped (a SIGKILL included: the state is written every few
@@ -285,11 +276,17 @@ def check_forced_variant(cfg: CampaignConfig, executor: Executor | None = None) 
     try:
         for op in cfg.ops:
             if op not in executor.missing:
-                check_variant(op, cfg.variant, executor, cfg.target, f"--variant {cfg.variant}",
-                              "a variant that adds no argument, such as live_prefix, can be forced")
+                forced_variant(cfg, executor, op)
     finally:
         if own:
             executor.close()
+
+
+def forced_variant(cfg: CampaignConfig, executor: Executor, op: str) -> str:
+    """The contract variant that judges `op` (check.settle_variant): `--variant`, refused where
+    the target would drop its arguments, else the target's (its release)."""
+    return settle_variant(op, executor, cfg.target, cfg.variant, f"--variant {cfg.variant}",
+                          "a variant that adds no argument, such as live_prefix, can be forced")
 
 
 _first_campaign = [True]  # whether this process has run no campaign yet (its report counts since_import_s)
@@ -376,7 +373,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 if progress:
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
-            variant = variant_for(op, cfg.variant, executor)  # --variant, else the target's (its release)
+            variant = forced_variant(cfg, executor, op)  # --variant, else the target's (its release)
             found, current, t_op = {}, OpStats(op, contract_variant=variant), time.monotonic()
             last = [0.0]
             show(op, "fuzzing", current, t_op)
@@ -578,12 +575,13 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
         interrupted = True
     budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
                               confirmation)
+    checker = Checker(executor, f.finding.op)
     if budget > 0 and not interrupted:
-        m = minimize(case, still_fails_fn(executor, sig), budget_s=budget)
+        m = minimize(case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
         case, log, seconds = m.case, list(m.log), m.seconds
     shows = {sig}
     if not interrupted and (case != f.first):
-        verdict = judge(case, executor.run(case, repeats=runs_to_show(sig)))
+        verdict = checker.check(case, runs_to_show(sig))
         shows |= set(verdict.signatures())
         finding = next((x for x in verdict.findings if x.signature == sig), None)
         c = None
@@ -598,7 +596,7 @@ def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, vers
                          "keeping the case it was confirmed on")
             case, log = f.first, []
     if not interrupted and case == f.first:  # what the case it keeps shows, for merging
-        shows = {sig} | set(judge(case, executor.run(case, repeats=runs_to_show(sig))).signatures())
+        shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())
     finding = f.finding
     path, error = None, None
     if store is not None:

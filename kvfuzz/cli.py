@@ -404,7 +404,7 @@ def cmd_minimize(args) -> int:
     import dataclasses
 
     from . import device as devmod
-    from .campaign import still_fails_fn
+    from .check import Checker
     from .corpus import DirectoryCorpus
     from .minimize import minimize
     from .worker import make_executor
@@ -417,11 +417,12 @@ def cmd_minimize(args) -> int:
     executor = make_executor(spec, dev, isolate=not args.in_process)
     try:
         sig = saved.finding.signature
-        check = still_fails_fn(executor, sig)
+        checker = Checker(executor, saved.case.op)
+        check = checker.still_fails(sig)
         if not check(saved.case):
             print(f"kvfuzz: {sig} does not show on {spec} now; nothing to minimize", file=sys.stderr)
             return 1
-        m = minimize(saved.case, check, budget_s=args.budget)
+        m = minimize(saved.case, check, budget_s=args.budget, assess=checker.prepare)
     finally:
         executor.close()
     out = dataclasses.replace(saved, case=m.case, minimized=True, origin="minimizer",

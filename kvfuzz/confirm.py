@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .check import Checker
 from .corpus import SavedCase, read_case_dir, write_case_dir
-from .judge import judge
+from .execute import prepare
 from .worker import WorkerExecutor
 
 TRIES = 3  # fresh processes each finding runs in
@@ -52,10 +53,11 @@ def round_trip(saved: SavedCase) -> SavedCase:
 
 def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> Confirmation:
     """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
-    Every try is made, even after one that did not show it: the report says how many did."""
+    Every try is made, even after one that did not show it: the report says how many did.
+    The case read back is prepared once (its NumPy oracle runs once) for all the tries."""
     t0 = time.monotonic()
     signature = saved.finding.signature
-    case = round_trip(saved).case
+    prepared = prepare(round_trip(saved).case)
     reproduced, n = 0, max(tries, 1)
     many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)  # fresh is executor.fresh
     started = many(n) if many is not None else None
@@ -63,7 +65,7 @@ def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = 
         for i in range(n):
             executor = started[i] if started is not None else fresh()
             try:
-                reproduced += signature in judge(case, executor.run(case, repeats=2)).signatures()
+                reproduced += signature in Checker(executor, prepared.case.op).check(prepared, repeats=2).signatures()
             finally:
                 executor.close()
     finally:  # a try that raised leaves the ones after it started

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -70,6 +70,15 @@ class Expected:
 
     def accepted(self) -> tuple[Mapping[str, np.ndarray], ...]:
         return (self.values, *self.alternatives)
+
+
+class Assessment(NamedTuple):
+    """What `Contract.assessment` says of a case."""
+
+    status: str  # in_contract | out_of_contract | must_refuse
+    reasons: list[str]
+    expected: Expected | None  # the NumPy oracle's answer (in-contract cases)
+    structural: bool  # out of contract by its structure (`structural_reasons`), not its values
 
 
 class OutOfContract(Exception):
@@ -130,18 +139,25 @@ class Contract:
     def assess(self, case: Case) -> tuple[str, list[str], Expected | None]:
         """classify, plus the NumPy oracle's answer for an in-contract case (it is what tells
         int32 overflow from a valid case, so it runs once, here)."""
+        status, reasons, expected, _ = self.assessment(case)
+        return status, reasons, expected
+
+    def assessment(self, case: Case) -> "Assessment":
+        """`assess`, and whether the case's structure (shapes, layouts, dtypes, its variant)
+        is at fault rather than its values: what the minimizer keeps a candidate to."""
         refuse = self.must_refuse(case)
         if refuse:
-            return "must_refuse", refuse, None
+            return Assessment("must_refuse", refuse, None, False)
         if case.variant not in self.variants:
-            return "out_of_contract", [f"unknown contract variant {case.variant!r}"], None
+            return Assessment("out_of_contract", [f"unknown contract variant {case.variant!r}"], None,
+                              bool(self.structural_reasons(case)))
         reasons = self.structural_reasons(case)
         if reasons:
-            return "out_of_contract", reasons, None
+            return Assessment("out_of_contract", reasons, None, True)
         try:
-            return "in_contract", [], self.numpy_ref(case)
+            return Assessment("in_contract", [], self.numpy_ref(case), False)
         except OutOfContract as exc:
-            return "out_of_contract", exc.reasons, None
+            return Assessment("out_of_contract", exc.reasons, None, False)
 
     def broken_rule(self, case: Case) -> str | None:
         """The first rule `case` breaks, as text with the values that break it, or None when

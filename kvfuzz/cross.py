@@ -71,9 +71,12 @@ class CrossExecutor:
         self.fresh_primary = fresh_primary
         self._pending: tuple | None = None
 
-    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
-        out = self.primary.run(case, repeats, torch_ref)
-        if in_contract(case):
+    def run(self, case: Case, repeats: int = 1, torch_ref: bool | None = None) -> Outcome:
+        """`torch_ref`: whether the case is in contract (check.Checker says it from the
+        prepared case); None: classified here."""
+        inside = in_contract(case) if torch_ref is None else torch_ref
+        out = self.primary.run(case, repeats, inside)
+        if inside:
             out.cross, out.cross_backend = self.secondary.run(case, 1, torch_ref=False), self.backend
         return out
 

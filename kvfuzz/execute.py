@@ -72,6 +72,7 @@ class Prepared:
     reasons: list[str]
     expected: Expected | None  # the NumPy oracle's answer (in-contract cases)
     index: int = -1  # its place in the engine's case stream
+    structural: bool = False  # out of contract by its structure, not its values (Contract.assessment)
     clean_image: object = field(default=None, repr=False)  # judge.clean_image's answer, once computed
 
 
@@ -80,9 +81,9 @@ def prepare(case: Case, index: int = -1, stage: Callable[[str, float], None] | N
     how long each took."""
     contract = CONTRACTS[case.op]
     t0 = time.perf_counter()
-    status, reasons, expected = contract.assess(case)
+    status, reasons, expected, structural = contract.assessment(case)
     t1 = time.perf_counter()
-    p = Prepared(case, make_plan(case, contract.outputs), status, reasons, expected, index)
+    p = Prepared(case, make_plan(case, contract.outputs), status, reasons, expected, index, structural)
     if stage is not None:
         stage("oracle (numpy)", t1 - t0)
         stage("materialize", time.perf_counter() - t1)
@@ -139,9 +140,11 @@ def _call(target, case: Case, views, device: str, run: RunResult) -> bool:
     return run.error_type != CUDA_FAULT
 
 
-def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool = True,
+def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool | None = None,
              plan: Plan | None = None) -> Outcome:
-    """`repeats` runs, every second from the alternate image. Where the first two differ by
+    """`repeats` runs, every second from the alternate image; then the torch oracle where
+    `torch_ref` says it is due (True: the case is in contract, as its prepared case says:
+    check.Checker; None: the case is classified here, its NumPy oracle run again). Where the first two differ by
     more than the fill, the case runs again from its image (the same fill: is it the run or
     the fill?) and once per input guard band and gap holding the alternate fill alone
     (`Plan.probe_image`; `RunResult.probe`: first all of an input's bands, "name:*", then each
@@ -193,7 +196,9 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
             return out
     # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the
     # host, as in a batch
-    if torch_ref and contract.classify(case)[0] == "in_contract":
+    if torch_ref is None:
+        torch_ref = contract.classify(case)[0] == "in_contract"
+    if torch_ref:
         try:
             out.torch_ref = {k: v.numpy() for k, v in contract.torch_ref(case, HOST).items()}
         except Exception as exc:

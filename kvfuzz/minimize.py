@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -40,6 +40,13 @@ from .contract import INT32_MAX, INT32_MIN, Contract
 from .ops import CONTRACTS, records
 
 __all__ = ["Minimized", "minimize", "rank", "contract_class", "aliasing_consistent", "relayout", "tight"]
+
+class Assessed(Protocol):
+    """What the contract class is read from: a `contract.Assessment`, or a prepared case."""
+
+    status: str
+    structural: bool
+
 
 Candidate = tuple[str, Callable[[], Case]]  # (log line, builder); a builder may raise: skipped
 Pass = Callable[[Case], Iterator[Candidate]]
@@ -65,12 +72,16 @@ def rank(case: Case) -> tuple:
     return tuple(case.size_key()) + (scalars, dims)
 
 
-def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0) -> Minimized:
-    """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`."""
+def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0,
+             assess: Callable[[Case], Assessed] | None = None) -> Minimized:
+    """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`.
+    `assess` classifies a candidate for its contract class (default: its contract's
+    `assessment`); a checker passes its own `prepare`, so that the candidate it then runs is
+    classified, and its NumPy oracle run, once (check.Checker.still_fails)."""
     t0 = time.monotonic()
     deadline = t0 + budget_s
     origin = case.digest()
-    klass = contract_class(case)
+    klass = contract_class(case, assess)
     passes = _passes(case.op)
     tried: set[bytes] = set()
     log: list[str] = []
@@ -102,7 +113,7 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
             if key in tried:
                 continue
             tried.add(key)
-            if not _admissible(cand, klass):
+            if not _admissible(cand, klass, assess):
                 continue
             steps += 1
             try:
@@ -142,20 +153,20 @@ def _contract(op: str) -> Contract | None:
     return CONTRACTS.get(op)
 
 
-def contract_class(case: Case) -> tuple:
+def contract_class(case: Case, assess: Callable[[Case], Assessed] | None = None) -> tuple:
     """The contract class a candidate must keep: status, and whether the shapes are at fault."""
     c = _contract(case.op)
     if c is None:
         return ("unknown",)
-    if c.must_refuse(case):
+    a = (assess or c.assessment)(case)
+    if a.status == "must_refuse":
         return ("must_refuse",)
-    structural = bool(c.structural_reasons(case))
-    return ("out_of_contract" if c.out_of_contract(case) else "in_contract", structural)
+    return (a.status, a.structural)
 
 
-def _admissible(cand: Case, klass: tuple) -> bool:
+def _admissible(cand: Case, klass: tuple, assess: Callable[[Case], Assessed] | None = None) -> bool:
     try:
-        return aliasing_consistent(cand) and contract_class(cand) == klass
+        return aliasing_consistent(cand) and contract_class(cand, assess) == klass
     except Exception:
         return False
 

@@ -189,7 +189,8 @@ class CaseItem(pytest.Item):
         return ex, spec, device
 
     def runtest(self) -> None:
-        from .judge import judge
+        from .check import Checker
+        from .errors import BadInput
         from .replay import Replayed, render
 
         if self.untriaged:
@@ -199,20 +200,13 @@ class CaseItem(pytest.Item):
         self.user_properties.append(("kvfuzz_device", f"{ex.description} {ex.identity}"))
         if os.environ.get("PYTEST_XDIST_WORKER"):
             self.user_properties.append(("kvfuzz_xdist_worker", os.environ["PYTEST_XDIST_WORKER"]))
-        case = self.saved.case
-        if spec != self.saved.target:  # another target is judged by the contract variant it selects
-            from .targets import variant_for
-
-            case = case.replace(variant=variant_for(case.op, None, ex))
-        else:  # the case keeps its variant: a target that would drop its arguments cannot judge it
-            from .errors import BadInput
-            from .targets import check_variant
-
-            try:
-                check_variant(case.op, case.variant, ex, spec, f"the case's variant {case.variant}")
-            except BadInput as exc:
-                raise CaseFailed(str(exc)) from None
-        verdict = judge(case, ex.run(case, repeats=2))
+        # on its own target the case keeps its variant (a target that would drop its arguments
+        # cannot judge it); another target judges it by the contract variant it selects
+        try:
+            checker = Checker.for_saved(ex, self.saved.case, spec, spec == self.saved.target)
+        except BadInput as exc:
+            raise CaseFailed(str(exc)) from None
+        verdict = checker.check(checker.adopt(self.saved.case), repeats=2)
         r = Replayed(self.saved, spec, device, verdict, ex.description)
         self.rendered = render(r)
         if self.saved.expected == "xfail" and self.must_pass_on is None:

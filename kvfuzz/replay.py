@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from . import device as devmod
 from .corpus import SavedCase
 from .errors import BadInput
-from .judge import Verdict, judge
+from .judge import Verdict
 from .worker import make_executor
 
 
@@ -69,18 +69,14 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
 
             raise TargetLoadError(f"target {spec}'s {saved.case.op} cannot take {', '.join(lacked)}, "
                                   f"which this case holds (a later SGLang release added it)")
-        if spec == saved.target:  # the case keeps its variant: refused if the target would drop its arguments
-            from .targets import check_variant
+        from .check import Checker
 
-            check_variant(saved.case.op, saved.case.variant, executor, spec, f"the case's variant {saved.case.variant}",
-                          "replay it with --target naming a release that takes them")
-        else:
-            from .targets import variant_for
-
-            variant = variant_for(saved.case.op, None, executor)
-            if variant != saved.case.variant:
-                saved = dataclasses.replace(saved, case=saved.case.replace(variant=variant))
-        verdict = judge(saved.case, executor.run(saved.case, repeats=2))
+        checker = Checker.for_saved(executor, saved.case, spec, spec == saved.target,
+                                    "replay it with --target naming a release that takes them")
+        case = checker.adopt(saved.case)
+        if case is not saved.case:
+            saved = dataclasses.replace(saved, case=case)
+        verdict = checker.check(case, repeats=2)
         return Replayed(saved, spec, dev, verdict, executor.description)
     finally:
         executor.close()

@@ -78,7 +78,8 @@ class Executor(Protocol):
     launch_keys: set  # Triton specialisation keys of every launch so far (see specialize.py)
     compiled: int  # kernel variants Triton compiled in the worker (0 under the interpreter)
 
-    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome: ...
+    # torch_ref: the case is in contract (the torch oracle is due); None: the executor classifies it
+    def run(self, case: Case, repeats: int = 1, torch_ref: bool | None = None) -> Outcome: ...
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult: ...
 
@@ -115,7 +116,7 @@ class InProcessExecutor:
     def compiled(self) -> int:
         return self.recorder.compiled()
 
-    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
+    def run(self, case: Case, repeats: int = 1, torch_ref: bool | None = None) -> Outcome:
         return run_case(self.target, case, self.device, repeats=repeats, torch_ref=torch_ref)
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:
@@ -319,7 +320,7 @@ class WorkerExecutor:
         self._start_standby()
         return payload, None, t0
 
-    def run(self, case: Case, repeats: int = 1, torch_ref: bool = True) -> Outcome:
+    def run(self, case: Case, repeats: int = 1, torch_ref: bool | None = None) -> Outcome:
         self._begin(("run", case, repeats, torch_ref), self.timeout_s)
         outcome, lost, t0 = self._end()
         if lost:

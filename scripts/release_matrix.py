@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kvfuzz import device as devmod
     from kvfuzz.corpus import iter_cases
-    from kvfuzz.judge import judge
-    from kvfuzz.targets import variant_for
+    from kvfuzz.check import Checker
     from kvfuzz.worker import WorkerExecutor
 
     device = devmod.select(args.device)
@@ -59,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 if saved.case.op in ex.missing:
                     row["cells"][t] = "-"
                     continue
-                case = saved.case.replace(variant=variant_for(saved.case.op, None, ex))
-                got = judge(case, ex.run(case, repeats=2)).signatures()
+                checker = Checker.settled(ex, saved.case.op, t)  # the variant the release selects
+                got = checker.check(checker.adopt(saved.case), repeats=2).signatures()
                 row["cells"][t] = ("defect" if saved.finding.signature in got else
                                    "clean" if not got else "other: " + ", ".join(sorted(got)))
             rows.append(row)

@@ -12,7 +12,7 @@ import pytest
 from conftest import DEVICE, seed_kernel_path  # the device conftest selected for this process
 from hypothesis import HealthCheck, given, settings
 
-from kvfuzz.campaign import still_fails_fn
+from kvfuzz.check import Checker
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.minimize import aliasing_consistent, contract_class, minimize, rank, relayout, tight
 from kvfuzz.ops import CONTRACTS
@@ -302,7 +302,7 @@ def test_seed_swa_non_contiguous_defect(seed_target):
     assert CONTRACTS["decode_metadata"].out_of_contract(case) == []
     sig = "decode_metadata:swa:mismatch:swa_page_table:all"
     assert sig in judge(case, seed_target.run(case)).signatures()
-    still_fails = still_fails_fn(seed_target, sig)
+    still_fails = Checker(seed_target, case.op).still_fails(sig)
     m = minimize_checked(case, still_fails, "swa decode")
     c = m.case
     assert c.tensors["seq_lens"].shape[0] <= 2
@@ -329,7 +329,7 @@ def test_seed_spec_out_of_bounds_write(seed_target):
     assert verdict.status == "out_of_contract"
     sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
     assert verdict.signatures() == [sig]
-    m = minimize_checked(case, still_fails_fn(seed_target, sig), "spec overflow")
+    m = minimize_checked(case, Checker(seed_target, case.op).still_fails(sig), "spec overflow")
     c = m.case
     assert c.tensors["page_table_dst"].shape[0] <= 2
     assert judge(c, seed_target.run(c)).signatures() == [sig]

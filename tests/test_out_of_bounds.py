@@ -81,12 +81,12 @@ def test_in_a_batch_the_rerun_from_the_alternate_image_finds_the_read(device):
 def test_the_minimizer_shrinks_a_case_and_keeps_its_out_of_bounds_read(device):
     """The campaign's minimizer runs each candidate twice for a finding only a second run shows
     (the first run alone never shows a read)."""
-    from kvfuzz.campaign import still_fails_fn
+    from kvfuzz.check import Checker
     from kvfuzz.minimize import minimize
 
     ex = WorkerExecutor(OVERRUN, device)
     try:
-        still = still_fails_fn(ex, READ)
+        still = Checker(ex, reads_past_a().op).still_fails(READ)
         assert still(reads_past_a())
         m = minimize(reads_past_a(), still, budget_s=60)
         assert m.log and m.case != reads_past_a()

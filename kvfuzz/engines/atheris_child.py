@@ -81,8 +81,8 @@ def main(argv: list[str]) -> None:
     hook = atheris.instrument_imports(include=list(INSTRUMENTED)) if "kvfuzz" in cfg["instrument"] \
         else contextlib.nullcontext()
     with hook:
+        from kvfuzz.check import Checker
         from kvfuzz.engines.atheris_engine import decode
-        from kvfuzz.judge import judge
         from kvfuzz.strategies import GENERATORS
         from kvfuzz.worker import InProcessExecutor
     executor = InProcessExecutor(cfg["target"], device)
@@ -90,6 +90,7 @@ def main(argv: list[str]) -> None:
                                       "host" in cfg["instrument"], "kernels" in cfg["instrument"])
     gen = GENERATORS[cfg["op"]]
     op, rerun_every, variant = cfg["op"], cfg["rerun_every"], cfg["variant"]
+    checker = Checker(executor, op, variant)
     sent: set[str] = set()  # signatures this process has reported with their case
     classes: set[str] = set()
     keys: set[str] = set()  # Triton specialisation keys already reported
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> None:
         try:
             case, k = decode(op, data, cfg["in_contract_only"], variant)
             repeats = 2 if rerun_every and state["n"] % rerun_every == 0 else 1
-            verdict = judge(case, executor.run(case, repeats=repeats))
+            verdict = checker.check(case, repeats)
             features = sorted(gen.all_features(case))  # its branches count too
         except Exception as exc:  # kvfuzz's own failure: never a libFuzzer crash
             conn.send(("error", f"{type(exc).__name__}: {exc}"))

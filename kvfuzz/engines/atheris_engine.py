@@ -46,7 +46,8 @@ from typing import Callable
 
 from .. import spawn
 from ..case import Case
-from ..judge import Verdict, judge
+from ..check import Checker
+from ..judge import Verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import CompileClass, FuzzedDraw
 from ..worker import Executor
@@ -129,6 +130,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
     keys: set[str] = set()
     fuzzer_only: set[str] = set()  # signatures seen in the fuzzing process that the worker did not show
     stats.position = start
+    checker = Checker(executor, op, variant)  # re-runs a new signature's case alone, replays artifacts
 
     def record(verdict: Verdict, case: Case | None, in_worker: bool = False) -> None:
         """Count a verdict; a new signature counts once it shows again with the case run alone
@@ -141,7 +143,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
         if not new or case is None:
             return
         again = {f.signature: f for f in verdict.findings} if in_worker else \
-            {f.signature: f for f in judge(case, executor.run(case, repeats=2 if rerun_every else 1)).findings}
+            {f.signature: f for f in checker.check(case, repeats=2 if rerun_every else 1).findings}
         for f in new:
             if f.signature not in again:
                 fuzzer_only.add(f.signature)
@@ -223,7 +225,7 @@ def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int,
         died = sorted(p for p in artifacts.iterdir() if p.name.startswith(ARTIFACTS))
         for path in died:  # the input that killed it, replayed in the isolated worker
             case, _ = decode(op, path.read_bytes(), in_contract_only, variant)
-            verdict = judge(case, executor.run(case))
+            verdict = checker.check(case)
             info["artifacts"].append({"kind": path.name.split("-")[0], "signatures": verdict.signatures()})
             record(verdict, case, in_worker=True)
         if t_ready is None or (proc.returncode != 0 and not died):

@@ -34,8 +34,9 @@ import time
 from typing import Callable, Iterator
 
 from ..case import Case
-from ..execute import Launch, Outcome, Prepared, launches, outcome_of, outcomes, prepare
-from ..judge import Verdict, judge, quick_verdict
+from ..check import Checker
+from ..execute import Launch, Outcome, Prepared, launches, outcomes
+from ..judge import Verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
@@ -76,6 +77,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     classes = gen.pool(seed if pool_seed is None else pool_seed, pool, variant)
     stats.add_stage("generate", tick() - t)
     lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
+    checker = Checker(executor, op, variant)
     keys_before = set(executor.launch_keys)
     compiled_before = executor.compiled
     visited: set[int] = set()
@@ -99,7 +101,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 case = case.replace(variant=variant)
             case = fit_target(case, lacks)
             stats.add_stage("generate", tick() - t)
-            out.append(prepare(case, drawn, stats.add_stage))
+            out.append(checker.prepare(case, drawn, stats.add_stage))
             drawn += 1
         return out
 
@@ -131,9 +133,9 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             flight["result"] = executor.collect()
             stats.add_stage("wait", tick() - t)
 
-    def alone(case: Case) -> Verdict:
+    def alone(p: Prepared) -> Verdict:
         collect()
-        return judge(case, executor.run(case, repeats=2 if rerun_every else 1))
+        return checker.check(p, repeats=2 if rerun_every else 1)
 
     def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
         stats.count(verdict)
@@ -144,7 +146,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         new = [f for f in verdict.findings if f.signature not in found and f.signature not in ignored]
         if not new:
             return
-        again = alone(p.case)  # before it counts: the finding shows with the case alone
+        again = alone(p)  # before it counts: the finding shows with the case alone
         seen = {f.signature: f for f in again.findings}
         for f in new:
             if f.signature in seen:
@@ -157,7 +159,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                         outside[0] += _add(found, g, p.case, on_new)
             else:  # shown only next to other cases: run every case of the batch alone
                 for q in batch_prepared:
-                    for g in alone(q.case).findings:
+                    for g in alone(q).findings:
                         if g.signature not in found:
                             outside[0] += _add(found, g, q.case, on_new)
                 if f.signature not in found:
@@ -171,11 +173,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         stats.batches += 1
         live_counts()
         if not result.lost:
-            for i, (p, b) in enumerate(zip(prepared, batch_)):
+            for (p, outcome, verdict), b in zip(checker.verdicts(prepared, batch_, result), batch_):
                 stats.reruns += b.repeat
-                outcome = outcome_of(batch_, result, i, copy=False)
                 stats.cross_checked += outcome.cross is not None
-                take(p, quick_verdict(p, outcome) or judge(p.case, outcome, prepared=p), prepared)
+                take(p, verdict, prepared)
             return
         stats.lost_batches += 1
         for k, p in enumerate(prepared):  # one by one: the case that loses its run is the finding
@@ -184,7 +185,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
                 break
             known = set(found)
             collect()
-            verdict = judge(p.case, executor.run(p.case, repeats=1), prepared=p)
+            verdict = checker.check(p, repeats=1)
             take(p, verdict, prepared)
             # a known hang or device fault again: its class keeps doing it, and each costs a new
             # worker (a fault) or the case timeout (a hang): move on to the next stint
@@ -264,5 +265,6 @@ def run_prepared(executor: Executor, prepared: list[Prepared], repeat: bool = Fa
     image, batch_ = launches(prepared, [repeat] * len(prepared))
     result = executor.run_batch(image, batch_)
     if result.lost:
-        return [executor.run(p.case, repeats=2 if repeat else 1) for p in prepared]
+        return [executor.run(p.case, repeats=2 if repeat else 1, torch_ref=p.status == "in_contract")
+                for p in prepared]
     return outcomes(batch_, result)

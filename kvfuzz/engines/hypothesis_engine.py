@@ -19,7 +19,8 @@ from hypothesis.errors import HypothesisException
 
 from .. import strategies
 from ..case import Case
-from ..judge import Verdict, judge
+from ..check import Checker
+from ..judge import Verdict
 from ..worker import Executor
 from .common import Found, OpStats, fit_target
 
@@ -51,15 +52,16 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     deadline = t0 + budget_s
     strategy = strategies.cases(op, in_contract_only, variant or None)  # judged by the variant, with its arguments
     lacks = getattr(executor, "lacks", {})
+    checker = Checker(executor, op, variant)
     if lacks.get(op):
         strategy = strategy.map(lambda c: fit_target(c, lacks))
 
     def judged(case: Case) -> Verdict:
         repeats = 2 if rerun_every and (stats.cases + stats.shrink_runs) % rerun_every == 0 else 1
         stats.reruns += repeats - 1
-        outcome = executor.run(case, repeats=repeats)
+        prepared, outcome = checker.run(case, repeats)
         stats.cross_checked += outcome.cross is not None  # every in-contract run, shrinking's too
-        return judge(case, outcome)
+        return checker.verdict(prepared, outcome)
 
     chunk = start  # chunks of the stream: a resumed campaign starts past those it ran
     stats.position = start
