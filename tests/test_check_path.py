@@ -20,7 +20,7 @@ from kvfuzz.confirm import confirm
 from kvfuzz.corpus import SavedCase, write_case_dir
 from kvfuzz.engines.batch_engine import fuzz_op
 from kvfuzz.judge import judge
-from kvfuzz.ops import CONTRACTS
+from kvfuzz.ops import records
 from kvfuzz.replay import replay
 from kvfuzz.worker import InProcessExecutor
 
@@ -54,7 +54,8 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch) -> Counts:
     c = Counts()
-    contract = CONTRACTS[OP]
+    record = records()[OP]
+    contract = record.contract
 
     def numpy_ref(case, _ref=contract.numpy_ref):
         c.note(case, 1)
@@ -64,8 +65,9 @@ def counts(monkeypatch) -> Counts:
         c.note(case, 2)
         return _reasons(case)
 
-    monkeypatch.setitem(CONTRACTS, OP, dataclasses.replace(contract, numpy_ref=numpy_ref,
-                                                           structural_reasons=structural_reasons))
+    counted = dataclasses.replace(contract, numpy_ref=numpy_ref,
+                                  structural_reasons=structural_reasons)
+    monkeypatch.setitem(records(), OP, dataclasses.replace(record, contract=counted))
     return c
 
 
