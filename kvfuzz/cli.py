@@ -404,9 +404,9 @@ def cmd_minimize(args) -> int:
     import dataclasses
 
     from . import device as devmod
-    from .campaign import still_fails_fn
     from .corpus import DirectoryCorpus
     from .minimize import minimize
+    from .pipeline import still_fails_fn
     from .worker import make_executor
 
     saved = _read_case(args.case)

@@ -12,7 +12,7 @@ import pytest
 from conftest import DEVICE, seed_kernel_path  # the device conftest selected for this process
 from hypothesis import HealthCheck, given, settings
 
-from kvfuzz.campaign import still_fails_fn
+from kvfuzz.pipeline import still_fails_fn
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.minimize import aliasing_consistent, contract_class, minimize, rank, relayout, tight
 from kvfuzz.ops import CONTRACTS

@@ -81,7 +81,7 @@ def test_in_a_batch_the_rerun_from_the_alternate_image_finds_the_read(device):
 def test_the_minimizer_shrinks_a_case_and_keeps_its_out_of_bounds_read(device):
     """The campaign's minimizer runs each candidate twice for a finding only a second run shows
     (the first run alone never shows a read)."""
-    from kvfuzz.campaign import still_fails_fn
+    from kvfuzz.pipeline import still_fails_fn
     from kvfuzz.minimize import minimize
 
     ex = WorkerExecutor(OVERRUN, device)

@@ -55,7 +55,7 @@ def test_time_limit_must_be_positive(capsys):
 def test_fair_share_splits_what_is_left_over_the_findings_waiting():
     import time as _t
 
-    from kvfuzz.campaign import fair_share
+    from kvfuzz.pipeline import fair_share
     assert fair_share(None, 3) is None
     now = _t.monotonic()
     until = now + 30.0
