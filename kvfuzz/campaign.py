@@ -3,16 +3,12 @@
 Library code behind `kvfuzz fuzz` (the CLI only parses and prints). The target runs in a
 worker subprocess by default, so a kernel that crashes its process costs one case.
 
-Life of a finding: an engine sees it (the batched engine re-runs it alone first); it is
-confirmed in a fresh worker from its saved form (`confirm.py`) and saved to the corpus at
-once, so even SIGKILL loses nothing confirmed; one that does not reproduce there is
-reported as flaky and never saved. When the op's budget is spent each finding is minimized
-in the warm worker, the minimized case is confirmed the same way and saved over the first
-one; if minimizing lost the signature, the confirmed case saved earlier stays. One defect
-often shows several signatures (where a wild write lands, which tensor a race touches): a
-finding whose minimized case shows the signature of another finding of the op, or equals its
-minimized case, takes that finding in (`_settle`). The corpus then holds one case, whose meta
-lists every signature it shows, and the report one finding with its signatures.
+Each op runs with the engine `--engine` names (`engines.engine_class`), behind the one
+interface of `engines/base.py`: the engine proposes and runs cases and hands every verdict to
+the op's `OpRun` (statistics, budget, known signatures, the re-run alone of a new one). Each
+finding it records goes to the campaign's `pipeline.FindingPipeline`, which confirms it in
+fresh processes and saves it at once, and at the end of the op minimizes, confirms again,
+merges (one defect, one finding) and saves; the report's findings come out of it.
 """
 
 from __future__ import annotations
@@ -28,26 +24,23 @@ from typing import Callable
 
 from . import IMPORTED_AT, cross, environment
 from . import device as devmod
-from .case import Case
-from .check import Checker, settle_variant
-from .confirm import MIN_TRIES, TRIES, Confirmation, confirm
-from .corpus import DirectoryCorpus, SavedCase, SaveResult, environment_versions
-from .corpus.format import key_of
-from .engines import atheris_engine, batch_engine, hypothesis_engine
+from .check import settle_variant
+from .confirm import MIN_TRIES, TRIES
+from .corpus import DirectoryCorpus, environment_versions
+from .engines import ENGINES, engine_class
+from .engines.base import EngineOptions, run_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
-from .findings import runs_to_show
 from .judge import Verdict
-from .minimize import minimize
 from .ops import CONTRACTS, contract_status, get_contract
+from .pipeline import Flaky, FindingPipeline, Saved, within
 from .progress import OpProgress, lines_to
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
 
 # a progress line each second on a terminal, every 10 s into a log, for callers that pass no `status`
 PROGRESS_EVERY_S = 1.0 if sys.stderr.isatty() else 10.0
 SNAPSHOT_EVERY_S = 0.25  # the fuzz loop builds a progress snapshot at most this often
-ENGINES = ("batch", "hypothesis", "atheris")
 
 
 @dataclass
@@ -100,8 +93,9 @@ class CampaignConfig:
                            f"fresh process), got {self.confirm_tries}")
         if self.engine not in ENGINES:
             raise BadInput(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if self.engine == "atheris" and atheris_engine.missing():
-            raise BadInput(atheris_engine.missing())
+        why = engine_class(self.engine).missing()
+        if why:
+            raise BadInput(why)
         i, n = self.shard
         if not (n >= 1 and 1 <= i <= n):
             raise BadInput(f"--shard must be I/N with 1 <= I <= N, got {i}/{n}")
@@ -121,31 +115,6 @@ class CampaignConfig:
         """The seed of this shard's case stream (shard 1 of 1 keeps the campaign's seed)."""
         i, n = self.shard
         return self.seed if n == 1 else self.seed * 1_000_003 + i
-
-
-@dataclass
-class Saved:
-    found: Found
-    case: Case
-    path: Path | None
-    minimize_log: list[str] = field(default_factory=list)
-    minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
-    save_error: str | None = None  # the corpus refused it (say, its slot holds an unreadable case)
-    confirmation: Confirmation | None = None  # of the case saved
-    minimized_confirmed: bool | None = None  # None: not minimized further
-    new: bool = True  # False: the corpus already held this finding (an earlier run, another shard)
-    signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
-    shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
-
-    def __post_init__(self) -> None:
-        if not self.signatures:
-            self.signatures = [self.found.finding.signature]
-
-
-@dataclass
-class Flaky:
-    finding: Found
-    confirmation: Confirmation
 
 
 @dataclass
@@ -335,13 +304,10 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         fresh = executor.fresh
     store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
     versions = environment_versions(devmod.gpu_name(device))
+    pipeline = FindingPipeline(cfg, executor, fresh, device, versions, store, progress)
+    engine_cls = engine_class(cfg.engine)
     stats: list[OpStats] = []
-    saved: list[Saved] = []
-    flaky: list[Flaky] = []
-    found: dict[str, Found] = {}  # the current op's confirmed findings, not yet minimized
-    confirmed: dict[str, Confirmation] = {}
-    first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
-    listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
+    found: dict[str, Found] = {}  # the current op's findings, not yet settled
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
     interrupted = False
@@ -378,84 +344,40 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             last = [0.0]
             show(op, "fuzzing", current, t_op)
 
-            def on_case(s: OpStats, v: Verdict, op=op, found=found, t_op=t_op) -> None:
+            def on_case(s: OpStats, v: Verdict, op=op, t_op=t_op) -> None:
                 now = time.monotonic()
                 if state is not None:
                     state.note(op, s.position)
-                s.sample(now - t_op, len(found))
                 if not first_case[0]:
                     first_case[0] = now - t0
                 if status and now - last[0] >= SNAPSHOT_EVERY_S:
                     last[0] = now
                     show(op, "fuzzing", s, t_op)
 
-            def on_new(f: Found, found=found, op=op, t_op=t_op) -> None:
-                # confirmed in a fresh process before it counts; then on disk at once: a
-                # SIGKILL during the long minimization that follows must not lose it
+            def on_new(f: Found, op=op, t_op=t_op) -> None:
                 show(op, "confirming", current, t_op)
-                sc = _saved_case(f, f.case, cfg, device, versions)
-                c = confirm(sc, fresh, cfg.confirm_tries)
-                if not c.confirmed:  # stays in `found`, so the engine does not report it again
-                    flaky.append(Flaky(f, c))
-                    shown[op].flaky += 1
-                    show(op, "fuzzing", current, t_op)
-                    if progress:
-                        progress(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
-                    return
-                confirmed[f.finding.signature] = c
-                res = None
-                listed = _listed_elsewhere(store, sc) if store is not None else None
-                if listed is not None:  # shown by a case saved under another finding: known
-                    first_saved[f.finding.signature] = LISTED
-                    listed_at[f.finding.signature] = listed
-                    shown[op].known += 1
-                    show(op, "fuzzing", current, t_op)
-                    return
-                if store is not None:
-                    res, error = _try_save(store, sc)
-                    if res is not None:
-                        first_saved[f.finding.signature] = res.status
-                    elif progress:  # _finish saves again, and reports it
-                        progress(f"  {f.finding.signature}: not saved yet: {error}")
-                if res is None or res.status == "new":
-                    shown[op].new += 1
-                else:
-                    shown[op].known += 1
+                outcome = pipeline.add(f)  # "new", "known" or "flaky"
+                setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
                 show(op, "fuzzing", current, t_op)
 
             fuzz_end, op_end = slots.get(op, (None, None))
-            common = dict(seed=cfg.stream_seed(), budget_s=_within(per_op, fuzz_end), max_cases=cfg.max_cases,
-                          in_contract_only=cfg.in_contract_only, variant=variant,
-                          rerun_every=cfg.rerun_for(device), known=found, on_case=on_case,
-                          on_new=on_new, stats=current, start=state.start(op) if state else 0)
-            if cfg.engine == "batch":
-                s, found = batch_engine.fuzz_op(op, executor, device=device, batch=cfg.batch,
-                                                shard=cfg.shard, pool_seed=cfg.seed,
-                                                cross_every=cfg.cross_check_every if cfg.cross_check else 0,
-                                                until=fuzz_end, **common)
-            elif cfg.engine == "atheris":
-                s, found = atheris_engine.fuzz_op(
-                    op, executor, target=cfg.target, device=device, case_timeout_s=cfg.case_timeout_s,
-                    corpus=atheris_engine.corpus_root(cfg.target, cfg.campaign_dir) / op, **common)
-            else:
-                s, found = hypothesis_engine.fuzz_op(op, executor, shrink_budget_s=cfg.minimize_budget_s / 2,
-                                                     **common)
+            options = EngineOptions(seed=cfg.stream_seed(), pool_seed=cfg.seed, shard=cfg.shard, device=device,
+                                    target=cfg.target, in_contract_only=cfg.in_contract_only, variant=variant,
+                                    rerun_every=cfg.rerun_for(device), batch=cfg.batch,
+                                    cross_every=cfg.cross_check_every if cfg.cross_check else 0,
+                                    case_timeout_s=cfg.case_timeout_s, shrink_budget_s=cfg.minimize_budget_s / 2,
+                                    campaign_dir=cfg.campaign_dir)
+            s, found = run_engine(engine_cls(op, executor, options), budget_s=within(per_op, fuzz_end),
+                                  max_cases=cfg.max_cases, start=state.start(op) if state else 0, until=fuzz_end,
+                                  known=found, stats=current, on_case=on_case, sink=on_new)
             current = None
-            s.sample(s.seconds, len(found), every_s=0.0)  # the timeline ends where the op did
             stats.append(s)
             if state is not None:
                 state.note(op, s.position, force=True)
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
-            show(op, "minimizing" if set(found) & set(confirmed) else "done", s, t_op)
-            groups_from = len(saved)  # this op's findings, merged as they settle, are saved[groups_from:]
-            waiting = sum(sig in confirmed for sig in found)
-            for sig in list(found):
-                if sig in confirmed:
-                    _settle(found[sig], saved, groups_from, executor, cfg, device, versions, store, progress,
-                            first_saved, listed_at, confirmed[sig], fair_share(op_end, waiting))
-                    waiting -= 1
-                del found[sig]
+            show(op, "minimizing" if pipeline.waiting(found) else "done", s, t_op)
+            pipeline.settle(found, op_end)
             show(op, "done")
     except KeyboardInterrupt:
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
@@ -470,18 +392,13 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             show(current.op, "interrupted")
         if progress:
             progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
-        for sig, f in found.items():
-            if sig in confirmed and first_saved.get(sig) == LISTED:
-                saved.append(Saved(f, f.case, listed_at[sig], new=False))
-            elif sig in confirmed:
-                saved.append(_finish(f, executor, cfg, device, versions, store, progress,
-                                     first_saved.get(sig), confirmed[sig], interrupted=True))
+        pipeline.save_unminimized(found)
     finally:
         executor.close()
     since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
     _first_campaign[0] = False
-    result = CampaignResult(cfg, device, executor.description, stats, saved, time.monotonic() - t0,
-                            versions["gpu"], interrupted, flaky, first_case[0], versions, since_import,
+    result = CampaignResult(cfg, device, executor.description, stats, pipeline.saved, time.monotonic() - t0,
+                            versions["gpu"], interrupted, pipeline.flaky, first_case[0], versions, since_import,
                             notes=environment.notes())
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
@@ -503,190 +420,12 @@ def time_slots(ops: list[str], t0: float, limit_s: float | None) -> dict[str, tu
     return {op: (t0 + slot * (k + 1 - MINIMIZE_SHARE), t0 + slot * (k + 1)) for k, op in enumerate(ops)}
 
 
-def fair_share(until: float | None, waiting: int) -> float | None:
-    """When the next of `waiting` findings must be settled by, so that the op's minimizing
-    time is shared out and the first findings do not leave the last ones unminimized (one
-    merged into another uses none of its share, which goes to those after it)."""
-    if until is None:
-        return None
-    now = time.monotonic()
-    return now + max(0.0, until - now) / max(waiting, 1)
-
-
-def minimize_seconds(wanted: float, until: float | None, confirmation: Confirmation | None) -> float:
-    """A finding's minimizing time: `wanted`, cut so that the confirmation and re-run of the
-    minimized case that follow (about 1.5 times what its first confirmation took) still end
-    by `until`; else one finding overruns its share and the last ones get none."""
-    reserve = 1.5 * confirmation.seconds if confirmation is not None else 0.0
-    return _within(wanted, None if until is None else until - reserve)
-
-
-def _within(seconds: float, until: float | None) -> float:
-    """`seconds`, cut to what is left before `until` (a monotonic time; None: no cut)."""
-    return seconds if until is None else max(0.0, min(seconds, until - time.monotonic()))
-
-
 def _fresh_workers(executor: Executor, cfg: CampaignConfig, device: str) -> Callable[[], WorkerExecutor]:
     """Where confirmations get a process that has run no case: the campaign worker's standby,
     or (running in-process) a new worker; with a cross-check, one of each backend."""
     if isinstance(executor, (WorkerExecutor, cross.CrossExecutor)):
         return executor.fresh
     return lambda: WorkerExecutor(cfg.target, device, cfg.case_timeout_s)
-
-
-def _try_save(store: DirectoryCorpus, sc: SavedCase) -> tuple[SaveResult | None, str | None]:
-    """`store.save`, or why it refused (say, the slot holds an unreadable case): one refused
-    save must not cost the run its other findings."""
-    try:
-        return store.save(sc), None
-    except (OSError, ValueError, BadInput) as exc:
-        return None, one_line(exc)
-
-
-def _saved_case(f: Found, case: Case, cfg: CampaignConfig, device: str, versions: dict,
-                log: tuple[str, ...] = (), signatures: list[str] | None = None) -> SavedCase:
-    external = cfg.target != "builtin"
-    meta = dict(seed=cfg.seed, first_seen=f.first.digest())
-    if signatures and len(signatures) > 1:  # the findings merged into this one (SavedCase.signatures)
-        meta["signatures"] = list(signatures)
-    if f.finding.kind == "backend_divergence":  # what `kvfuzz replay` compares the device with
-        meta["cross_check"] = cfg.cross_check
-    return SavedCase(
-        case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
-        device=device, versions=versions, origin=cfg.engine,
-        expected="xfail" if external else "pass",
-        reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
-        minimized=case != f.first, minimize_log=log)
-
-
-def _finish(f: Found, executor: Executor, cfg: CampaignConfig, device: str, versions: dict,
-            store: DirectoryCorpus | None, progress, first_saved: str | None = None,
-            confirmation: Confirmation | None = None, interrupted: bool = False,
-            until: float | None = None) -> Saved:
-    """kvfuzz's reducer after the engine's own shrinking; the result is confirmed in a fresh
-    process and saved over the case saved when the finding was first seen. If minimizing lost
-    the signature, the confirmed case stays. Interrupted: save the case as it stands (it was
-    confirmed when first seen), running nothing."""
-    sig = f.finding.signature
-    case, log, seconds = f.case, [], 0.0
-    fresh = _fresh_workers(executor, cfg, device)
-    minimized_confirmed = None
-    if until is not None and time.monotonic() >= until:  # the op's --time-limit slot is spent
-        interrupted = True
-    budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
-                              confirmation)
-    checker = Checker(executor, f.finding.op)
-    if budget > 0 and not interrupted:
-        m = minimize(case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
-        case, log, seconds = m.case, list(m.log), m.seconds
-    shows = {sig}
-    if not interrupted and (case != f.first):
-        verdict = checker.check(case, runs_to_show(sig))
-        shows |= set(verdict.signatures())
-        finding = next((x for x in verdict.findings if x.signature == sig), None)
-        c = None
-        if finding is not None:
-            c = confirm(_saved_case(f, case, cfg, device, versions, tuple(log)), fresh, cfg.confirm_tries)
-        minimized_confirmed = bool(c and c.confirmed)
-        if minimized_confirmed:
-            f.finding, confirmation = finding, c
-        else:  # the smaller case lost it: keep the confirmed one
-            if progress:
-                progress(f"  {sig}: the minimized case did not reproduce in a fresh process; "
-                         "keeping the case it was confirmed on")
-            case, log = f.first, []
-    if not interrupted and case == f.first:  # what the case it keeps shows, for merging
-        shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())
-    finding = f.finding
-    path, error = None, None
-    if store is not None:
-        res, error = _try_save(store, _saved_case(f, case, cfg, device, versions, tuple(log)))
-        if res is None:
-            if progress:
-                progress(f"  {finding.kind}: {sig}: NOT SAVED: {error}")
-        else:
-            path = res.path
-            if progress:  # "new": new to the corpus, though its first form was saved earlier
-                progress(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
-    elif progress:
-        progress(f"  {finding.kind}: {sig}")
-    # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
-    return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
-                 new=first_saved in (None, "new"), shows=frozenset(shows))
-
-
-LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
-
-
-def _listed_elsewhere(store: DirectoryCorpus, sc: SavedCase) -> Path | None:
-    """The saved case of another finding that lists `sc`'s signature (a campaign merged it
-    there), or None; a case under `sc`'s own key is for `save` to compare with."""
-    try:
-        where = store.listing(sc.case.op, sc.target, sc.finding.signature)
-    except OSError:
-        return None
-    return where if where is not None and where.name != sc.key() else None
-
-
-def _settle(f: Found, saved: list[Saved], groups_from: int, executor: Executor, cfg: CampaignConfig, device: str,
-            versions: dict, store: DirectoryCorpus | None, progress, first_saved: dict[str, str],
-            listed_at: dict[str, Path], confirmation: Confirmation, until: float | None) -> None:
-    """Minimize and save `f` (`_finish`), or merge it with this op's findings settled before it
-    (`saved[groups_from:]`): one whose case already shows `f`'s signature takes it in without
-    minimizing it; else `f`'s minimized case takes in each earlier one whose case it equals or
-    whose signatures it all shows. One defect, one finding, one saved case."""
-    sig = f.finding.signature
-    groups = saved[groups_from:]
-    host = next((g for g in groups if sig in g.shows), None)
-    if host is not None:
-        _absorb(host, [sig], [first_saved.get(sig) in (None, "new")], cfg, device, versions, store, progress,
-                first_saved)
-        return
-    if first_saved.get(sig) == LISTED:  # known: another saved case lists it
-        saved.append(Saved(f, f.case, listed_at[sig], new=False))
-        if progress:
-            progress(f"  {f.finding.kind}: {sig} -> {listed_at[sig]} (known: that case lists it)")
-        return
-    x = _finish(f, executor, cfg, device, versions, store, progress, first_saved.get(sig), confirmation,
-                until=until)
-    taken = [g for g in groups if g.case == x.case or set(g.signatures) <= x.shows]
-    for g in taken:
-        saved.remove(g)
-    saved.append(x)
-    if taken:
-        _absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures],
-                cfg, device, versions, store, progress, first_saved)
-
-
-def _absorb(host: Saved, sigs: list[str], new: list[bool], cfg: CampaignConfig, device: str, versions: dict,
-            store: DirectoryCorpus | None, progress, first_saved: dict[str, str]) -> None:
-    """`host` stands for `sigs` too: its saved case is saved again listing them, and the cases
-    this campaign saved for them are deleted once it holds the list (never a case that was in
-    the corpus before: that is an earlier run's)."""
-    sigs = [s for s in sigs if s not in host.signatures]
-    if not sigs:
-        return
-    host.signatures += sigs
-    host.new = host.new or any(new)
-    host.shows = host.shows | set(sigs)
-    if progress:
-        progress(f"  {', '.join(sigs)}: shown by the case of {host.signatures[0]}; one finding")
-    if store is None or host.path is None:
-        return
-    sc = _saved_case(host.found, host.case, cfg, device, versions, tuple(host.minimize_log), host.signatures)
-    res, error = _try_save(store, sc)
-    if res is None or res.status == "kept":  # the corpus does not hold the list: keep every case
-        if progress and error:
-            progress(f"  {host.signatures[0]}: its merged signatures not saved: {error}")
-        return
-    host.path = res.path
-    for s in sigs:
-        key = key_of(s, cfg.target)
-        if first_saved.get(s) == "new" and key != res.key:
-            try:
-                store.delete(key)
-            except (KeyError, OSError):
-                pass
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from .engines import ENGINES
 from .errors import BadCaseFile, BadInput
 
 
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall clock for the whole run, confirming and minimizing included: each op gets "
                    "an equal slot (findings left unminimized are saved as confirmed); past it, the run "
                    "stops as on SIGTERM (for a nightly's fixed slot)")
-    f.add_argument("--engine", choices=("batch", "hypothesis", "atheris"), default="batch",
+    f.add_argument("--engine", choices=tuple(ENGINES), default="batch",
                    help="batch: seeded generation, many cases per synchronisation (default); "
                    "hypothesis: one case at a time through Hypothesis, which shrinks as it goes; "
                    "atheris: coverage-guided (libFuzzer; the [atheris] extra)")

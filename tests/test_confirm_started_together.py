@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from kvfuzz.campaign import CampaignConfig, _saved_case
+from kvfuzz.campaign import CampaignConfig
+from kvfuzz.pipeline import FindingPipeline
 from kvfuzz.confirm import confirm
 from kvfuzz.corpus import environment_versions
 from kvfuzz.findings import Finding
@@ -44,8 +45,9 @@ def test_a_campaign_confirmation_runs_in_as_many_fresh_workers_as_tries(device):
     case = random_cases("num_kv_splits", 0, 1, in_contract_only=True)[0]
     planted = Finding("mismatch", "num_kv_splits", "splits", "num_kv_splits", "all", "planted")
     found = SimpleNamespace(finding=planted, first=case, case=case)
-    sc = _saved_case(found, case, CampaignConfig(ops=["num_kv_splits"], target="builtin"), device,
-                     environment_versions())
+    cfg = CampaignConfig(ops=["num_kv_splits"], target="builtin")
+    pipeline = FindingPipeline(cfg, None, None, device, environment_versions(), None)
+    sc = pipeline._saved_case(found, case)
     executor = WorkerExecutor("builtin", device, standby=True)
     pids = []
     try:

@@ -55,7 +55,7 @@ def test_time_limit_must_be_positive(capsys):
 def test_fair_share_splits_what_is_left_over_the_findings_waiting():
     import time as _t
 
-    from kvfuzz.campaign import fair_share
+    from kvfuzz.pipeline import fair_share
     assert fair_share(None, 3) is None
     now = _t.monotonic()
     until = now + 30.0
@@ -68,7 +68,7 @@ def test_fair_share_splits_what_is_left_over_the_findings_waiting():
 def test_a_finding_keeps_back_time_for_confirming_its_minimized_case():
     import time as _t
 
-    from kvfuzz.campaign import minimize_seconds
+    from kvfuzz.pipeline import minimize_seconds
     from kvfuzz.confirm import Confirmation
     until = _t.monotonic() + 20.0
     slow = Confirmation("s", 3, 3, seconds=8.0)  # its fresh workers took 8 s: keep 12 s back

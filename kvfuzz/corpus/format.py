@@ -51,7 +51,18 @@ SCHEMA_VERSION = 3
 CASE_FILE = "case.json"
 TENSORS_FILE = "tensors.npz"
 EXPECTED = ("pass", "xfail")
-ORIGINS = ("hypothesis", "batch", "atheris", "hand", "imported", "minimizer")
+NOT_ENGINES = ("hand", "imported", "minimizer")  # origins of cases no engine drew
+
+
+def origins() -> tuple[str, ...]:
+    """Who may have produced a case: each registered engine (`kvfuzz.engines.ENGINES`), or one
+    of NOT_ENGINES. Read at each check, so an engine registered later saves its cases too."""
+    from ..engines import ENGINES
+
+    return (*ENGINES, *NOT_ENGINES)
+
+
+ORIGINS = origins()
 
 _TOP_KEYS = frozenset({
     "schema", "op", "variant", "scalars", "tensors", "target", "device", "versions", "finding",
@@ -177,8 +188,8 @@ class SavedCase:
             v = getattr(self, attr)
             if not isinstance(v, str) or not v:
                 raise ValueError(f"{attr} must be a non-empty string, got {v!r}")
-        if self.origin not in ORIGINS:
-            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
+        if self.origin not in origins():
+            raise ValueError(f"origin must be one of {origins()}, got {self.origin!r}")
         try:
             datetime.datetime.fromisoformat(self.found_at)
         except ValueError:

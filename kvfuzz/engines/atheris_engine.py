@@ -22,9 +22,9 @@ counted in the report's `startup_s`).
 Every verdict comes back over a pipe and is counted here. A new signature comes with its case,
 which is re-run alone in the campaign's worker first (the fuzzing process is instrumented and
 runs cases in-process; a signature that does not show there is listed as `fuzzer_only`, as the
-batched engine lists `batch_only`); then it is recorded and handed to the campaign (`on_new`),
-which confirms it in a fresh worker, saves it, and minimizes it with kvfuzz's reducer at the end
-of the op, exactly as for the other engines.
+batched engine lists `batch_only`); then it is recorded and handed to the campaign's finding
+pipeline, which confirms it in a fresh worker, saves it, and minimizes it with kvfuzz's reducer
+at the end of the op, exactly as for the other engines.
 The op's report gets `engine`: execs/s, libFuzzer's coverage (`cov` edges, `ft` features), the
 corpus size, the processes started and the artifacts replayed.
 """
@@ -46,11 +46,11 @@ from typing import Callable
 
 from .. import spawn
 from ..case import Case
-from ..check import Checker
 from ..judge import Verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import CompileClass, FuzzedDraw
 from ..worker import Executor
+from .base import Engine, EngineOptions, OpRun, run_engine
 from .common import Found, OpStats
 
 MAX_LIVES = 1000  # fuzzing processes per op: a crash ends one, the next resumes on the corpus
@@ -103,139 +103,146 @@ def libfuzzer_seed(seed: int, op: str, start: int, life: int) -> int:
     return int.from_bytes(digest[:4], "little") % (2**31 - 2) + 1  # 0 would mean "random"
 
 
+class AtherisEngine(Engine):
+    """libFuzzer in a fuzzing process per life. libFuzzer proposes the cases and, for coverage,
+    the fuzzing process runs and judges them itself; the engine meets the interface on this
+    side of the pipe: each verdict is handed to `OpRun.take`, with the case re-run alone in the
+    campaign's worker before a new signature counts."""
+
+    name = "atheris"
+
+    def __init__(self, op: str, executor: Executor, options: EngineOptions, *, corpus: Path | None = None,
+                 instrument: tuple[str, ...] = INSTRUMENT, libfuzzer_args: tuple[str, ...] = ()) -> None:
+        super().__init__(op, executor, options)
+        # the op's directory of libFuzzer inputs (created, read, and added to)
+        self.corpus = Path(corpus) if corpus is not None else corpus_root(options.target, options.campaign_dir) / op
+        self.instrument, self.libfuzzer_args = instrument, libfuzzer_args  # tests turn parts off
+
+    @classmethod
+    def missing(cls) -> str | None:
+        return missing()
+
+    def fuzz(self, run: OpRun) -> None:
+        op, executor, o, corpus = self.op, self.executor, self.options, self.corpus
+        stats = run.stats
+        corpus.mkdir(parents=True, exist_ok=True)
+        info = stats.engine
+        info.update(execs=0, execs_per_s=0.0, fuzzing_s=0.0, startup_s=0.0, lives=0, max_total_time=[], artifacts=[],
+                    fuzzer_only=[], cov=0, ft=0,
+                    corpus=str(corpus), corpus_units=0, instrumented_kernels=0, instrumented_host_functions=0)
+        classes: set[str] = set()
+        keys: set[str] = set()
+
+        def fuzzer_only(f, again: Verdict) -> None:  # seen in the fuzzing process, not in the worker
+            run.set_aside.add(f.signature)
+            info["fuzzer_only"].append(f.signature)
+
+        def record(verdict: Verdict, case: Case | None, in_worker: bool = False) -> None:
+            """Count a verdict; a new signature counts once it shows again with the case run alone
+            in the worker (a verdict from the fuzzing process: instrumented, in-process)."""
+            run.take(verdict, case, position=run.start + stats.cases + 1, alone=None if in_worker else self.alone,
+                     not_alone=fuzzer_only)
+
+        def handle(msg: tuple) -> None:
+            kind = msg[0]
+            if kind == "case":
+                status, not_target, findings, reruns, features, cls, case, new_keys = msg[1:]
+                info["execs"] += 1
+                stats.reruns += reruns
+                stats.features.update(features)
+                if cls:
+                    classes.add(cls)
+                keys.update(new_keys)
+                record(Verdict(status, [], list(findings), not_target=not_target), case)
+            elif kind == "error":  # kvfuzz failed on an input: counted, never a finding
+                stats.not_judged(f"HarnessError: {msg[1]}")
+
+        for life in range(MAX_LIVES):
+            left = run.time_left()
+            if left < MIN_LIFE_S or stats.cases >= run.max_cases:
+                break
+            artifacts = Path(tempfile.mkdtemp(prefix="kvfuzz-atheris-"))
+            log = artifacts / "libfuzzer.log"
+            read, write = os.pipe()
+            cfg = {"op": op, "target": o.target, "device": o.device, "fd": write, "corpus": str(corpus),
+                   "artifacts": str(artifacts), "deadline": time.time() + left,
+                   "seed": libfuzzer_seed(o.seed, op, run.start, life), "timeout": max(math.ceil(o.case_timeout_s), 1),
+                   "runs": run.max_cases - stats.cases, "rss_limit_mb": RSS_LIMIT_MB, "max_len": MAX_LEN,
+                   "in_contract_only": o.in_contract_only, "variant": o.variant, "rerun_every": o.rerun_every,
+                   "instrument": list(self.instrument),
+                   "extra_args": [*DEFAULT_ARGS, *self.libfuzzer_args]}
+            t_start = time.monotonic()
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(spawn.command("kvfuzz.engines.atheris_child", json.dumps(cfg)),
+                                        env=spawn.environment(dict(os.environ)), pass_fds=(write,),
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            os.close(write)
+            conn = Connection(read, writable=False)
+            info["lives"] += 1
+            t_ready = None
+            try:
+                while True:
+                    if run.time_left() < -(o.case_timeout_s + STOP_GRACE_S) and proc.poll() is None:
+                        proc.terminate()  # libFuzzer overran its -max_total_time (a slow last case)
+                    if not conn.poll(0.5):
+                        continue
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        break
+                    if msg[0] == "ready":
+                        t_ready = time.monotonic()
+                        info["startup_s"] += t_ready - t_start
+                        info["instrumented_kernels"] = msg[1]["kernels"]
+                        info["instrumented_host_functions"] = msg[1]["host_functions"]
+                        info["max_total_time"].append(msg[1]["max_total_time"])
+                    else:
+                        handle(msg)
+            except BaseException:  # interrupted: the figures as they stand, no artifact replayed
+                shutil.rmtree(artifacts, ignore_errors=True)
+                raise
+            finally:
+                conn.close()
+                _stop(proc)
+                info["fuzzing_s"] += time.monotonic() - (t_ready or time.monotonic())
+                _figures(info, corpus)
+                stats.classes, stats.variants = len(classes), len(keys)
+            text = log.read_text(errors="replace")
+            status = _STATUS.findall(text)
+            if status:
+                cov, ft = int(status[-1][0]), int(status[-1][1])
+                info.update(cov=max(info["cov"], cov), ft=max(info["ft"], ft))
+            died = sorted(p for p in artifacts.iterdir() if p.name.startswith(ARTIFACTS))
+            for path in died:  # the input that killed it, replayed in the isolated worker
+                case, _ = decode(op, path.read_bytes(), o.in_contract_only, o.variant)
+                verdict = self.checker.check(case)
+                info["artifacts"].append({"kind": path.name.split("-")[0], "signatures": verdict.signatures()})
+                record(verdict, case, in_worker=True)
+            if t_ready is None or (proc.returncode != 0 and not died):
+                stats.not_judged(f"HarnessError: the atheris process exited {proc.returncode} "
+                                 f"without an artifact: {_last_lines(text)}")
+            shutil.rmtree(artifacts, ignore_errors=True)
+            if not died or not info["execs"]:  # it ended by its budget or run count, or never got going
+                break
+
+
 def fuzz_op(op: str, executor: Executor, *, target: str, device: str, seed: int, budget_s: float,
             max_cases: int, corpus: Path, in_contract_only: bool = False, variant: str | None = None,
             rerun_every: int = 10, case_timeout_s: float = 60.0,
             known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
-            stats: OpStats | None = None, start: int = 0,
+            stats: OpStats | None = None, start: int = 0, until: float | None = None,
             instrument: tuple[str, ...] = INSTRUMENT, libfuzzer_args: tuple[str, ...] = ()) -> tuple[OpStats, dict[str, Found]]:
-    """Fuzz one op with libFuzzer until the budget or the case count runs out; `corpus` is the
-    op's directory of libFuzzer inputs (created, read, and added to). `executor` (the campaign's
-    worker) replays the inputs that killed a fuzzing process. Returns stats and findings keyed
-    by signature (`known` and `stats` are updated in place, as by the other engines).
-    `instrument` names the code whose branches count (tests turn parts off)."""
-    stats = OpStats(op) if stats is None else stats
-    found: dict[str, Found] = {} if known is None else known
-    t0 = time.monotonic()
-    deadline = t0 + budget_s
-    corpus = Path(corpus)
-    corpus.mkdir(parents=True, exist_ok=True)
-    info = stats.engine
-    info.update(execs=0, execs_per_s=0.0, fuzzing_s=0.0, startup_s=0.0, lives=0, max_total_time=[], artifacts=[],
-                fuzzer_only=[], cov=0, ft=0,
-                corpus=str(corpus), corpus_units=0, instrumented_kernels=0, instrumented_host_functions=0)
-    classes: set[str] = set()
-    keys: set[str] = set()
-    fuzzer_only: set[str] = set()  # signatures seen in the fuzzing process that the worker did not show
-    stats.position = start
-    checker = Checker(executor, op, variant)  # re-runs a new signature's case alone, replays artifacts
-
-    def record(verdict: Verdict, case: Case | None, in_worker: bool = False) -> None:
-        """Count a verdict; a new signature counts once it shows again with the case run alone
-        in the worker (a verdict from the fuzzing process: instrumented, in-process)."""
-        stats.count(verdict)
-        stats.position = start + stats.cases
-        if on_case:
-            on_case(stats, verdict)
-        new = [f for f in verdict.findings if f.signature not in found and f.signature not in fuzzer_only]
-        if not new or case is None:
-            return
-        again = {f.signature: f for f in verdict.findings} if in_worker else \
-            {f.signature: f for f in checker.check(case, repeats=2 if rerun_every else 1).findings}
-        for f in new:
-            if f.signature not in again:
-                fuzzer_only.add(f.signature)
-                info["fuzzer_only"].append(f.signature)
-                continue
-            found[f.signature] = Found(again[f.signature], case, case)
-            if on_new:
-                on_new(found[f.signature])
-
-    def handle(msg: tuple) -> None:
-        kind = msg[0]
-        if kind == "case":
-            status, not_target, findings, reruns, features, cls, case, new_keys = msg[1:]
-            info["execs"] += 1
-            stats.reruns += reruns
-            stats.features.update(features)
-            if cls:
-                classes.add(cls)
-            keys.update(new_keys)
-            record(Verdict(status, [], list(findings), not_target=not_target), case)
-        elif kind == "error":  # kvfuzz failed on an input: counted, never a finding
-            stats.not_judged(f"HarnessError: {msg[1]}")
-
-    for life in range(MAX_LIVES):
-        left = deadline - time.monotonic()
-        if left < MIN_LIFE_S or stats.cases >= max_cases:
-            break
-        artifacts = Path(tempfile.mkdtemp(prefix="kvfuzz-atheris-"))
-        log = artifacts / "libfuzzer.log"
-        read, write = os.pipe()
-        cfg = {"op": op, "target": target, "device": device, "fd": write, "corpus": str(corpus),
-               "artifacts": str(artifacts), "deadline": time.time() + left,
-               "seed": libfuzzer_seed(seed, op, start, life), "timeout": max(math.ceil(case_timeout_s), 1),
-               "runs": max_cases - stats.cases, "rss_limit_mb": RSS_LIMIT_MB, "max_len": MAX_LEN,
-               "in_contract_only": in_contract_only, "variant": variant, "rerun_every": rerun_every,
-               "instrument": list(instrument),
-               "extra_args": [*DEFAULT_ARGS, *libfuzzer_args]}
-        t_start = time.monotonic()
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(spawn.command("kvfuzz.engines.atheris_child", json.dumps(cfg)),
-                                    env=spawn.environment(dict(os.environ)), pass_fds=(write,),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-        os.close(write)
-        conn = Connection(read, writable=False)
-        info["lives"] += 1
-        t_ready = None
-        try:
-            while True:
-                if time.monotonic() > deadline + case_timeout_s + STOP_GRACE_S and proc.poll() is None:
-                    proc.terminate()  # libFuzzer overran its -max_total_time (a slow last case)
-                if not conn.poll(0.5):
-                    continue
-                try:
-                    msg = conn.recv()
-                except EOFError:
-                    break
-                if msg[0] == "ready":
-                    t_ready = time.monotonic()
-                    info["startup_s"] += t_ready - t_start
-                    info["instrumented_kernels"] = msg[1]["kernels"]
-                    info["instrumented_host_functions"] = msg[1]["host_functions"]
-                    info["max_total_time"].append(msg[1]["max_total_time"])
-                else:
-                    handle(msg)
-        except BaseException:  # interrupted: the figures as they stand, no artifact replayed
-            shutil.rmtree(artifacts, ignore_errors=True)
-            raise
-        finally:
-            conn.close()
-            _stop(proc)
-            info["fuzzing_s"] += time.monotonic() - (t_ready or time.monotonic())
-            _figures(info, corpus)
-            stats.classes, stats.variants = len(classes), len(keys)
-        text = log.read_text(errors="replace")
-        status = _STATUS.findall(text)
-        if status:
-            cov, ft = int(status[-1][0]), int(status[-1][1])
-            info.update(cov=max(info["cov"], cov), ft=max(info["ft"], ft))
-        died = sorted(p for p in artifacts.iterdir() if p.name.startswith(ARTIFACTS))
-        for path in died:  # the input that killed it, replayed in the isolated worker
-            case, _ = decode(op, path.read_bytes(), in_contract_only, variant)
-            verdict = checker.check(case)
-            info["artifacts"].append({"kind": path.name.split("-")[0], "signatures": verdict.signatures()})
-            record(verdict, case, in_worker=True)
-        if t_ready is None or (proc.returncode != 0 and not died):
-            stats.not_judged(f"HarnessError: the atheris process exited {proc.returncode} "
-                             f"without an artifact: {_last_lines(text)}")
-        shutil.rmtree(artifacts, ignore_errors=True)
-        if not died or not info["execs"]:  # it ended by its budget or run count, or never got going
-            break
-    stats.seconds = time.monotonic() - t0
-    return stats, found
+    """Fuzz one op with libFuzzer outside a campaign (tests) until the budget or the case count
+    runs out; `corpus` is the op's directory of libFuzzer inputs. `executor` (a worker) replays
+    the inputs that killed a fuzzing process and re-runs new signatures alone. Returns stats
+    and findings keyed by signature. `instrument` names the code whose branches count."""
+    options = EngineOptions(seed=seed, device=device, target=target, in_contract_only=in_contract_only,
+                            variant=variant, rerun_every=rerun_every, case_timeout_s=case_timeout_s)
+    engine = AtherisEngine(op, executor, options, corpus=corpus, instrument=instrument, libfuzzer_args=libfuzzer_args)
+    return run_engine(engine, budget_s=budget_s, max_cases=max_cases, start=start, until=until, known=known,
+                      stats=stats, on_case=on_case, sink=on_new)
 
 
 def _figures(info: dict, corpus: Path) -> None:

@@ -24,27 +24,191 @@
   dead worker) is re-run case by case, so the case that lost it becomes a `crash` finding; a
   known hang or device fault showing again skips the rest of its stint.
 
-Findings are shrunk and confirmed by the campaign (kvfuzz's reducer, then a fresh worker).
+Findings are shrunk and confirmed by the campaign's finding pipeline (kvfuzz's reducer, then
+a fresh worker).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable, Iterator
 
 from ..case import Case
-from ..check import Checker
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
+from ..findings import Finding
 from ..judge import Verdict
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
+from .base import Engine, EngineOptions, OpRun, run_engine
 from .common import Found, OpStats, fit_target
 
 POOL = 48  # compile classes per op and campaign
 STINT = {"cpu": 64, "cuda": 128}  # cases per visit of a class: many classes early, each compile amortised
 BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
+
+
+class BatchEngine(Engine):
+    """Batches of the seeded stream, pipelined through the worker (the module's notes)."""
+
+    name = "batch"
+
+    def __init__(self, op: str, executor: Executor, options: EngineOptions, *, stint: int | None = None,
+                 pool: int = POOL) -> None:
+        super().__init__(op, executor, options)
+        self.stint, self.pool = stint, pool  # tests and the benchmark set them; a campaign keeps the defaults
+
+    def fuzz(self, run: OpRun) -> None:
+        op, executor, o = self.op, self.executor, self.options
+        stats, found = run.stats, run.found
+        gen = GENERATORS[op]
+        batch = o.batch or BATCH.get(o.device, 16)
+        stint = self.stint or STINT.get(o.device, 64)
+        seed, rerun_every, cross_every = o.seed, o.rerun_every, o.cross_every
+        tick = time.perf_counter
+        t = tick()
+        # the same for every shard; the variant's later-release arguments only where it has them
+        classes = gen.pool(seed if o.pool_seed is None else o.pool_seed, self.pool, o.variant)
+        stats.add_stage("generate", tick() - t)
+        lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
+        keys_before = set(executor.launch_keys)
+        compiled_before = executor.compiled
+        visited: set[int] = set()
+        drawn = run.start  # the next case to draw (its index seeds it)
+        max_cases = run.max_cases + run.start  # the count is this run's
+        skip_until = [0]  # after a known hang or fault, the rest of its stint is skipped (each would repeat it)
+
+        def draw_batch(n: int) -> list[Prepared]:
+            nonlocal drawn
+            out = []
+            drawn = max(drawn, skip_until[0])
+            n = min(n, max_cases - drawn)
+            for _ in range(n):
+                t = tick()
+                k_index, case = stream_case(gen, classes, seed, drawn, stint, o.shard, o.in_contract_only)
+                visited.add(k_index)
+                if o.variant:
+                    case = case.replace(variant=o.variant)
+                case = fit_target(case, lacks)
+                stats.add_stage("generate", tick() - t)
+                out.append(self.checker.prepare(case, drawn, stats.add_stage))
+                drawn += 1
+            return out
+
+        def pack(prepared: list[Prepared]) -> tuple:
+            """The batch's image and launches: made when the batch is drawn, while the worker runs
+            the one before, so that between two batches the worker waits only for the copy and send."""
+            repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
+            cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
+            return launches(prepared, repeat, cross)
+
+        def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
+            nxt = draw_batch(batch)
+            t = tick()
+            packed = pack(nxt) if nxt else None
+            stats.add_stage("submit", tick() - t)
+            return nxt, packed
+
+        def submit(prepared: list[Prepared], packed: tuple | None) -> list[Launch]:
+            image, batch_ = packed or pack(prepared)  # packed again: what a skipped stint left of it
+            executor.submit(image, batch_)
+            return batch_
+
+        flight: dict = {}  # the batch the worker runs now: prepared, launches, and its result once collected
+
+        def collect() -> None:
+            """Collect the batch in flight (before the worker is asked anything else)."""
+            if flight and "result" not in flight:
+                t = tick()
+                flight["result"] = executor.collect()
+                stats.add_stage("wait", tick() - t)
+
+        def alone(p: Case | Prepared) -> Verdict:
+            collect()
+            return self.alone(p)
+
+        def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
+            def not_alone(f: Finding, again: Verdict) -> None:
+                if f.kind == "nondeterministic" and any(g.kind == "out_of_bounds_read" for g in again.findings):
+                    # the batch's two runs could not say it was the fill; the case alone (its probe
+                    # runs, judge._reruns) could: the same difference, named after the input read past
+                    for g in again.findings:
+                        if g.kind == "out_of_bounds_read" and g.signature not in found:
+                            run.add(g, p.case)
+                    return
+                # shown only next to other cases: run every case of the batch alone
+                for q in batch_prepared:
+                    for g in alone(q).findings:
+                        if g.signature not in found:
+                            run.add(g, q.case)
+                if f.signature not in found:
+                    run.set_aside.add(f.signature)
+                    stats.batch_only.append(f.signature)
+
+            run.take(verdict, p.case, position=p.index + 1, features=gen.all_features(p.case),
+                     alone=lambda _case: alone(p), not_alone=not_alone)
+
+        def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
+            """Judge a collected batch; a lost one case by case (a known hang or fault sets `skip_until`)."""
+            for name, sec in result.stages.items():
+                stats.add_stage(f"worker {name}", sec)
+            stats.batches += 1
+            live_counts()
+            if not result.lost:
+                for (p, outcome, verdict), b in zip(self.checker.verdicts(prepared, batch_, result), batch_):
+                    stats.reruns += b.repeat
+                    stats.cross_checked += outcome.cross is not None
+                    take(p, verdict, prepared)
+                return
+            stats.lost_batches += 1
+            for k, p in enumerate(prepared):  # one by one: the case that loses its run is the finding
+                if time.monotonic() >= run.until:  # each fault costs a new worker: past the hard stop, leave the rest
+                    stats.skipped_cases += len(prepared) - k
+                    break
+                known = set(found)
+                collect()
+                verdict = self.checker.check(p, repeats=1)
+                take(p, verdict, prepared)
+                # a known hang or device fault again: its class keeps doing it, and each costs a new
+                # worker (a fault) or the case timeout (a hang): move on to the next stint
+                if any(f.where in ("timeout", "cuda_fault") and f.signature in known for f in verdict.findings):
+                    skip_until[0] = (p.index // stint + 1) * stint
+                    stats.skipped_cases += sum(q.index > p.index for q in prepared)
+                    break
+
+        def live_counts() -> None:
+            """Classes and compiles so far, for a progress display (the same counts as at the end)."""
+            stats.classes = len(visited)
+            stats.variants = len(executor.launch_keys - keys_before)
+            stats.compiled = executor.compiled - compiled_before
+
+        def more() -> bool:
+            return run.in_time() and max(drawn, skip_until[0]) < max_cases
+
+        # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
+        nxt, packed = drawn_and_packed() if more() else ([], None)  # packed: nxt's image and launches
+        while nxt or flight:
+            done = None
+            if flight:
+                collect()
+                done = (flight["prepared"], flight["launches"], flight["result"])
+                flight.clear()
+            if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
+                t = tick()
+                flight.update(prepared=nxt, launches=submit(nxt, packed))
+                stats.add_stage("submit", tick() - t)
+                nxt, packed = [], None
+            if done:
+                t = tick()
+                judge_batch(*done)
+                stats.add_stage("judge", tick() - t)
+                if skip_until[0]:  # drawn before a hang was known: drop what lies in the skipped stint
+                    kept = [q for q in nxt if q.index >= skip_until[0]]
+                    if len(kept) < len(nxt):
+                        nxt, packed = kept, None  # packed again at its submission
+            if not nxt and more():
+                nxt, packed = drawn_and_packed()
+        live_counts()
 
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",
@@ -56,179 +220,18 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             on_new: Callable[[Found], None] | None = None,
             stats: OpStats | None = None, start: int = 0,
             until: float | None = None) -> tuple[OpStats, dict[str, Found]]:
-    """Fuzz one op until the budget or the case count runs out, from case `start` of the
-    stream (a resumed campaign; `stats.position` says where it stands). Returns stats and findings
-    keyed by signature (`known` and `stats` are updated in place, so a caller interrupted
-    midway keeps what was found and counted). `on_new` sees each new finding once, after it
-    reproduced alone (the time that takes extends the budget, never past `until`, a monotonic
-    time). Shard (I, N) visits every N-th class of the pool, from the I-th; `seed`
-    then names the shard's own case stream and `pool_seed` the campaign's pool."""
-    stats = OpStats(op) if stats is None else stats
-    found: dict[str, Found] = {} if known is None else known
-    gen = GENERATORS[op]
-    batch = batch or BATCH.get(device, 16)
-    stint = stint or STINT.get(device, 64)
-    t0 = time.monotonic()
-    deadline = t0 + budget_s
-    until = math.inf if until is None else until  # a hard stop (--time-limit): confirmations do not extend it
-    tick = time.perf_counter
-    t = tick()
-    # the same for every shard; the variant's later-release arguments only where it has them
-    classes = gen.pool(seed if pool_seed is None else pool_seed, pool, variant)
-    stats.add_stage("generate", tick() - t)
-    lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
-    checker = Checker(executor, op, variant)
-    keys_before = set(executor.launch_keys)
-    compiled_before = executor.compiled
-    visited: set[int] = set()
-    drawn = start  # the next case to draw (its index seeds it)
-    max_cases += start  # the count is this run's
-    stats.position = start
-    ignored: set[str] = set()  # signatures seen only inside a batch
-    skip_until = [0]  # after a known hang or fault, the rest of its stint is skipped (each would repeat it)
-    outside = [0.0]  # seconds spent confirming findings: they extend the budget
-
-    def draw_batch(n: int) -> list[Prepared]:
-        nonlocal drawn
-        out = []
-        drawn = max(drawn, skip_until[0])
-        n = min(n, max_cases - drawn)
-        for _ in range(n):
-            t = tick()
-            k_index, case = stream_case(gen, classes, seed, drawn, stint, shard, in_contract_only)
-            visited.add(k_index)
-            if variant:
-                case = case.replace(variant=variant)
-            case = fit_target(case, lacks)
-            stats.add_stage("generate", tick() - t)
-            out.append(checker.prepare(case, drawn, stats.add_stage))
-            drawn += 1
-        return out
-
-    def pack(prepared: list[Prepared]) -> tuple:
-        """The batch's image and launches: made when the batch is drawn, while the worker runs
-        the one before, so that between two batches the worker waits only for the copy and send."""
-        repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
-        cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
-        return launches(prepared, repeat, cross)
-
-    def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
-        nxt = draw_batch(batch)
-        t = tick()
-        packed = pack(nxt) if nxt else None
-        stats.add_stage("submit", tick() - t)
-        return nxt, packed
-
-    def submit(prepared: list[Prepared], packed: tuple | None) -> list[Launch]:
-        image, batch_ = packed or pack(prepared)  # packed again: what a skipped stint left of it
-        executor.submit(image, batch_)
-        return batch_
-
-    flight: dict = {}  # the batch the worker runs now: prepared, launches, and its result once collected
-
-    def collect() -> None:
-        """Collect the batch in flight (before the worker is asked anything else)."""
-        if flight and "result" not in flight:
-            t = tick()
-            flight["result"] = executor.collect()
-            stats.add_stage("wait", tick() - t)
-
-    def alone(p: Prepared) -> Verdict:
-        collect()
-        return checker.check(p, repeats=2 if rerun_every else 1)
-
-    def take(p: Prepared, verdict: Verdict, batch_prepared: list[Prepared]) -> None:
-        stats.count(verdict)
-        stats.position = max(stats.position, p.index + 1)
-        stats.features.update(gen.all_features(p.case))
-        if on_case:
-            on_case(stats, verdict)
-        new = [f for f in verdict.findings if f.signature not in found and f.signature not in ignored]
-        if not new:
-            return
-        again = alone(p)  # before it counts: the finding shows with the case alone
-        seen = {f.signature: f for f in again.findings}
-        for f in new:
-            if f.signature in seen:
-                outside[0] += _add(found, seen[f.signature], p.case, on_new)
-            elif f.kind == "nondeterministic" and any(g.kind == "out_of_bounds_read" for g in again.findings):
-                # the batch's two runs could not say it was the fill; the case alone (its probe
-                # runs, judge._reruns) could: the same difference, named after the input read past
-                for g in again.findings:
-                    if g.kind == "out_of_bounds_read" and g.signature not in found:
-                        outside[0] += _add(found, g, p.case, on_new)
-            else:  # shown only next to other cases: run every case of the batch alone
-                for q in batch_prepared:
-                    for g in alone(q).findings:
-                        if g.signature not in found:
-                            outside[0] += _add(found, g, q.case, on_new)
-                if f.signature not in found:
-                    ignored.add(f.signature)
-                    stats.batch_only.append(f.signature)
-
-    def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
-        """Judge a collected batch; a lost one case by case (a known hang or fault sets `skip_until`)."""
-        for name, sec in result.stages.items():
-            stats.add_stage(f"worker {name}", sec)
-        stats.batches += 1
-        live_counts()
-        if not result.lost:
-            for (p, outcome, verdict), b in zip(checker.verdicts(prepared, batch_, result), batch_):
-                stats.reruns += b.repeat
-                stats.cross_checked += outcome.cross is not None
-                take(p, verdict, prepared)
-            return
-        stats.lost_batches += 1
-        for k, p in enumerate(prepared):  # one by one: the case that loses its run is the finding
-            if time.monotonic() >= until:  # each fault costs a new worker: past the hard stop, leave the rest
-                stats.skipped_cases += len(prepared) - k
-                break
-            known = set(found)
-            collect()
-            verdict = checker.check(p, repeats=1)
-            take(p, verdict, prepared)
-            # a known hang or device fault again: its class keeps doing it, and each costs a new
-            # worker (a fault) or the case timeout (a hang): move on to the next stint
-            if any(f.where in ("timeout", "cuda_fault") and f.signature in known for f in verdict.findings):
-                skip_until[0] = (p.index // stint + 1) * stint
-                stats.skipped_cases += sum(q.index > p.index for q in prepared)
-                break
-
-    def live_counts() -> None:
-        """Classes and compiles so far, for a progress display (the same counts as at the end)."""
-        stats.classes = len(visited)
-        stats.variants = len(executor.launch_keys - keys_before)
-        stats.compiled = executor.compiled - compiled_before
-
-    def more() -> bool:
-        return time.monotonic() < min(deadline + outside[0], until) and max(drawn, skip_until[0]) < max_cases
-
-    # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
-    nxt, packed = drawn_and_packed() if more() else ([], None)  # packed: nxt's image and launches
-    while nxt or flight:
-        done = None
-        if flight:
-            collect()
-            done = (flight["prepared"], flight["launches"], flight["result"])
-            flight.clear()
-        if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
-            t = tick()
-            flight.update(prepared=nxt, launches=submit(nxt, packed))
-            stats.add_stage("submit", tick() - t)
-            nxt, packed = [], None
-        if done:
-            t = tick()
-            judge_batch(*done)
-            stats.add_stage("judge", tick() - t)
-            if skip_until[0]:  # drawn before a hang was known: drop what lies in the skipped stint
-                kept = [q for q in nxt if q.index >= skip_until[0]]
-                if len(kept) < len(nxt):
-                    nxt, packed = kept, None  # packed again at its submission
-        if not nxt and more():
-            nxt, packed = drawn_and_packed()
-    stats.seconds = time.monotonic() - t0
-    live_counts()
-    return stats, found
+    """Fuzz one op with the batched engine outside a campaign (the benchmark, tests): from case
+    `start` of the stream until the budget or the case count runs out. Returns stats and
+    findings keyed by signature. `on_new` sees each new finding once, after it reproduced
+    alone (the time that takes extends the budget, never past `until`, a monotonic time).
+    Shard (I, N) visits every N-th class of the pool, from the I-th; `seed` then names the
+    shard's own case stream and `pool_seed` the campaign's pool."""
+    options = EngineOptions(seed=seed, pool_seed=pool_seed, shard=shard, device=device,
+                            in_contract_only=in_contract_only, variant=variant, rerun_every=rerun_every,
+                            batch=batch, cross_every=cross_every)
+    return run_engine(BatchEngine(op, executor, options, stint=stint, pool=pool), budget_s=budget_s,
+                      max_cases=max_cases, start=start, until=until, known=known, stats=stats,
+                      on_case=on_case, sink=on_new)
 
 
 def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int] = (1, 1),
@@ -248,15 +251,6 @@ def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_onl
     for i in range(n):
         k, case = stream_case(gen, classes, seed, i, stint or STINT.get(device, 64), shard, in_contract_only)
         yield k, case if variant is None else case.replace(variant=variant)
-
-
-def _add(found: dict[str, Found], finding, case: Case, on_new) -> float:
-    """Record a new finding; the seconds `on_new` took (confirmation) do not count as fuzzing."""
-    found[finding.signature] = Found(finding, case, case)
-    t = time.monotonic()
-    if on_new:
-        on_new(found[finding.signature])
-    return time.monotonic() - t
 
 
 def run_prepared(executor: Executor, prepared: list[Prepared], repeat: bool = False) -> list[Outcome]:

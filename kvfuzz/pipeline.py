@@ -1,0 +1,295 @@
+"""The finding pipeline: what happens to a finding from the moment an engine records it.
+
+A campaign makes one `FindingPipeline`; every engine hands it each new finding (`add`, the
+`sink` of `engines.base.OpRun`). There it is confirmed in fresh worker processes from its saved
+form (`confirm.py`) and saved to the corpus at once, so even SIGKILL loses nothing confirmed;
+one that does not reproduce there is flaky and never saved. When the op's fuzzing is over,
+`settle` minimizes each confirmed finding in the warm worker (`minimize.py`), confirms the
+minimized case the same way and saves it over the first one; if minimizing lost the
+signature, the confirmed case saved earlier stays. The op's minimizing time (`--time-limit`)
+is shared out among its findings (`fair_share`).
+
+One defect often shows several signatures (where a wild write lands, which tensor a race
+touches): a finding whose minimized case shows the signature of another finding of the op, or
+equals its minimized case, takes that finding in (`_settle`, `_absorb`). The corpus then holds
+one case, whose meta lists every signature it shows, and the report one finding with its
+signatures. The report's findings come out of `saved` and `flaky`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from .case import Case
+from .check import Checker
+from .confirm import Confirmation, confirm
+from .corpus import DirectoryCorpus, SavedCase, SaveResult
+from .corpus.format import key_of
+from .engines.common import Found
+from .errors import BadInput
+from .execute import one_line
+from .findings import runs_to_show
+from .minimize import minimize
+from .worker import Executor, WorkerExecutor
+
+if TYPE_CHECKING:
+    from .campaign import CampaignConfig
+
+LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
+
+
+@dataclass
+class Saved:
+    found: Found
+    case: Case
+    path: Path | None
+    minimize_log: list[str] = field(default_factory=list)
+    minimize_seconds: float = 0.0  # kvfuzz's reducer (Hypothesis' shrink ran during fuzzing)
+    save_error: str | None = None  # the corpus refused it (say, its slot holds an unreadable case)
+    confirmation: Confirmation | None = None  # of the case saved
+    minimized_confirmed: bool | None = None  # None: not minimized further
+    new: bool = True  # False: the corpus already held this finding (an earlier run, another shard)
+    signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
+    shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
+
+    def __post_init__(self) -> None:
+        if not self.signatures:
+            self.signatures = [self.found.finding.signature]
+
+
+@dataclass
+class Flaky:
+    finding: Found
+    confirmation: Confirmation
+
+
+def fair_share(until: float | None, waiting: int) -> float | None:
+    """When the next of `waiting` findings must be settled by, so that the op's minimizing
+    time is shared out and the first findings do not leave the last ones unminimized (one
+    merged into another uses none of its share, which goes to those after it)."""
+    if until is None:
+        return None
+    now = time.monotonic()
+    return now + max(0.0, until - now) / max(waiting, 1)
+
+
+def minimize_seconds(wanted: float, until: float | None, confirmation: Confirmation | None) -> float:
+    """A finding's minimizing time: `wanted`, cut so that the confirmation and re-run of the
+    minimized case that follow (about 1.5 times what its first confirmation took) still end
+    by `until`; else one finding overruns its share and the last ones get none."""
+    reserve = 1.5 * confirmation.seconds if confirmation is not None else 0.0
+    return within(wanted, None if until is None else until - reserve)
+
+
+def within(seconds: float, until: float | None) -> float:
+    """`seconds`, cut to what is left before `until` (a monotonic time; None: no cut)."""
+    return seconds if until is None else max(0.0, min(seconds, until - time.monotonic()))
+
+
+class FindingPipeline:
+    """Confirm, save, minimize, confirm again, merge and save: every finding of a campaign.
+    `fresh()` gives a worker that has run no case (for confirmations); `executor` is the
+    campaign's warm worker (for minimizing); `store` the corpus, or None."""
+
+    def __init__(self, cfg: CampaignConfig, executor: Executor, fresh: Callable[[], WorkerExecutor], device: str,
+                 versions: dict, store: DirectoryCorpus | None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.cfg, self.executor, self.fresh, self.device = cfg, executor, fresh, device
+        self.versions, self.store, self.progress = versions, store, progress
+        self.saved: list[Saved] = []
+        self.flaky: list[Flaky] = []
+        self.confirmed: dict[str, Confirmation] = {}
+        self.first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
+        self.listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
+
+    def add(self, f: Found) -> str:
+        """A finding an engine has just recorded: confirmed in fresh processes before it
+        counts, then on disk at once (a SIGKILL during the long minimization that follows must
+        not lose it). Returns "flaky", "known" or "new" (new to the corpus)."""
+        sc = self._saved_case(f, f.case)
+        c = confirm(sc, self.fresh, self.cfg.confirm_tries)
+        if not c.confirmed:  # stays in the engine's findings, so the engine does not report it again
+            self.flaky.append(Flaky(f, c))
+            self._say(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
+            return "flaky"
+        self.confirmed[f.finding.signature] = c
+        res = None
+        listed = self._listed_elsewhere(sc) if self.store is not None else None
+        if listed is not None:  # shown by a case saved under another finding: known
+            self.first_saved[f.finding.signature] = LISTED
+            self.listed_at[f.finding.signature] = listed
+            return "known"
+        if self.store is not None:
+            res, error = self._try_save(sc)
+            if res is not None:
+                self.first_saved[f.finding.signature] = res.status
+            else:  # _finish saves again, and reports it
+                self._say(f"  {f.finding.signature}: not saved yet: {error}")
+        return "new" if res is None or res.status == "new" else "known"
+
+    def waiting(self, found: dict[str, Found]) -> bool:
+        """Whether any of an op's findings is confirmed and waits to be settled."""
+        return any(sig in self.confirmed for sig in found)
+
+    def settle(self, found: dict[str, Found], until: float | None = None) -> None:
+        """The end of an op: each confirmed finding of `found` minimized, confirmed again,
+        merged with the op's others and saved, within `until` (a monotonic time, shared out
+        among them); `found` is emptied as they settle."""
+        groups_from = len(self.saved)  # this op's findings, merged as they settle, are saved[groups_from:]
+        waiting = sum(sig in self.confirmed for sig in found)
+        for sig in list(found):
+            if sig in self.confirmed:
+                self._settle(found[sig], groups_from, fair_share(until, waiting))
+                waiting -= 1
+            del found[sig]
+
+    def save_unminimized(self, found: dict[str, Found]) -> None:
+        """Interrupted: each confirmed finding of `found` saved as it stands, running nothing."""
+        for sig, f in found.items():
+            if sig in self.confirmed and self.first_saved.get(sig) == LISTED:
+                self.saved.append(Saved(f, f.case, self.listed_at[sig], new=False))
+            elif sig in self.confirmed:
+                self.saved.append(self._finish(f, interrupted=True))
+
+    def _say(self, line: str) -> None:
+        if self.progress:
+            self.progress(line)
+
+    def _try_save(self, sc: SavedCase) -> tuple[SaveResult | None, str | None]:
+        """`store.save`, or why it refused (say, the slot holds an unreadable case): one refused
+        save must not cost the run its other findings."""
+        try:
+            return self.store.save(sc), None
+        except (OSError, ValueError, BadInput) as exc:
+            return None, one_line(exc)
+
+    def _saved_case(self, f: Found, case: Case, log: tuple[str, ...] = (),
+                    signatures: list[str] | None = None) -> SavedCase:
+        cfg = self.cfg
+        external = cfg.target != "builtin"
+        meta = dict(seed=cfg.seed, first_seen=f.first.digest())
+        if signatures and len(signatures) > 1:  # the findings merged into this one (SavedCase.signatures)
+            meta["signatures"] = list(signatures)
+        if f.finding.kind == "backend_divergence":  # what `kvfuzz replay` compares the device with
+            meta["cross_check"] = cfg.cross_check
+        return SavedCase(
+            case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
+            device=self.device, versions=self.versions, origin=cfg.engine,
+            expected="xfail" if external else "pass",
+            reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
+            minimized=case != f.first, minimize_log=log)
+
+    def _listed_elsewhere(self, sc: SavedCase) -> Path | None:
+        """The saved case of another finding that lists `sc`'s signature (a campaign merged it
+        there), or None; a case under `sc`'s own key is for `save` to compare with."""
+        try:
+            where = self.store.listing(sc.case.op, sc.target, sc.finding.signature)
+        except OSError:
+            return None
+        return where if where is not None and where.name != sc.key() else None
+
+    def _finish(self, f: Found, interrupted: bool = False, until: float | None = None) -> Saved:
+        """kvfuzz's reducer after the engine's own shrinking; the result is confirmed in a fresh
+        process and saved over the case saved when the finding was first seen. If minimizing lost
+        the signature, the confirmed case stays. Interrupted: save the case as it stands (it was
+        confirmed when first seen), running nothing."""
+        cfg, executor = self.cfg, self.executor
+        sig = f.finding.signature
+        first_saved = self.first_saved.get(sig)
+        confirmation = self.confirmed.get(sig)
+        case, log, seconds = f.case, [], 0.0
+        minimized_confirmed = None
+        if until is not None and time.monotonic() >= until:  # the op's --time-limit slot is spent
+            interrupted = True
+        budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
+                                  confirmation)
+        checker = Checker(executor, f.finding.op)
+        if budget > 0 and not interrupted:
+            m = minimize(case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
+            case, log, seconds = m.case, list(m.log), m.seconds
+        shows = {sig}
+        if not interrupted and (case != f.first):
+            verdict = checker.check(case, runs_to_show(sig))
+            shows |= set(verdict.signatures())
+            finding = next((x for x in verdict.findings if x.signature == sig), None)
+            c = None
+            if finding is not None:
+                c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
+            minimized_confirmed = bool(c and c.confirmed)
+            if minimized_confirmed:
+                f.finding, confirmation = finding, c
+            else:  # the smaller case lost it: keep the confirmed one
+                self._say(f"  {sig}: the minimized case did not reproduce in a fresh process; "
+                          "keeping the case it was confirmed on")
+                case, log = f.first, []
+        if not interrupted and case == f.first:  # what the case it keeps shows, for merging
+            shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())
+        finding = f.finding
+        path, error = None, None
+        if self.store is not None:
+            res, error = self._try_save(self._saved_case(f, case, tuple(log)))
+            if res is None:
+                self._say(f"  {finding.kind}: {sig}: NOT SAVED: {error}")
+            else:
+                path = res.path
+                # "new": new to the corpus, though its first form was saved earlier
+                self._say(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
+        else:
+            self._say(f"  {finding.kind}: {sig}")
+        # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
+        return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
+                     new=first_saved in (None, "new"), shows=frozenset(shows))
+
+    def _settle(self, f: Found, groups_from: int, until: float | None) -> None:
+        """Minimize and save `f` (`_finish`), or merge it with this op's findings settled before it
+        (`saved[groups_from:]`): one whose case already shows `f`'s signature takes it in without
+        minimizing it; else `f`'s minimized case takes in each earlier one whose case it equals or
+        whose signatures it all shows. One defect, one finding, one saved case."""
+        sig = f.finding.signature
+        groups = self.saved[groups_from:]
+        host = next((g for g in groups if sig in g.shows), None)
+        if host is not None:
+            self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")])
+            return
+        if self.first_saved.get(sig) == LISTED:  # known: another saved case lists it
+            self.saved.append(Saved(f, f.case, self.listed_at[sig], new=False))
+            self._say(f"  {f.finding.kind}: {sig} -> {self.listed_at[sig]} (known: that case lists it)")
+            return
+        x = self._finish(f, until=until)
+        taken = [g for g in groups if g.case == x.case or set(g.signatures) <= x.shows]
+        for g in taken:
+            self.saved.remove(g)
+        self.saved.append(x)
+        if taken:
+            self._absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures])
+
+    def _absorb(self, host: Saved, sigs: list[str], new: list[bool]) -> None:
+        """`host` stands for `sigs` too: its saved case is saved again listing them, and the cases
+        this campaign saved for them are deleted once it holds the list (never a case that was in
+        the corpus before: that is an earlier run's)."""
+        sigs = [s for s in sigs if s not in host.signatures]
+        if not sigs:
+            return
+        host.signatures += sigs
+        host.new = host.new or any(new)
+        host.shows = host.shows | set(sigs)
+        self._say(f"  {', '.join(sigs)}: shown by the case of {host.signatures[0]}; one finding")
+        if self.store is None or host.path is None:
+            return
+        sc = self._saved_case(host.found, host.case, tuple(host.minimize_log), host.signatures)
+        res, error = self._try_save(sc)
+        if res is None or res.status == "kept":  # the corpus does not hold the list: keep every case
+            if error:
+                self._say(f"  {host.signatures[0]}: its merged signatures not saved: {error}")
+            return
+        host.path = res.path
+        for s in sigs:
+            key = key_of(s, self.cfg.target)
+            if self.first_saved.get(s) == "new" and key != res.key:
+                try:
+                    self.store.delete(key)
+                except (KeyError, OSError):
+                    pass
