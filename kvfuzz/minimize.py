@@ -27,7 +27,7 @@ The minimizer knows nothing about targets and does not import torch or triton it
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -52,6 +52,7 @@ class Minimized:
     steps_tried: int  # candidates shown to still_fails
     seconds: float
     complete: bool  # False if the time budget ran out before a fixpoint
+    accepted: dict[str, int] = field(default_factory=dict)  # reductions kept, per pass ("choices": the generic reducer)
 
 
 def rank(case: Case) -> tuple:
@@ -62,18 +63,40 @@ def rank(case: Case) -> tuple:
     return tuple(case.size_key()) + (scalars, dims)
 
 
-def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0) -> Minimized:
-    """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`."""
+METHODS = ("both", "choices", "passes")
+CHOICES_SHARE = 0.5  # of the budget, at most, for the generic reducer; what it leaves goes to the passes
+
+
+def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0,
+             method: str = "both") -> Minimized:
+    """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`.
+    A case with recorded choices is first reduced by the generic reducer (`kvfuzz.reduce`,
+    method "choices"), then by the per-op passes where they shrink it further ("passes");
+    "both" runs the one and then the other."""
+    from .reduce import reduce  # it uses this module's rules
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     t0 = time.monotonic()
     deadline = t0 + budget_s
     origin = case.digest()
     klass = contract_class(case)
-    passes = _passes(case.op)
+    passes = _passes(case.op) if method != "choices" else ()
     tried: set[bytes] = set()
     log: list[str] = []
+    accepted: dict[str, int] = {}
     steps = 0
     current = case
     complete = False
+    if method != "passes":
+        share = budget_s if method == "choices" else budget_s * CHOICES_SHARE
+        reduced = reduce(case, still_fails, share, admissible=lambda c: _admissible(c, klass), size=rank)
+        if reduced is not None:
+            current, steps = reduced.case, reduced.steps_tried
+            log += reduced.log
+            if reduced.log:
+                accepted["choices"] = len(reduced.log)
+            complete = reduced.complete and not passes
 
     def attempt(pass_: Pass, cur: Case) -> tuple[str, Case] | None | object:
         """The first accepted (log line, case) of one pass; None if none; OUT_OF_TIME."""
@@ -110,7 +133,7 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
                 return desc, cand
 
     out_of_time = False
-    while not out_of_time:
+    while passes and not out_of_time:
         progress = False
         for pass_ in passes:
             while True:
@@ -122,14 +145,17 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
                     break
                 desc, current = got
                 log.append(desc)
+                accepted[pass_.__name__] = accepted.get(pass_.__name__, 0) + 1
                 progress = True
             if out_of_time:
                 break
         if not progress and not out_of_time:
             complete = True
             break
-    result = current.replace(variant=case.variant, meta={**case.meta, "minimized_from": origin})
-    return Minimized(result, log, steps, time.monotonic() - t0, complete)
+    # the meta keeps the record of choices the generic reducer ended at (its digest names the
+    # case it replays to: this one, unless a pass shrank it further)
+    result = current.replace(variant=case.variant, meta={**case.meta, **current.meta, "minimized_from": origin})
+    return Minimized(result, log, steps, time.monotonic() - t0, complete, accepted)
 
 
 # admissibility ------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Callable, Iterator
 from ..case import Case
 from ..execute import Launch, Outcome, Prepared, launches, outcome_of, outcomes, prepare
 from ..judge import Verdict, judge, quick_verdict
+from ..reduce import record_case
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
@@ -131,6 +132,10 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             flight["result"] = executor.collect()
             stats.add_stage("wait", tick() - t)
 
+    def recorded(p: Prepared) -> Case:
+        """A finding's case with its choices recorded: drawn again, so only findings pay for it."""
+        return stream_recorded(p.case, gen, classes, seed, p.index, stint, shard, in_contract_only, variant, lacks)
+
     def alone(case: Case) -> Verdict:
         collect()
         return judge(case, executor.run(case, repeats=2 if rerun_every else 1))
@@ -148,18 +153,18 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
         seen = {f.signature: f for f in again.findings}
         for f in new:
             if f.signature in seen:
-                outside[0] += _add(found, seen[f.signature], p.case, on_new)
+                outside[0] += _add(found, seen[f.signature], recorded(p), on_new)
             elif f.kind == "nondeterministic" and any(g.kind == "out_of_bounds_read" for g in again.findings):
                 # the batch's two runs could not say it was the fill; the case alone (its probe
                 # runs, judge._reruns) could: the same difference, named after the input read past
                 for g in again.findings:
                     if g.kind == "out_of_bounds_read" and g.signature not in found:
-                        outside[0] += _add(found, g, p.case, on_new)
+                        outside[0] += _add(found, g, recorded(p), on_new)
             else:  # shown only next to other cases: run every case of the batch alone
                 for q in batch_prepared:
                     for g in alone(q.case).findings:
                         if g.signature not in found:
-                            outside[0] += _add(found, g, q.case, on_new)
+                            outside[0] += _add(found, g, recorded(q), on_new)
                 if f.signature not in found:
                     ignored.add(f.signature)
                     stats.batch_only.append(f.signature)
@@ -233,9 +238,22 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int] = (1, 1),
                 in_contract_only: bool = False) -> tuple[int, Case]:
     """(class index, case) of the `i`-th case of a stream: the engine's and the benchmark's."""
-    class_no, violation = gen.stint(f"{seed}:{gen.op}", i // stint, in_contract_only)
-    k_index = (class_no * shard[1] + shard[0] - 1) % len(classes)  # shards take turns
+    k_index, violation = _stream_place(gen, classes, seed, i, stint, shard, in_contract_only)
     return k_index, gen.case_in_stint(RandomDraw(f"{seed}:{gen.op}:{i}"), classes[k_index], violation)
+
+
+def _stream_place(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
+                  in_contract_only: bool) -> tuple[int, str | None]:
+    """(class index, violation) of the `i`-th case of a stream."""
+    class_no, violation = gen.stint(f"{seed}:{gen.op}", i // stint, in_contract_only)
+    return (class_no * shard[1] + shard[0] - 1) % len(classes), violation  # shards take turns
+
+
+def stream_recorded(case: Case, gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
+                    in_contract_only: bool, variant: str | None, lacks: dict) -> Case:
+    """`case`, the `i`-th of the stream, with the record of its choices (`kvfuzz.reduce`)."""
+    k_index, violation = _stream_place(gen, classes, seed, i, stint, shard, in_contract_only)
+    return record_case(case, classes[k_index], f"{seed}:{gen.op}:{i}", violation, variant, lacks)
 
 
 def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_only: bool = False,
