@@ -1,6 +1,10 @@
 """Shrink a failing `Case` while its finding still holds: kvfuzz's own case reducer.
 
-Greedy delta debugging to a fixpoint. Reduction passes (batch rows first, then widths and
+A case that carries the record of the choices that made it is first shrunk by the generic
+reducer (`kvfuzz.reduce`: its choices shrunk and replayed through the op's generator), then
+by the per-op passes below where they shrink it further; a case without one gets the passes.
+
+The passes: greedy delta debugging to a fixpoint. Reduction passes (batch rows first, then widths and
 page counts, layouts, dtypes, values, scalars) each propose candidates built from the
 current case; the first candidate the caller's `still_fails` accepts becomes the current
 case and the pass starts again; a round of every pass without progress is the fixpoint.
