@@ -1,6 +1,10 @@
 """Shrink a failing `Case` while its finding still holds: kvfuzz's own case reducer.
 
-Greedy delta debugging to a fixpoint. Reduction passes (batch rows first, then widths and
+A case that carries the record of the choices that made it is first shrunk by the generic
+reducer (`kvfuzz.reduce`: its choices shrunk and replayed through the op's generator), then
+by the per-op passes below where they shrink it further; a case without one gets the passes.
+
+The passes: greedy delta debugging to a fixpoint. Reduction passes (batch rows first, then widths and
 page counts, layouts, dtypes, values, scalars) each propose candidates built from the
 current case; the first candidate the caller's `still_fails` accepts becomes the current
 case and the pass starts again; a round of every pass without progress is the fixpoint.
@@ -30,7 +34,7 @@ module holds the driver, the generic passes and the editing helpers those passes
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
@@ -62,6 +66,7 @@ class Minimized:
     steps_tried: int  # candidates shown to still_fails
     seconds: float
     complete: bool  # False if the time budget ran out before a fixpoint
+    accepted: dict[str, int] = field(default_factory=dict)  # reductions kept, per pass ("choices": the generic reducer)
 
 
 def rank(case: Case) -> tuple:
@@ -72,22 +77,43 @@ def rank(case: Case) -> tuple:
     return tuple(case.size_key()) + (scalars, dims)
 
 
+METHODS = ("both", "choices", "passes")
+CHOICES_SHARE = 0.5  # of the budget, at most, for the generic reducer; what it leaves goes to the passes
+
+
 def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0,
-             assess: Callable[[Case], Assessed] | None = None) -> Minimized:
+             assess: Callable[[Case], Assessed] | None = None, method: str = "both") -> Minimized:
     """Greedy reduction of `case` while `still_fails(candidate)` holds, within `budget_s`.
-    `assess` classifies a candidate for its contract class (default: its contract's
-    `assessment`); a checker passes its own `prepare`, so that the candidate it then runs is
-    classified, and its NumPy oracle run, once (check.Checker.still_fails)."""
+    A case with recorded choices is first reduced by the generic reducer (`kvfuzz.reduce`,
+    method "choices"), then by the per-op passes where they shrink it further ("passes");
+    "both" runs the one and then the other. `assess` classifies a candidate for its contract
+    class (default: its contract's `assessment`); a checker passes its own `prepare`, so that
+    the candidate it then runs is classified, and its NumPy oracle run, once
+    (check.Checker.still_fails)."""
+    from .reduce import reduce  # it uses this module's rules
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     t0 = time.monotonic()
     deadline = t0 + budget_s
     origin = case.digest()
     klass = contract_class(case, assess)
-    passes = _passes(case.op)
+    passes = _passes(case.op) if method != "choices" else ()
     tried: set[bytes] = set()
     log: list[str] = []
+    accepted: dict[str, int] = {}
     steps = 0
     current = case
     complete = False
+    if method != "passes":
+        share = budget_s if method == "choices" else budget_s * CHOICES_SHARE
+        reduced = reduce(case, still_fails, share, admissible=lambda c: _admissible(c, klass, assess), size=rank)
+        if reduced is not None:
+            current, steps = reduced.case, reduced.steps_tried
+            log += reduced.log
+            if reduced.log:
+                accepted["choices"] = len(reduced.log)
+            complete = reduced.complete and not passes
 
     def attempt(pass_: Pass, cur: Case) -> tuple[str, Case] | None | object:
         """The first accepted (log line, case) of one pass; None if none; OUT_OF_TIME."""
@@ -124,7 +150,7 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
                 return desc, cand
 
     out_of_time = False
-    while not out_of_time:
+    while passes and not out_of_time:
         progress = False
         for pass_ in passes:
             while True:
@@ -136,14 +162,17 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
                     break
                 desc, current = got
                 log.append(desc)
+                accepted[pass_.__name__] = accepted.get(pass_.__name__, 0) + 1
                 progress = True
             if out_of_time:
                 break
         if not progress and not out_of_time:
             complete = True
             break
-    result = current.replace(variant=case.variant, meta={**case.meta, "minimized_from": origin})
-    return Minimized(result, log, steps, time.monotonic() - t0, complete)
+    # the meta keeps the record of choices the generic reducer ended at (its digest names the
+    # case it replays to: this one, unless a pass shrank it further)
+    result = current.replace(variant=case.variant, meta={**case.meta, **current.meta, "minimized_from": origin})
+    return Minimized(result, log, steps, time.monotonic() - t0, complete, accepted)
 
 
 # admissibility ------------------------------------------------------------------------------

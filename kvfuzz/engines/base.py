@@ -83,12 +83,15 @@ class OpRun:
 
     def take(self, verdict: Verdict, case: Case | None, *, position: int | None = None, features=(),
              alone: Callable[[Case], Verdict] | None = None,
-             not_alone: Callable[[Finding, Verdict], None] | None = None) -> list[Finding]:
+             not_alone: Callable[[Finding, Verdict], None] | None = None,
+             keep: Callable[[], Case] | None = None) -> list[Finding]:
         """Count `verdict` (of `case`, the stream's case `position - 1`) and record its new
         signatures. Where the verdict was not given by the case run alone (inside a batch, in
         the fuzzing process), `alone(case)` runs it alone first and a signature counts only if
         it shows there; `not_alone` gets each one that does not (no `not_alone`: it is set
-        aside, never reported again). Returns the findings recorded."""
+        aside, never reported again). `keep` gives the case a finding records, if not `case`
+        (the batched engine draws it again with its choices recorded). Returns the findings
+        recorded."""
         s = self.stats
         s.count(verdict)
         if position is not None:
@@ -107,7 +110,7 @@ class OpRun:
             if f.signature in self.found:  # recorded meanwhile (a batch's cases run alone by `not_alone`)
                 continue
             if f.signature in seen:
-                recorded.append(self.add(seen[f.signature], case).finding)
+                recorded.append(self.add(seen[f.signature], case if keep is None else keep()).finding)
             elif not_alone is not None:
                 not_alone(f, again)
             else:

@@ -37,6 +37,7 @@ from ..case import Case
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
 from ..findings import Finding
 from ..judge import Verdict
+from ..reduce import record_case
 from ..strategies import GENERATORS
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
@@ -123,6 +124,11 @@ class BatchEngine(Engine):
                 flight["result"] = executor.collect()
                 stats.add_stage("wait", tick() - t)
 
+        def recorded(p: Prepared) -> Case:
+            """A finding's case with its choices recorded: drawn again, so only findings pay for it."""
+            return stream_recorded(p.case, gen, classes, seed, p.index, stint, o.shard, o.in_contract_only,
+                                   o.variant, lacks)
+
         def alone(p: Case | Prepared) -> Verdict:
             collect()
             return self.alone(p)
@@ -134,19 +140,19 @@ class BatchEngine(Engine):
                     # runs, judge._reruns) could: the same difference, named after the input read past
                     for g in again.findings:
                         if g.kind == "out_of_bounds_read" and g.signature not in found:
-                            run.add(g, p.case)
+                            run.add(g, recorded(p))
                     return
                 # shown only next to other cases: run every case of the batch alone
                 for q in batch_prepared:
                     for g in alone(q).findings:
                         if g.signature not in found:
-                            run.add(g, q.case)
+                            run.add(g, recorded(q))
                 if f.signature not in found:
                     run.set_aside.add(f.signature)
                     stats.batch_only.append(f.signature)
 
             run.take(verdict, p.case, position=p.index + 1, features=gen.all_features(p.case),
-                     alone=lambda _case: alone(p), not_alone=not_alone)
+                     alone=lambda _case: alone(p), not_alone=not_alone, keep=lambda: recorded(p))
 
         def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
             """Judge a collected batch; a lost one case by case (a known hang or fault sets `skip_until`)."""
@@ -237,9 +243,22 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int] = (1, 1),
                 in_contract_only: bool = False) -> tuple[int, Case]:
     """(class index, case) of the `i`-th case of a stream: the engine's and the benchmark's."""
-    class_no, violation = gen.stint(f"{seed}:{gen.op}", i // stint, in_contract_only)
-    k_index = (class_no * shard[1] + shard[0] - 1) % len(classes)  # shards take turns
+    k_index, violation = _stream_place(gen, classes, seed, i, stint, shard, in_contract_only)
     return k_index, gen.case_in_stint(RandomDraw(f"{seed}:{gen.op}:{i}"), classes[k_index], violation)
+
+
+def _stream_place(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
+                  in_contract_only: bool) -> tuple[int, str | None]:
+    """(class index, violation) of the `i`-th case of a stream."""
+    class_no, violation = gen.stint(f"{seed}:{gen.op}", i // stint, in_contract_only)
+    return (class_no * shard[1] + shard[0] - 1) % len(classes), violation  # shards take turns
+
+
+def stream_recorded(case: Case, gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
+                    in_contract_only: bool, variant: str | None, lacks: dict) -> Case:
+    """`case`, the `i`-th of the stream, with the record of its choices (`kvfuzz.reduce`)."""
+    k_index, violation = _stream_place(gen, classes, seed, i, stint, shard, in_contract_only)
+    return record_case(case, classes[k_index], f"{seed}:{gen.op}:{i}", violation, variant, lacks)
 
 
 def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_only: bool = False,

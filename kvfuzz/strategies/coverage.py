@@ -22,6 +22,7 @@ from .draw import CompileClass, RandomDraw
 
 ODD = "odd_stride"
 MISALIGNED = "misaligned"
+CLASS_SEED = "class_seed"  # the key of a pool class's RandomDraw seed in its memo
 
 
 def generic_features(case: Case) -> set[str]:
@@ -80,6 +81,8 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
     of the op's own combinations, `extra_features`), then random ones; the same (op, seed,
     size) gives the same pool."""
     cands = [draw_class(RandomDraw(f"{seed}:{op}:class:{i}")) for i in range(candidates)]
+    for i, k in enumerate(cands):  # where each was drawn from, to record its choices (kvfuzz.reduce)
+        k.memo[CLASS_SEED] = f"{seed}:{op}:class:{i}"
     extra = [extra_features(k) if extra_features else set() for k in cands]
     feats = [class_features(k) | e for k, e in zip(cands, extra)]
     uncovered = set().union(*feats)

@@ -5,7 +5,9 @@ Every case generator in `kvfuzz.strategies` is written against `Draw`: `integer`
 strategies (`decode_cases()`, ...) keep Hypothesis' search and shrinking; `RandomDraw` answers
 from `random.Random`, about a hundred times cheaper per case, for the batched engine;
 `FuzzedDraw` answers from libFuzzer's bytes (the atheris engine). The same code therefore
-defines what every engine can reach.
+defines what every engine can reach. `RecordingDraw` keeps the choices any of them made,
+and `ReplayDraw` answers from such a record: kvfuzz's generic reducer (`kvfuzz.reduce`)
+shrinks the record and replays it through the generator.
 
 Choices are ordered simplest first: Hypothesis shrinks `choice` toward the first option,
 `boolean` toward False and `integer` toward its lower bound.
@@ -167,6 +169,77 @@ class FuzzedDraw(Draw):
 
     def boolean(self) -> bool:
         return self.fdp.ConsumeBool()
+
+
+# A recorded choice: (kind, a, b, answer). "int": answer in [a, b]; "choice": answer the index
+# of the option taken among b options (a = 0); "bool": answer 0 or 1 (a = 0, b = 1). In each
+# kind the answer `a` is the simplest.
+Choice = tuple[str, int, int, int]
+
+
+class RecordingDraw(Draw):
+    """Any `Draw`, with the choices it answered kept in `choices` (`kvfuzz.reduce` shrinks
+    them). The inner draw is asked exactly what it would be asked alone, so a seeded
+    `RandomDraw` gives the same case with or without the recording."""
+
+    __slots__ = ("inner", "choices")
+
+    def __init__(self, inner: Draw) -> None:
+        self.inner = inner
+        self.choices: list[Choice] = []
+
+    def integer(self, lo: int, hi: int) -> int:
+        v = self.inner.integer(lo, hi)
+        self.choices.append(("int", int(lo), int(hi), int(v)))
+        return v
+
+    def choice(self, options: Sequence[T]) -> T:
+        v = self.inner.choice(options)
+        i = next(i for i, o in enumerate(options) if o is v)  # inner draws hand back one of the options
+        self.choices.append(("choice", 0, len(options) - 1, i))
+        return v
+
+    def boolean(self) -> bool:
+        v = self.inner.boolean()
+        self.choices.append(("bool", 0, 1, int(v)))
+        return v
+
+    def seed(self) -> int:
+        v = self.inner.seed()
+        self.choices.append(("int", 0, 2**32 - 1, v))
+        return v
+
+
+class ReplayDraw(Draw):
+    """Answers from a recorded choice sequence, one choice per call: an answer that no longer
+    fits the call (another kind, or outside its bounds, after an earlier choice changed) is
+    clamped into them, and past the end every call gets its simplest answer, as Hypothesis
+    replays a shrunk buffer. `choices` holds what was really answered, so a replay is also
+    a recording (of a sequence that replays to the same case)."""
+
+    __slots__ = ("recorded", "choices")
+
+    def __init__(self, recorded: Sequence[Sequence]) -> None:
+        self.recorded = recorded
+        self.choices: list[Choice] = []
+
+    def _answer(self, kind: str, lo: int, hi: int) -> int:
+        i = len(self.choices)
+        v = lo
+        if i < len(self.recorded):
+            r = self.recorded[i]
+            v = min(max(int(r[3]), lo), hi) if r[0] == kind else lo
+        self.choices.append((kind, lo, hi, v))
+        return v
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self._answer("int", lo, hi)
+
+    def choice(self, options: Sequence[T]) -> T:
+        return options[self._answer("choice", 0, len(options) - 1)]
+
+    def boolean(self) -> bool:
+        return bool(self._answer("bool", 0, 1))
 
 
 @dataclass(frozen=True)
