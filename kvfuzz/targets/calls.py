@@ -40,6 +40,10 @@ counts as kvfuzz's failure, never the target's (its type name is `execute.HARNES
 
 `GENERATIONS` lists each SGLang API generation of each op, read from the release wheels'
 kernel files (docs/releases.md); a signature equal to one of them is named after it.
+
+Standalone (the standard library, torch and triton; of kvfuzz, only errors.py and
+sglang_shim.py): the repro script embeds this module and calls the kernel through `bind`
+as kvfuzz does (kvfuzz.repro.standalone_modules).
 """
 
 from __future__ import annotations
@@ -49,7 +53,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..errors import TargetLoadError
-from ..ops.num_kv_splits import sglang_max_num_seq
 from .sglang_shim import make_swa_pool, make_unified_swa_pool
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
@@ -119,6 +122,11 @@ def _optional_tensor(name: str) -> Getter:  # an optional tensor (input or outpu
 
 def _flag(name: str) -> Getter:
     return lambda t, s: bool(s.get(name, False))
+
+
+def sglang_max_num_seq(num_seq: int) -> int:
+    """SGLang's MAX_NUM_SEQ: 256 below 256 sequences, else the next power of two."""
+    return 256 if num_seq < 256 else 1 << (num_seq - 1).bit_length()
 
 
 def _max_num_seq(t, s):
