@@ -3,10 +3,11 @@
 
 This module is the script's own part: `kvfuzz.repro` writes FILE.py as a description of the
 case (this docstring's place), then the source of each kvfuzz module it imports from
-(`kvfuzz.repro.standalone_modules(op)`: the finding signatures, the two fills, where a byte
-lies and whom it is charged to, the SGLang stand-ins, the call bindings), each under a header
-naming it and with its imports of kvfuzz modules dropped, then this module's source, its line
-`CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
+(`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
+faults, the two fills, where a byte lies and whom it is charged to, the output and re-run
+rules, the SGLang stand-ins, the call bindings), each under a header naming it and with its
+imports of kvfuzz modules dropped, then this module's source, its line `CASE = None` (near
+the end) replaced by the case's data (a `ReproCase`). So each of those
 modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
 (tests/test_repro.py checks their imports). The rules they hold exist once: kvfuzz runs the
 same code.
@@ -54,6 +55,7 @@ import zlib
 # kvfuzz modules the script embeds (kvfuzz.repro.standalone_modules): in a written script these
 # lines are dropped, and the names are the embedded modules' own
 from .errors import TargetLoadError
+from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
@@ -66,8 +68,6 @@ DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
 DEFAULT_TIMEOUT = 600.0  # seconds the child process calling the kernel may take
 STATUS_FD_ENV = "KVFUZZ_REPRO_STATUS_FD"  # the supervising parent's pipe for the child's verdict
 CROSS_CHECK_MARK = "KVFUZZ_CROSS_CHECK_WORKER"  # set in the backend's process, as kvfuzz's cross.WORKER_MARK
-# messages of a CUDA error raised by torch (RuntimeError before torch.AcceleratorError) or Triton
-CUDA_ERROR_MARKS = ("CUDA error", "CUDA_ERROR", "Triton Error [CUDA]", "device-side assert")
 
 
 # ---------------------------------------------------------------------------- the case
@@ -284,7 +284,7 @@ def check_interpreter():
     except Exception as exc:
         numpy = sys.modules.get("numpy")
         raise UsageError(f"Triton {triton.__version__}'s interpreter fails with numpy "
-                         f"{getattr(numpy, '__version__', '?')} ({type(exc).__name__}: {_first_line(exc)}); "
+                         f"{getattr(numpy, '__version__', '?')} ({one_line(exc)}); "
                          "use numpy<2.4 with triton 3.6, or --device cuda") from None
     if out.tolist() != [1, 2]:
         raise UsageError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "
@@ -332,21 +332,11 @@ def load_kernels(path, entry_name):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise UsageError(f"loading {path!r} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise UsageError(f"loading {path!r} failed: {one_line(exc)}") from None
     entry = getattr(module, entry_name, None)
     if entry is None:
         raise UsageError(f"{path!r} defines no {entry_name}")
     return entry
-
-
-def _first_line(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def one_line(exc):
-    """'TypeName: first line of the message', as kvfuzz records a target's error."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"[:300]
 
 
 # ---------------------------------------------------------------------------- the call
@@ -404,17 +394,6 @@ def elements(case, arena_host, name):
     return views_of(case, arena_host)[name].to(torch.int64)
 
 
-def is_cuda_error(exc):
-    """A CUDA error (illegal memory access, device-side assert, launch failure): the context
-    is unusable afterwards. torch raises torch.AcceleratorError (newer versions) or a
-    RuntimeError saying "CUDA error"; Triton's launcher says "Triton Error [CUDA]"."""
-    torch = sys.modules.get("torch")
-    accelerator_error = getattr(torch, "AcceleratorError", None)
-    if isinstance(accelerator_error, type) and isinstance(exc, accelerator_error):
-        return True
-    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in CUDA_ERROR_MARKS)
-
-
 class Run:
     """One call on a fresh arena: what it raised, the arena after it, or the CUDA fault that
     left the device unusable (then `after` is None)."""
@@ -442,7 +421,7 @@ def run_once(case, call, image, device):
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:
-        if device == "cuda" and is_cuda_error(exc):
+        if device == "cuda" and is_device_fault(exc):
             run.fault, run.detail = one_line(exc), traceback.format_exc()
             return run
         run.error, run.error_type, run.detail = one_line(exc), type(exc).__name__, traceback.format_exc()
