@@ -28,7 +28,7 @@ from .fills import alt_source
 from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
 from .places import band_words, charge_writes, read_place
-from .rules import after_error_rule, extent, output_rules, rerun_rules, same_on
+from .rules import after_error_rule, divergence_rules, extent, output_rules, rerun_rules, same_on
 
 MAX_CELLS = 8  # differing cells kept per finding
 # the process died or hung, or the kernel faulted the GPU: never acceptable, in contract or not
@@ -358,15 +358,10 @@ def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other
                           f"primary device and {backend}", _cells(hit, primary=mine, **{backend: yours}))
             continue
         c = cells[name]
-        for where, mask in (("required", c.required), ("may_write", c.may_write), ("untouched", c.untouched)):
-            bad = hit & mask
-            if not bad.any():
-                continue
-            if where == "required" and all(any(same_on(got, np.asarray(a[name]), mask) for a in accepted)
-                                           for got in (mine, yours)):
-                continue  # both answers accepted (a rounding boundary)
-            yield finding(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
-                          f"between the primary device and {backend}", _cells(bad, primary=mine, **{backend: yours}))
+        answers = [np.asarray(a[name]) for a in accepted]
+        for where, message, bad in divergence_rules(name, backend, c.required, c.may_write, c.untouched, mine, yours,
+                                                    answers):
+            yield finding(kind, name, where, message, _cells(bad, primary=mine, **{backend: yours}))
 
 
 def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np.ndarray,

@@ -3,10 +3,10 @@
 The script is assembled from the source of kvfuzz's own modules (`assemble`): a description
 of the case, then each standalone module the script needs (`standalone_modules(op)`: the
 finding signatures, which exceptions are CUDA faults, the two fills, where a byte lies and
-whom it is charged to, the output and re-run rules, the SGLang stand-ins, the call
-bindings), each under a header comment naming it and with its imports of kvfuzz modules
-dropped, then `kvfuzz/repro_script.py` (the script's own part), its line `CASE = None`
-replaced by the case's data. kvfuzz runs the same modules, so each rule exists
+whom it is charged to, the output, re-run and cross-check rules, the SGLang stand-ins, the
+call bindings), each under a header comment naming it and with its imports of kvfuzz
+modules dropped, then `kvfuzz/repro_script.py` (the script's own part), its line
+`CASE = None` replaced by the case's data. kvfuzz runs the same modules, so each rule exists
 once. Those modules import only the standard library, torch, triton and each other (checked
 here, when a script is assembled), so the script needs only Python, torch and triton (no
 NumPy, no kvfuzz), and a kernel author can run it against their own kernel file:

@@ -4,10 +4,10 @@
 This module is the script's own part: `kvfuzz.repro` writes FILE.py as a description of the
 case (this docstring's place), then the source of each kvfuzz module it imports from
 (`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
-faults, the two fills, where a byte lies and whom it is charged to, the output and re-run
-rules, the SGLang stand-ins, the call bindings), each under a header naming it and with its
-imports of kvfuzz modules dropped, then this module's source, its line `CASE = None` (near
-the end) replaced by the case's data (a `ReproCase`). So each of those
+faults, the two fills, where a byte lies and whom it is charged to, the output, re-run and
+cross-check rules, the SGLang stand-ins, the call bindings), each under a header naming it
+and with its imports of kvfuzz modules dropped, then this module's source, its line
+`CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
 modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
 (tests/test_repro.py checks their imports). The rules they hold exist once: kvfuzz runs the
 same code.
@@ -59,7 +59,7 @@ from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
-from .rules import after_error_rule, output_rules, rerun_rules
+from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
 from .targets.calls import OPS, bind
 from .targets.sglang_shim import ensure_swa_pool_type
 
@@ -859,15 +859,10 @@ def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
         required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
         untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
         accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
-        for where, mask in (("required", required), ("may_write", ~(required | untouched)), ("untouched", untouched)):
-            bad = hit & mask
-            if not bool(bad.any()):
-                continue
-            if where == "required" and all(any(torch.equal(x[required], a[required]) for a in accepted)
-                                           for x in (got, other)):
-                continue  # both answers accepted (a float32 rounding boundary)
-            report.defect(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
-                          f"between the primary device and {backend}", shown(bad))
+        may_write = ~(required | untouched)  # the contract's may-write cells: neither required nor untouched
+        for where, message, bad in divergence_rules(name, backend, required, may_write, untouched, got, other,
+                                                    accepted):
+            report.defect(kind, name, where, message, shown(bad))
 
 
 # ---------------------------------------------------------------------------- main

@@ -9,6 +9,9 @@ the caller turns what they return into findings (kvfuzz) or printed defects (the
   or `partial`); the cells the contract leaves untouched must keep their value, else
   `untouched_write` (`output_rules`). A refused must-refuse case must have raised before
   writing any output cell (`after_error_rule`).
+* A cross-checked case (`divergence_rules`): an output's cells that differ between the
+  primary device's run and the backend's, by their contract class; required cells that
+  differ where both answers are accepted (a rounding boundary) are not a divergence.
 * The runs after the first (`rerun_rules`): one from the same image that differs is
   `nondeterministic`; one from the alternate image that differs is an out-of-bounds read
   where a differing value decodes as a read of the fill, or else where the fill in one input's
@@ -56,6 +59,22 @@ def after_error_rule(name, got, before, error_type):
         return None
     return ("untouched_write", "after_error",
             f"{name}: {int(hit.sum())} cells changed although the call raised {error_type}", hit)
+
+
+def divergence_rules(name, backend, required, may_write, untouched, mine, theirs, accepted):
+    """[(where, message, mask of the cells concerned)] for output `name` of an in-contract case
+    that ran on the primary device (`mine`) and on `backend` (`theirs`)."""
+    hit = mine != theirs
+    out = []
+    for where, mask in (("required", required), ("may_write", may_write), ("untouched", untouched)):
+        bad = hit & mask
+        if not bool(bad.any()):
+            continue
+        if where == "required" and all(any(same_on(x, a, required) for a in accepted) for x in (mine, theirs)):
+            continue  # both answers accepted (a rounding boundary)
+        out.append((where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ between the primary "
+                           f"device and {backend}", bad))
+    return out
 
 
 def rerun_rules(later, first_error, differs, decoded):

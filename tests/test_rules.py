@@ -12,7 +12,7 @@ import torch
 from kvfuzz.fills import alt_source, alt_words
 from kvfuzz.materialize import alt_fill
 from kvfuzz.places import charge_writes, read_place, region_of_byte
-from kvfuzz.rules import after_error_rule, output_rules, rerun_rules
+from kvfuzz.rules import after_error_rule, divergence_rules, output_rules, rerun_rules
 
 REQUIRED = np.array([[1, 1, 1], [1, 0, 0]], dtype=bool)
 UNTOUCHED = np.array([[0, 0, 0], [0, 0, 1]], dtype=bool)
@@ -52,6 +52,25 @@ def test_after_error_rule_agrees_in_numpy_and_torch():
                                           "out: 1 cells changed although the call raised ValueError")
         assert np.asarray(hit).tolist() == [[False, True, False], [False, False, False]]
         assert after_error_rule("out", before, before, "ValueError") is None
+
+
+def test_divergence_rules_agree_in_numpy_and_torch():
+    may_write = ~(REQUIRED | UNTOUCHED)
+    theirs = ALT.copy()  # an accepted answer on the backend: no required divergence
+    theirs[1, 1] = 9  # a may-write cell
+    theirs[1, 2] = 8  # an untouched cell
+    verdicts = []
+    for req, free, unt, mine, other, a, b in both(REQUIRED, may_write, UNTOUCHED, WANT, theirs, WANT, ALT):
+        found = divergence_rules("out", "cpu", req, free, unt, mine, other, [a, b])
+        verdicts.append([(w, m, np.asarray(mask).tolist()) for w, m, mask in found])
+    assert verdicts[0] == verdicts[1]
+    assert [v[:2] for v in verdicts[0]] == [
+        ("may_write", "out: 1 may-write cells differ between the primary device and cpu"),
+        ("untouched", "out: 1 untouched cells differ between the primary device and cpu")]
+    # a required cell that is no accepted answer on one side diverges
+    theirs[0, 0] = 7
+    assert [w for w, _, _ in divergence_rules("out", "cpu", REQUIRED, may_write, UNTOUCHED, WANT, theirs,
+                                              [WANT, ALT])] == ["required", "may_write", "untouched"]
 
 
 def run(alt=False, probe=None, error=None, differs=False):
