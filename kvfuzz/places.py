@@ -21,7 +21,8 @@ def band_range(r, where):
     """The byte range of region `r`'s guard band before it, its storage (where="gap") or its
     guard band after it (alignment slack included)."""
     end = r.start + r.nbytes
-    return {"before": (r.start - r.guard, r.start), "gap": (r.start, end), "after": (end, round_up(end) + r.guard)}[where]
+    return {"before": (r.start - r.guard, r.start), "gap": (r.start, end),
+            "after": (end, round_up(end) + r.guard)}[where]
 
 
 def region_of_byte(regions, b):
@@ -99,4 +100,5 @@ def read_place(regions, inputs, b):
     if best is None:
         return hit, f"in {band_words(*hit)}"
     (dist, where), name = best
-    return (name, where), f"{dist} bytes {where} {name}'s storage, the nearest input (the address lies in {band_words(*hit)})"
+    return (name, where), (f"{dist} bytes {where} {name}'s storage, the nearest input (the address lies in "
+                           f"{band_words(*hit)})")

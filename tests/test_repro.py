@@ -540,7 +540,8 @@ def test_a_module_that_is_not_standalone_is_refused(monkeypatch, tmp_path):
     for what, text in variants.items():
         path = tmp_path / f"places_{what}.py"
         path.write_text(text)
-        monkeypatch.setattr(repro, "_module_file", lambda name, path=path: path if name == "kvfuzz.places" else real(name))
+        monkeypatch.setattr(repro, "_module_file",
+                            lambda name, path=path: path if name == "kvfuzz.places" else real(name))
         with pytest.raises(AssertionError) as err:
             repro.assemble("num_kv_splits")
         assert str(err.value) == {

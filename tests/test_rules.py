@@ -32,7 +32,8 @@ def both(*arrays):
     (np.where(REQUIRED, WANT, BEFORE) + np.array([[0, 9, 0], [0, 0, 0]]),
      [("mismatch", "partial", "out: 1 of 4 required cells differ")]),
     (BEFORE, [("mismatch", "all", "out: 4 of 4 required cells differ (4 never written)")]),
-    (np.where(UNTOUCHED, 1, WANT), [("untouched_write", "cells", "out: 1 cells the contract leaves untouched changed")]),
+    (np.where(UNTOUCHED, 1, WANT),
+     [("untouched_write", "cells", "out: 1 cells the contract leaves untouched changed")]),
 ])
 def test_output_rules_agree_in_numpy_and_torch(got, want):
     verdicts = []
