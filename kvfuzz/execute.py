@@ -32,6 +32,7 @@ import numpy as np
 from .case import Case
 from .contract import Expected
 from .device import torch_device
+from .faults import is_device_fault, one_line
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 
@@ -88,20 +89,6 @@ def prepare(case: Case, index: int = -1, stage: Callable[[str, float], None] | N
         stage("oracle (numpy)", t1 - t0)
         stage("materialize", time.perf_counter() - t1)
     return p
-
-
-def one_line(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
-
-
-def is_device_fault(exc: BaseException) -> bool:
-    """A CUDA error (torch.AcceleratorError, or a RuntimeError naming one): the context is gone."""
-    if type(exc).__name__ == "AcceleratorError":
-        return True
-    msg = str(exc)
-    return isinstance(exc, RuntimeError) and ("CUDA error" in msg or "illegal memory access" in msg
-                                              or "device-side assert" in msg or "CUDA_ERROR" in msg)
 
 
 def _sync(device: str) -> None:

@@ -24,8 +24,11 @@ from .case import Case
 from .contract import Cells, Contract, Expected
 from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
 from .findings import Finding
-from .materialize import NOBODY, Plan, alt_source, elements_view
+from .fills import alt_source
+from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
+from .places import band_words, charge_writes, read_place
+from .rules import after_error_rule, divergence_rules, extent, output_rules, rerun_rules, same_on
 
 MAX_CELLS = 8  # differing cells kept per finding
 # the process died or hung, or the kernel faulted the GPU: never acceptable, in contract or not
@@ -100,13 +103,11 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
         for name in contract.outputs:
             if name in p.regions:
                 r = p.regions[name]
-                got, before = r.elements(first.after), r.elements(p.image)
-                hit = got != before
-                if hit.any():
-                    verdict.findings.append(finding(
-                        "untouched_write", name, "after_error",
-                        f"{name}: {int(hit.sum())} cells changed although the target raised {first.error_type}",
-                        _cells(hit, got=got)))
+                got = r.elements(first.after)
+                broken = after_error_rule(name, got, r.elements(p.image), first.error_type)
+                if broken is not None:
+                    kind, where, message, hit = broken
+                    verdict.findings.append(finding(kind, name, where, message, _cells(hit, got=got)))
     verdict.findings += _reruns(contract, p, first, outcome.runs[1:], finding)
     if outcome.cross is not None and status == "in_contract":
         verdict.findings += _divergence(contract, case, p, first, outcome.cross, outcome.cross_backend or "?",
@@ -115,70 +116,57 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
 
 
 def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult], finding) -> list[Finding]:
-    """The runs after the first. One from the same image that differs: `nondeterministic`. One
-    from the alternate image that differs: an `out_of_bounds_read` where a differing value was
-    read from the fill (decoded from it), else where the fill in one input's guard band or gap
-    alone (a probe run, run_case) changes the run the same way and the image run again does
-    not; any other difference is `nondeterministic` (not the fill's)."""
+    """The runs after the first, by rules.rerun_rules: `nondeterministic`, or an
+    `out_of_bounds_read` where a differing value was read from the fill (decoded from it), or
+    else where the fill in one input's guard band or gap alone (a probe run, run_case) changes
+    the run the same way and the image run again does not."""
     out: dict[str, Finding] = {}
-    unstable = False  # a run from the same image differed: probes cannot be trusted
+    seen_diff: dict[int, tuple[bool, np.ndarray, np.ndarray]] = {}
 
-    def differs(run: RunResult) -> tuple[bool, np.ndarray, np.ndarray]:
-        seen = p.as_canary(run.after) if run.alt else run.after
-        if seen.shape != first.after.shape:
-            return True, seen, np.zeros(0, np.int64)
-        if run.error == first.error and _same_bytes(seen, first.after):
-            return False, seen, np.zeros(0, np.int64)
-        return True, seen, np.flatnonzero(seen != first.after)
+    def compare(run: RunResult) -> tuple[bool, np.ndarray, np.ndarray]:
+        """(differs, the arena it left with the fill put back to the canary, the bytes that differ)."""
+        if id(run) not in seen_diff:
+            seen = p.as_canary(run.after) if run.alt else run.after
+            if seen.shape != first.after.shape:
+                seen_diff[id(run)] = True, seen, np.zeros(0, np.int64)
+            elif run.error == first.error and _same_bytes(seen, first.after):
+                seen_diff[id(run)] = False, seen, np.zeros(0, np.int64)
+            else:
+                seen_diff[id(run)] = True, seen, np.flatnonzero(seen != first.after)
+        return seen_diff[id(run)]
 
-    def nondeterministic(diff: np.ndarray, alt: bool) -> None:
-        owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
-        fill = " (from the alternate image: not explained by the fill)" if alt else ""
-        f = finding("nondeterministic", owners[0] if owners else "-", "rerun",
-                    f"a second run of the same case differs{fill} ({diff.size} bytes in "
-                    f"{', '.join(owners) or 'the error'})")
-        out.setdefault(f.signature, f)
+    def decoded(run: RunResult) -> dict:
+        _, seen, diff = compare(run)
+        return _reads(contract, p, first.after, seen, diff)
 
-    for run in later:
-        if run.after is not None and not run.alt and run.probe is None and differs(run)[0]:
-            unstable = True
-            nondeterministic(differs(run)[2], False)
-    probed = [r for r in later if r.probe is not None and r.after is not None]
-    for run in later:
-        if run.after is None or not run.alt or run.probe is not None:
-            continue
-        changed, seen, diff = differs(run)
-        if not changed:
-            continue
-        reads = _reads(contract, p, first.after, seen, diff) if run.error == first.error else {}
-        if not reads and not unstable:
-            reads = _probed_reads(p, first, probed, differs)
-        if not reads:
-            nondeterministic(diff, True)
+    # "*": all of an input's bands at once (run_case's first probe); its bands, one by one, tell where
+    banded = [r for r in later if r.probe is None or not r.probe.endswith(":*")]
+    for kind, run, places in rerun_rules(banded, first.error, lambda r: compare(r)[0], decoded):
+        diff = compare(run)[2]
+        if kind == "nondeterministic":
+            owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
+            fill = " (from the alternate image: not explained by the fill)" if run.alt else ""
+            reads = {(owners[0] if owners else "-", "rerun"): (
+                f"a second run of the same case differs{fill} ({diff.size} bytes in "
+                f"{', '.join(owners) or 'the error'})", [])}
+        elif kind == "read_decoded":
+            reads = places
+        else:
+            reads = {tuple(band.split(":")): _probed_read(p, band, compare(probe)[2]) for band, probe in places.items()}
         for (tensor, where), (message, cells) in reads.items():
-            f = finding("out_of_bounds_read", tensor, where, message, cells)
+            f = finding(kind if kind == "nondeterministic" else "out_of_bounds_read", tensor, where, message, cells)
             out.setdefault(f.signature, f)
     return list(out.values())
 
 
-def _probed_reads(p: Plan, first: RunResult, probed: list[RunResult],
-                  differs) -> dict[tuple[str, str], tuple[str, list[dict]]]:
-    """{(input, where): (message, cells)} for each band whose probe runs (the alternate fill in
-    that band alone) all differ from the first run."""
-    out = {}
-    steady = {r.probe for r in probed if not differs(r)[0]}  # a band one of whose runs did not change
-    for run in probed:
-        tensor, where = run.probe.split(":")
-        if where == "*" or run.probe in steady or (tensor, where) in out:
-            continue  # "*": all of an input's bands at once; its bands, one by one, tell where
-        _, _, diff = differs(run)
-        owners = sorted({p.names[o] if o != NOBODY else "bytes outside the tensors"
-                         for o in np.unique(p.owner_of(diff))}) or ["the error raised"]
-        out[(tensor, where)] = (
-            f"{', '.join(owners)} changed with the fill of the bytes outside every tensor: the kernel reads "
-            f"{_band(tensor, where)} (the alternate fill there alone changes the run, and the image run again "
+def _probed_read(p: Plan, band: str, diff: np.ndarray) -> tuple[str, list[dict]]:
+    """(message, cells) of an out-of-bounds read told by the probe runs of `band` ("input:where")."""
+    tensor, where = band.split(":")
+    owners = sorted({p.names[o] if o != NOBODY else "bytes outside the tensors"
+                     for o in np.unique(p.owner_of(diff))}) or ["the error raised"]
+    return (f"{', '.join(owners)} changed with the fill of the bytes outside every tensor: the kernel reads "
+            f"{band_words(tensor, where)} (the alternate fill there alone changes the run, and the image run again "
             f"does not; the value read is not what it stored)", [{"changed": o} for o in owners[:MAX_CELLS]])
-    return out
 
 
 # the fast path ------------------------------------------------------------------------------
@@ -316,7 +304,7 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
         for name, ours, required in clean.oracle:
             theirs = np.asarray(outcome.torch_ref[name])
-            if not (_equal(theirs, ours) if required is None else _same(theirs, ours, required)):
+            if not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
         if later.error is not None or later.after is None or later.after.shape != first.after.shape:
@@ -370,37 +358,24 @@ def _divergence(contract: Contract, case: Case, p: Plan, first: RunResult, other
                           f"primary device and {backend}", _cells(hit, primary=mine, **{backend: yours}))
             continue
         c = cells[name]
-        for where, mask in (("required", c.required), ("may_write", c.may_write), ("untouched", c.untouched)):
-            bad = hit & mask
-            if not bad.any():
-                continue
-            if where == "required" and all(any(_same(got, np.asarray(a[name]), mask) for a in accepted)
-                                           for got in (mine, yours)):
-                continue  # both answers accepted (a rounding boundary)
-            yield finding(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
-                          f"between the primary device and {backend}", _cells(bad, primary=mine, **{backend: yours}))
+        answers = [np.asarray(a[name]) for a in accepted]
+        for where, message, bad in divergence_rules(name, backend, c.required, c.may_write, c.untouched, mine, yours,
+                                                    answers):
+            yield finding(kind, name, where, message, _cells(bad, primary=mine, **{backend: yours}))
 
 
 def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np.ndarray,
                      finding) -> Iterator[Finding]:
     """Bytes outside every element (guards, gaps) and input elements that changed. A stray
     byte is charged to the output whose store overran (`write_place`), never to the
-    neighbour it landed in: the message lists those."""
+    neighbour it landed in (places.charge_writes): the message lists those."""
     stray = changed[owner == NOBODY]
     if stray.size:
-        by_place: dict[tuple[str, str], list[int]] = {}
-        victims: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
-        charged: dict[tuple[str, str], tuple[str, str]] = {}  # every byte of one band goes to one output
-        for b in stray.tolist():
-            hit = p.region_of_byte(b)
-            place = charged.get(hit) or charged.setdefault(hit, write_place(p, contract.outputs, b)[0])
-            by_place.setdefault(place, []).append(b)
-            landed = victims.setdefault(place, {})
-            landed[hit] = landed.get(hit, 0) + 1
-        for (tensor, where), bytes_ in sorted(by_place.items()):
+        charged = charge_writes(p.regions.values(), contract.outputs, stray.tolist())
+        for (tensor, where), (bytes_, victims) in sorted(charged.items()):
             r = p.regions.get(tensor)
             rel = [b - r.start for b in bytes_[:MAX_CELLS]] if r else bytes_[:MAX_CELLS]
-            landed = ", ".join(f"{n} {_band(t, w)}" for (t, w), n in sorted(victims[(tensor, where)].items()))
+            landed = ", ".join(f"{n} {band_words(t, w)}" for (t, w), n in sorted(victims.items()))
             yield finding("out_of_bounds_write", tensor, where,
                           f"{len(bytes_)} bytes {where} {tensor}'s elements changed, written by a store to "
                           f"{tensor} (byte offsets from its storage start: {rel}); they landed in: {landed}",
@@ -411,57 +386,6 @@ def _memory_findings(contract: Contract, p: Plan, changed: np.ndarray, owner: np
         hit = int((owner == i).sum())
         if hit:
             yield finding("input_modified", name, "elements", f"input {name} changed ({hit} bytes)")
-
-
-def _band(tensor: str, where: str) -> str:
-    """Words for where a stray byte lies, as region_of_byte names it."""
-    if tensor == "-":
-        return "past every tensor's guard bands"
-    return f"{tensor}'s stride gaps" if where == "gap" else f"{tensor}'s guard band {where} it"
-
-
-def _extent_place(r, b: int) -> tuple[int, str]:
-    """(distance in bytes, before|after|gap) of byte `b` from region `r`'s storage."""
-    if b < r.start:
-        return r.start - b, "before"
-    if b >= r.start + r.nbytes:
-        return b - (r.start + r.nbytes), "after"
-    return 0, "gap"
-
-
-def write_place(p: Plan, outputs: tuple[str, ...], b: int) -> tuple[tuple[str, str], tuple[str, str]]:
-    """((output, before|after|gap), (tensor, where) it landed in) for a stray byte `b` that
-    changed. A byte in an output's own guard bands or gaps is that output's. Any other byte
-    (a neighbour's guard band, past the case's arena) was written by a store that ran past
-    the end of the nearest output before it (indices too large: what overruns are); with no
-    output before it, by one that ran before the start of the nearest output after it."""
-    hit = p.region_of_byte(b)
-    if hit[0] in outputs:
-        return hit, hit
-    regions = [p.regions[n] for n in outputs if n in p.regions]
-    before = [r for r in regions if r.start + r.nbytes <= b]
-    if before:
-        r = max(before, key=lambda r: r.start + r.nbytes)
-        return (r.name, "after"), hit
-    after = [r for r in regions if r.start > b]
-    if after:
-        r = min(after, key=lambda r: r.start)
-        return (r.name, "before"), hit
-    return hit, hit
-
-
-def read_place(p: Plan, inputs: tuple[str, ...], b: int) -> tuple[tuple[str, str], str]:
-    """((input, before|after|gap), how it was told) for byte `b`, outside every element, that
-    a kernel read: the input whose guard band or gap holds it; else the input whose extent
-    the address continues, the nearest one."""
-    hit = p.region_of_byte(b)
-    if hit[0] in inputs:
-        return hit, f"in {_band(*hit)}"
-    best = min(((_extent_place(p.regions[n], b), n) for n in inputs if n in p.regions), default=None)
-    if best is None:
-        return hit, f"in {_band(*hit)}"
-    (dist, where), name = best
-    return (name, where), f"{dist} bytes {where} {name}'s storage, the nearest input (the address lies in {_band(*hit)})"
 
 
 MAX_DECODED = 64  # differing elements read back per tensor when telling where a read came from
@@ -481,7 +405,7 @@ def _reads(contract: Contract, p: Plan, canary: np.ndarray, alt: np.ndarray,
     def note(src: tuple[int, int], shown: dict) -> None:
         if p.owner_of(np.array([src[0]]))[0] != NOBODY:
             return  # decodes to an element's address: not a read of the fill
-        place, how = read_place(p, inputs, src[0])
+        place, how = read_place(p.regions.values(), inputs, src[0])
         entry = found.setdefault(place, [how, src[1], []])
         if len(entry[2]) < MAX_CELLS:
             shown["read_at"] = src[0] - p.regions[place[0]].start if place[0] in p.regions else src[0]
@@ -516,6 +440,8 @@ def _reads(contract: Contract, p: Plan, canary: np.ndarray, alt: np.ndarray,
 
 def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, expected: Expected,
                      outcome: Outcome, finding) -> Iterator[Finding]:
+    """The torch oracle against the NumPy one, then the output rules (rules.output_rules) on
+    every output."""
     cells: Mapping[str, Cells] = contract.cells(case)
     torch_vals = outcome.torch_ref
     accepted = expected.accepted()
@@ -526,26 +452,19 @@ def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, ex
         r = p.regions[name]
         got = r.elements(run.after).astype(np.int64)
         before = r.elements(p.image).astype(np.int64)
-        want = np.asarray(expected.values[name])
+        answers = [np.asarray(a[name]) for a in accepted]
+        want = answers[0]
         tv = None if torch_vals is None else np.asarray(torch_vals[name])
 
-        if tv is not None and not any(_same(tv, np.asarray(a[name]), c.required) for a in accepted):
+        if tv is not None and not any(same_on(tv, a, c.required) for a in answers):
             bad = c.required & (tv != want)
-            yield finding("oracle_disagreement", name, _extent(bad, c.required),
+            yield finding("oracle_disagreement", name, extent(bad, c.required),
                           f"{name}: NumPy and torch oracles disagree on {int(bad.sum())} required cells",
                           _cells(bad, numpy=want, torch=tv))
-        if not any(_same(got, np.asarray(a[name]), c.required) for a in accepted):
-            bad = c.required & (got != want)
-            lost = bad & (got == before)
-            note = f" ({int(lost.sum())} never written)" if lost.any() else ""
-            yield finding("mismatch", name, _extent(bad, c.required),
-                          f"{name}: {int(bad.sum())} of {int(c.required.sum())} required cells differ{note}",
-                          _cells(bad, numpy=want, torch=tv, got=got))
-        hit = c.untouched & (got != before)
-        if hit.any():
-            yield finding("untouched_write", name, "cells",
-                          f"{name}: {int(hit.sum())} cells the contract leaves untouched changed",
-                          _cells(hit, got=got, before=before))
+        for kind, where, message, mask in output_rules(name, c.required, c.untouched, got, before, answers):
+            shown = _cells(mask, numpy=want, torch=tv, got=got) if kind == "mismatch" else \
+                _cells(mask, got=got, before=before)
+            yield finding(kind, name, where, message, shown)
     if outcome.torch_ref_error:
         yield finding("oracle_disagreement", "-", "torch_error",
                       f"the torch oracle raised on an in-contract case: {outcome.torch_ref_error}")
@@ -554,14 +473,6 @@ def _output_findings(contract: Contract, case: Case, p: Plan, run: RunResult, ex
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     """np.array_equal for integer arrays, without its overhead (it runs many times a case)."""
     return a.shape == b.shape and bool((a == b).all())
-
-
-def _same(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> bool:
-    return bool(np.array_equal(a[mask], b[mask]))
-
-
-def _extent(bad: np.ndarray, required: np.ndarray) -> str:
-    return "all" if bad.sum() == required.sum() else "partial"
 
 
 def _cells(mask: np.ndarray, **arrays: np.ndarray | None) -> list[dict]:

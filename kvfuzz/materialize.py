@@ -11,7 +11,7 @@ The determinism re-run uses the alternate image (`Plan.alt_image`, `refill`): th
 elements, every other byte holding the alternate fill, a word pattern that encodes each
 word's own position in the case's arena. An output that differs between the two fills was
 computed from bytes outside every tensor (an out-of-bounds read), and a value copied out of
-the alternate fill says where it was read (`alt_source`).
+the alternate fill says where it was read (`fills.alt_source`).
 """
 
 from __future__ import annotations
@@ -22,29 +22,19 @@ import numpy as np
 
 from .case import DTYPES, Case, TensorSpec
 from .contract import disjoint
+from .fills import CANARY_BYTE, alt_words
+from .places import ALIGN, band_range, region_of_byte, round_up
 
-ALIGN = 256
+__all__ = ["ALIGN", "CANARY_BYTE", "GUARD_MAX", "GUARD_MIN", "NOBODY", "POISON", "Plan", "Region", "alt_fill",
+           "elements_view", "layouts", "pack", "plan", "refill", "to_device", "views_at"]
+
 GUARD_MIN, GUARD_MAX = 4096, 1 << 20  # bytes of canary on each side of each storage
-CANARY_BYTE = 0xA5
 POISON = {"int32": np.int32(-559038737), "int64": np.int64(-2401053088876216593)}  # 0xDEADBEEF.., 0xDEADBEEFDEADBEEF
 
 NOBODY = -1  # owner of guard bytes, stride gaps and slack
 
-# The alternate fill: the 4-byte word at byte 4*i of a case's arena (little-endian) holds
-# 0xC0 | i >> 21 (5 bits), then i >> 14, i >> 7 and i (7 bits each), high byte first. No
-# byte of it is the canary byte (0xA5), so any read of a guard band or gap sees another value
-# under each fill, and a word copied out of it (shifted right by a few bits or plus a small
-# constant, as the kernels do with page sizes and deltas) gives i back. Read as a number it is
-# negative, as the canary is (int32 and int64): a length or an index read from a guard band
-# takes the same branches under both fills, so the re-run does not send a kernel writing
-# through memory the canary run left alone.
-ALT_TAG = 0xC0
-_CANARY_WORDS = (-0x5A5A5A5B, -0x5A5A5A5A5A5A5A5B)  # 0xA5A5A5A5 as int32, its 8-byte version as int64
-# right shifts tried when decoding a value read from the alternate fill: page sizes up to 4096.
-# Each keeps the canary's value far from any small number, so only a value the canary run also
-# read from the canary decodes (a larger shift would let ordinary small values through).
-ALT_MAX_SHIFT = 12
-ALT_MAX_OFFSET = 1 << 12  # |constant| added to it
+# The alternate fill (fills.py): a word pattern that encodes its own position, no byte of it
+# the canary; a value a kernel copied out of it says where it was read (alt_source).
 _alt_cache = np.zeros(0, dtype=np.uint8)
 
 
@@ -53,38 +43,9 @@ def alt_fill(n: int) -> np.ndarray:
     global _alt_cache
     if _alt_cache.size < n:
         words = max(n, 2 * _alt_cache.size, 1 << 16) // 4 + 1
-        i = np.arange(words, dtype=np.uint32)
-        w = ((i & 0x7F) | ((i >> 7) & 0x7F) << 8 | ((i >> 14) & 0x7F) << 16
-             | (ALT_TAG | ((i >> 21) & 0x1F)) << 24).astype("<u4")
-        _alt_cache = w.view(np.uint8)
+        _alt_cache = alt_words(np.arange(words, dtype=np.uint32)).astype("<u4").view(np.uint8)
         _alt_cache.setflags(write=False)
     return _alt_cache[:n]
-
-
-def alt_word_index(word: int) -> int | None:
-    """i for an alternate-fill word (as an unsigned 32-bit int), None if it is not one."""
-    if word >> 29 != ALT_TAG >> 5 or word & 0x00808080:
-        return None
-    return (word & 0x7F) | ((word >> 8) & 0x7F) << 7 | ((word >> 16) & 0x7F) << 14 | ((word >> 24) & 0x1F) << 21
-
-
-def alt_source(canary_value: int, alt_value: int, bits: int) -> tuple[int, int] | None:
-    """(byte offset in the case's arena, how many bytes it may be off) of the word a kernel
-    read, given what it stored under the canary fill and under the alternate fill (`bits`:
-    the stored element's width): the value is taken as the word read, shifted right by
-    s bits, plus a constant, the same under both fills. None when no such reading fits."""
-    mask = (1 << bits) - 1
-    for s in range(ALT_MAX_SHIFT + 1):
-        for canary in _CANARY_WORDS:
-            c = (canary_value - (canary >> s)) & mask
-            c = c - (1 << bits) if c >> (bits - 1) else c
-            if abs(c) > ALT_MAX_OFFSET:
-                continue
-            word = ((alt_value - c) << s) & 0xFFFFFFFF
-            i = alt_word_index(word)  # the low s bits were shifted out: zero here, never checked
-            if i is not None:
-                return 4 * i, 4 << s if s else 0
-    return None
 
 
 def refill(out: np.ndarray, image: np.ndarray, regions: "tuple[Layout, ...]") -> None:
@@ -231,10 +192,7 @@ class Plan:
     def band(self, name: str, where: str) -> tuple[int, int]:
         """The byte range of `name`'s guard band before it, its storage (where="gap") or its
         guard band after it (alignment slack included)."""
-        r = self.regions[name]
-        end = r.start + r.nbytes
-        return {"before": (r.start - r.guard, r.start), "gap": (r.start, end),
-                "after": (end, _round_up(end) + r.guard)}[where]
+        return band_range(self.regions[name], where)
 
     def bands(self, name: str) -> tuple[str, ...]:
         """`name`'s guard bands, and "gap" where its storage holds bytes that are no element's."""
@@ -315,19 +273,8 @@ class Plan:
 
     def region_of_byte(self, b: int) -> tuple[str, str]:
         """(tensor, before|after|gap) for a byte that belongs to no element: each tensor owns
-        the guard band on either side of its storage."""
-        for r in self.regions.values():
-            if r.start - r.guard <= b < r.start:
-                return r.name, "before"
-            if r.start <= b < r.start + r.nbytes:
-                return r.name, "gap"
-            if r.start + r.nbytes <= b < r.start + r.nbytes + r.guard + ALIGN:
-                return r.name, "after"
-        return "-", "outside"
-
-
-def _round_up(n: int, a: int = ALIGN) -> int:
-    return (n + a - 1) // a * a
+        the guard band on either side of its storage (places.region_of_byte)."""
+        return region_of_byte(self.regions.values(), b)
 
 
 def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
@@ -336,11 +283,11 @@ def plan(case: Case, outputs: tuple[str, ...]) -> Plan:
     for name in names:
         spec = case.tensors[name]
         nbytes = spec.storage_size * _ITEMSIZE[spec.dtype]
-        guard = _round_up(min(GUARD_MAX, max(GUARD_MIN, nbytes)))
+        guard = round_up(min(GUARD_MAX, max(GUARD_MIN, nbytes)))
         start = cursor + guard
         regions[name] = Region(name, spec, start, guard)
         lays.append((name, spec.dtype, start, nbytes, spec.shape, spec.strides, spec.offset))
-        cursor = _round_up(start + nbytes) + guard  # the guard after is the tensor's own too
+        cursor = round_up(start + nbytes) + guard  # the guard after is the tensor's own too
     return Plan(regions, names, max(cursor, GUARD_MIN), case, outputs, tuple(lays))
 
 
@@ -386,7 +333,7 @@ def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:
     bases, cursor = [], 0
     for p in plans:
         bases.append(cursor)
-        cursor = _round_up(cursor + p.size)
+        cursor = round_up(cursor + p.size)
     image = np.empty(max(cursor, 1), dtype=np.uint8)
     for p, base in zip(plans, bases):
         part = image[base : base + p.size]

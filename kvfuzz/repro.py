@@ -1,9 +1,15 @@
 """`kvfuzz replay CASE --emit-repro FILE.py`: one saved case as a standalone script.
 
-The script is `kvfuzz/repro_script.py`, a module of this package (imported and linted like
-any other): FILE.py is a copy of its source with its docstring replaced by a description of
-the case and its line `CASE = None` replaced by the case's data. It needs only Python, torch
-and triton (no NumPy, no kvfuzz), so a kernel author can run it against their own kernel file:
+The script is assembled from the source of kvfuzz's own modules (`assemble`): a description
+of the case, then each standalone module the script needs (`standalone_modules(op)`: the
+finding signatures, which exceptions are CUDA faults, the two fills, where a byte lies and
+whom it is charged to, the output, re-run and cross-check rules, the SGLang stand-ins, the
+call bindings), each under a header comment naming it and with its imports of kvfuzz
+modules dropped, then `kvfuzz/repro_script.py` (the script's own part), its line
+`CASE = None` replaced by the case's data. kvfuzz runs the same modules, so each rule exists
+once. Those modules import only the standard library, torch, triton and each other (checked
+here, when a script is assembled), so the script needs only Python, torch and triton (no
+NumPy, no kvfuzz), and a kernel author can run it against their own kernel file:
 
     python FILE.py PATH/TO/KERNELS.py [--device cpu|cuda]
 
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import ast
 import base64
+import importlib.util
+import sys
 import zlib
 from importlib import resources
 from pathlib import Path
@@ -29,9 +37,11 @@ import numpy as np
 from . import repro_script
 from .case import Case
 from .corpus import SavedCase
-from .materialize import ALIGN, CANARY_BYTE, NOBODY, plan as make_plan
+from .materialize import NOBODY, plan as make_plan
+from .errors import BadInput
+from .ops import record
 
-__all__ = ["repro_case", "render_repro", "script_source", "write_repro"]
+__all__ = ["assemble", "repro_case", "render_repro", "script_source", "standalone_modules", "write_repro"]
 
 BLOB_LINE = 96  # characters of base64 per source line
 CASE_LINE = "CASE = None"  # the line of repro_script.py that an emitted script replaces with its case
@@ -195,8 +205,6 @@ class _Emitted:
             scalars=dict(sorted(case.scalars.items())),
             tensors=tensors,
             arena_bytes=int(p.image.size),
-            canary_byte=CANARY_BYTE,
-            align=ALIGN,
             arena_image=_b64(p.image.tobytes()),
             owner=_b64(owner.tobytes()),
             cells=cells,
@@ -214,13 +222,12 @@ class _Emitted:
         out.append(f"    reasons={_indent(_pylist(f['reasons']), 4)},")
         for key in ("refuse_where", "saved_signature", "scalars"):
             out.append(f"    {key}={f[key]!r},")
+        out.append("    call=CALL, generations=GENERATIONS,  # how the entry point is called: the op's call.py, above")
         out.append("    tensors={")
         out += [f"        {name!r}: dict({', '.join(f'{k}={v!r}' for k, v in t.items())}),"
                 for name, t in f["tensors"].items()]
         out += ["    },",
                 f"    arena_bytes={f['arena_bytes']},",
-                f"    canary_byte=0x{f['canary_byte']:02X},",
-                f"    align={f['align']},",
                 "    # the arena before the call: canaries, input values, output poison",
                 f"    arena_image={_indent(_blob(f['arena_image']), 4)},",
                 "    # one byte per arena byte: 0 = no tensor's element (must keep the canary); k = an element",
@@ -249,12 +256,169 @@ class _Emitted:
 
 def repro_case(saved: SavedCase) -> repro_script.ReproCase:
     """The ReproCase an emitted script for `saved` holds (for calling kvfuzz.repro_script directly)."""
-    return repro_script.ReproCase(**_Emitted(saved).fields)
+    rec = record(saved.case.op)
+    return repro_script.ReproCase(**_Emitted(saved).fields, call=rec.call, generations=rec.generations)
 
 
 def script_source() -> str:
-    """repro_script.py's source: the template every emitted script is a copy of."""
+    """repro_script.py's source: the script's own part, the last module an emitted script holds."""
     return resources.files(__package__).joinpath("repro_script.py").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- assembly
+# An emitted script is flat: every embedded module's top-level names share its one namespace,
+# so an import of one kvfuzz module from another is dropped (its names are already there) and
+# two modules must never bind one name to different things (checked below).
+
+SCRIPT_MODULE = f"{__package__}.repro_script"
+THIRD_PARTY = ("torch", "triton")  # besides the standard library, what an embedded module may import
+RULE = "# " + "-" * 76  # the header line above each embedded module
+
+
+def standalone_modules(op: str) -> tuple[str, ...]:
+    """The kvfuzz modules an emitted script for `op` embeds before repro_script.py, each after
+    the ones it imports: those repro_script.py imports, and those the op's record names in
+    its `standalone` (its call.py, which binds CALL and GENERATIONS, and any rules of its own),
+    with everything they import in turn. BadInput (one line) for an op without them: it has no
+    full repro script."""
+    rec = record(op)  # an unknown op: BadInput
+    if not rec.standalone:
+        raise BadInput(f"{op} has no full repro script: its op record names no standalone call module "
+                       "(OpRecord.standalone, docs/adding-an-op.md); --short may still write one")
+    roots = (SCRIPT_MODULE,) + tuple(rec.standalone)
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        if name in chain:
+            raise AssertionError(f"standalone modules import each other in a cycle: {' -> '.join(chain + (name,))}")
+        for dep in _kvfuzz_imports(name):
+            visit(dep, chain + (name,))
+        order.append(name)
+
+    for root in roots:
+        visit(root, ())
+    return tuple(m for m in order if m != SCRIPT_MODULE)
+
+
+def _module_file(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise AssertionError(f"no module {name}")
+    return Path(spec.origin)
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The absolute name of a relative `from ... import` in `module` (a module, not a package)."""
+    parts = module.split(".")[: -node.level]
+    if node.module is None:
+        raise AssertionError(f"{module}: `from {'.' * node.level} import ...` imports a module; "
+                             "a standalone module imports names")
+    return ".".join(parts + [node.module])
+
+
+def _imports(name: str) -> list[ast.stmt]:
+    """The import statements of module `name`, checked: a kvfuzz module only by a relative
+    import at the top level; anything else only from the standard library, torch or triton."""
+    tree = ast.parse(_module_file(name).read_text(encoding="utf-8"))
+    top = set(map(id, tree.body))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            if id(node) not in top:
+                raise AssertionError(f"{name}:{node.lineno}: a kvfuzz module imported inside a function")
+            out.append(node)
+            continue
+        if isinstance(node, ast.Import):
+            roots = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            roots = [node.module.split(".")[0]]
+        else:
+            continue
+        for root in roots:
+            if root not in sys.stdlib_module_names and root not in THIRD_PARTY:
+                raise AssertionError(f"{name}:{node.lineno} imports {root}: a module the repro script embeds may "
+                                     f"import only the standard library, {' and '.join(THIRD_PARTY)}")
+        out.append(node)
+    return out
+
+
+def _kvfuzz_imports(name: str) -> list[str]:
+    return [_resolve(name, n) for n in _imports(name) if isinstance(n, ast.ImportFrom) and n.level]
+
+
+def _top_names(tree: ast.Module) -> dict[str, str]:
+    """name -> what binds it, for every top-level name a module binds: "import M.N" for an
+    import of a module outside kvfuzz (the same import in two modules binds the same thing),
+    else "defined"."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = "defined"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = f"import {a.name if a.asname else a.name.split('.')[0]}"
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module != "__future__":
+            for a in node.names:
+                out[a.asname or a.name] = f"import {node.module}.{a.name}"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        out[n.id] = "defined"
+    return out
+
+
+def embedded_source(name: str) -> str:
+    """Module `name`'s source as an emitted script holds it: its `from __future__` line and its
+    imports of kvfuzz modules dropped (an import under another name becomes an assignment).
+    The script's own part (repro_script.py) also loses its shebang line and its docstring."""
+    text = _module_file(name).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    tree = ast.parse(text)
+    drop = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.level or n.module == "__future__")]
+    if name == SCRIPT_MODULE:
+        doc = tree.body[0]
+        if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            raise AssertionError("repro_script.py must start with its docstring")
+        drop.append(doc)
+    for node in sorted(drop, key=lambda n: n.lineno, reverse=True):
+        keep = [f"{a.asname} = {a.name}" for a in getattr(node, "names", ()) if getattr(node, "level", 0)
+                and a.asname and a.asname != a.name]
+        lines[node.lineno - 1 : node.end_lineno] = keep
+    if name == SCRIPT_MODULE and lines[0].startswith("#!"):
+        del lines[0]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def assemble(op: str) -> str:
+    """An emitted script for an `op` case, less its docstring and its case: the header of each
+    embedded module and its source (embedded_source), then repro_script.py's (its line
+    `CASE = None` still there). AssertionError when two modules bind one name to different
+    things, or a module imports a name that no module before it binds."""
+    modules = standalone_modules(op) + (SCRIPT_MODULE,)
+    bound: dict[str, tuple[str, str]] = {}  # name -> (module, what binds it)
+    parts = ["from __future__ import annotations", ""]
+    for name in modules:
+        tree = ast.parse(_module_file(name).read_text(encoding="utf-8"))
+        for node in _imports(name):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                source = _resolve(name, node)
+                for a in node.names:
+                    if bound.get(a.name, (None,))[0] != source:
+                        raise AssertionError(f"{name} imports {a.name} from {source}, which does not bind it "
+                                             "(or a later module binds it again)")
+        for top, what in _top_names(tree).items():
+            had = bound.get(top)
+            if had is not None and (what == "defined" or had[1] != what):
+                raise AssertionError(f"{name} and {had[0]} both bind {top!r}: an emitted script holds them in "
+                                     "one namespace; rename one")
+            bound[top] = (name, what)
+        title = "the script's own part" if name == SCRIPT_MODULE else "embedded from kvfuzz"
+        parts += ["", RULE, f"# {name} ({name.replace('.', '/')}.py): {title}", RULE, "", embedded_source(name)]
+    return "\n".join(parts)
 
 
 def render_repro(saved: SavedCase, device: str = "cpu") -> str:
@@ -265,18 +429,12 @@ def render_repro(saved: SavedCase, device: str = "cpu") -> str:
     f = e.fields
     header = _header(saved, f["status"], e.reasons, f["kernel_path"], CONTRACTS[saved.case.op].entry, device,
                      e.boundary)
-    src = script_source()
-    lines = src.split("\n")
-    doc = ast.parse(src).body[0]
-    if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
-        raise AssertionError("repro_script.py must start with its docstring")
+    lines = assemble(saved.case.op).split("\n")
     at = [i for i, line in enumerate(lines) if line == CASE_LINE]
     if len(at) != 1:
-        raise AssertionError(f"repro_script.py must hold the line {CASE_LINE!r} exactly once")
+        raise AssertionError(f"an assembled script must hold the line {CASE_LINE!r} exactly once")
     lines[at[0]] = e.source()
-    # the docstring last: the line numbers above it stay valid until then
-    lines[doc.lineno - 1 : doc.end_lineno] = ['"""' + header, '"""']
-    return "\n".join(lines)
+    return "\n".join(["#!/usr/bin/env python3", '"""' + header, '"""', ""] + lines)
 
 
 def _indent(text: str, n: int) -> str:

@@ -1,25 +1,32 @@
 #!/usr/bin/env python3
 """The standalone repro script that `kvfuzz replay CASE --emit-repro FILE.py` writes.
 
-This module is the script: `kvfuzz.repro` copies its source into FILE.py, replaces this
-docstring with a description of the case and the line `CASE = None` (near the end) with the
-case's data (a `ReproCase`). So it must run with only Python 3.9+, torch and triton: it
-imports nothing else, not NumPy, not kvfuzz (tests/test_repro.py checks its imports).
+This module is the script's own part: `kvfuzz.repro` writes FILE.py as a description of the
+case (this docstring's place), then the source of each kvfuzz module it imports from
+(`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
+faults, the two fills, where a byte lies and whom it is charged to, the output, re-run and
+cross-check rules, the SGLang stand-ins, the call bindings), each under a header naming it
+and with its imports of kvfuzz modules dropped, then this module's source, its line
+`CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
+modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
+(tests/test_repro.py checks their imports). The rules they hold exist once: kvfuzz runs the
+same code.
 
 Imported as `kvfuzz.repro_script` it holds no case (its `main` refuses to run); callers
 build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, `judge_runs`
 and the checks directly.
 
-It rebuilds the guarded arena, calls the entry point the way SGLang does (twice, on fresh
-arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
+It rebuilds the guarded arena, calls the entry point as kvfuzz binds it (`bind`, twice, on
+fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
 `kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
 the oracle on their required cells and leave their untouched cells alone; no case may change
 a byte outside every tensor's elements or an input element (a stray byte is charged to the
-output whose store overran); runs must agree, the second starting from the alternate image
-(every byte that is no element's holding a position-encoding fill instead of the canary): a
-difference the fill explains is an out-of-bounds read of the input read past; on CUDA, a CUDA
-error (an illegal memory access, a device-side assert) is a crash (`cuda_fault`), in
-contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage error.
+output whose store overran: `charge_writes`); runs must agree, the second starting from the
+alternate image (every byte that is no element's holding a position-encoding fill instead of
+the canary): a difference the fill explains is an out-of-bounds read of the input read past;
+on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
+(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage
+error.
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
@@ -30,12 +37,12 @@ each hands its first run's arena back in a file, and this process compares the t
 `kvfuzz.judge` does. Without a device other than the backend it refuses in one line (exit 2).
 """
 
+from __future__ import annotations
+
 import argparse
 import base64
 import faulthandler
-import importlib
 import importlib.util
-import inspect
 import os
 import signal
 import subprocess
@@ -45,15 +52,22 @@ import traceback
 import types
 import zlib
 
+# kvfuzz modules the script embeds (kvfuzz.repro.standalone_modules): in a written script these
+# lines are dropped, and the names are the embedded modules' own
+from .errors import TargetLoadError
+from .faults import is_device_fault, one_line
+from .fills import CANARY_BYTE, alt_source, alt_words
+from .findings import Finding
+from .places import band_range, band_words, charge_writes, read_place, region_of_byte
+from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
+from .targets.calls import bind
+from .targets.sglang_shim import ensure_swa_pool_type
+
 MAX_SHOWN = 8  # differing cells / bytes printed per defect
 DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
 DEFAULT_TIMEOUT = 600.0  # seconds the child process calling the kernel may take
-SWA_POOL_MODULE = "sglang.srt.mem_cache.swa_memory_pool"
-UNIFIED_POOL_MODULE = "sglang.srt.mem_cache.unified_memory_pool"
 STATUS_FD_ENV = "KVFUZZ_REPRO_STATUS_FD"  # the supervising parent's pipe for the child's verdict
 CROSS_CHECK_MARK = "KVFUZZ_CROSS_CHECK_WORKER"  # set in the backend's process, as kvfuzz's cross.WORKER_MARK
-# messages of a CUDA error raised by torch (RuntimeError before torch.AcceleratorError) or Triton
-CUDA_ERROR_MARKS = ("CUDA error", "CUDA_ERROR", "Triton Error [CUDA]", "device-side assert")
 
 
 # ---------------------------------------------------------------------------- the case
@@ -74,8 +88,8 @@ class ReproCase:
     interpreter) that the device it was found on (`found_on`) is compared with."""
 
     def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
-                 saved_signature, scalars, tensors, arena_bytes, canary_byte, align, arena_image,
-                 owner, cells, cross_check=None, found_on=None):
+                 saved_signature, scalars, tensors, arena_bytes, arena_image, owner, cells,
+                 cross_check=None, found_on=None, call=None, generations=()):
         self.op = op  # kvfuzz's op name
         self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
         self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
@@ -85,20 +99,33 @@ class ReproCase:
         self.reasons = list(reasons)  # why the case is out of contract / must be refused
         self.refuse_where = refuse_where  # the `where` of an invalid_accepted defect
         self.saved_signature = saved_signature  # the finding kvfuzz recorded, if any
+        self.call = call  # the op's OpCall (its call.py, embedded in the script)
+        self.generations = tuple(generations)  # its SGLang API generations, oldest first
         self.scalars = dict(scalars)
         self.tensors = dict(tensors)
         self.arena_bytes = arena_bytes
-        self.canary_byte = canary_byte
-        self.align = align
         self.arena_image = arena_image
         self.owner = owner
         self.cells = dict(cells)
         self.cross_check = cross_check
         self.found_on = found_on
 
+    @property
+    def regions(self):
+        """The tensors' places in the arena, in its order, as kvfuzz's places rules take them."""
+        return [types.SimpleNamespace(name=name, **t) for name, t in self.tensors.items()]
+
+    @property
+    def outputs(self):
+        return tuple(name for name, t in self.tensors.items() if t["role"] == "out")
+
+    @property
+    def inputs(self):
+        return tuple(name for name, t in self.tensors.items() if t["role"] == "in")
+
     def signature(self, kind, tensor, where):
-        """kvfuzz's finding signature: op:path:kind:tensor:where."""
-        return f"{self.op}:{self.kernel_path}:{kind}:{tensor}:{where}"
+        """kvfuzz's finding signature (op:path:kind:tensor:where)."""
+        return Finding(kind, self.op, self.kernel_path, tensor, where, "").signature
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -259,7 +286,7 @@ def check_interpreter():
     except Exception as exc:
         numpy = sys.modules.get("numpy")
         raise UsageError(f"Triton {triton.__version__}'s interpreter fails with numpy "
-                         f"{getattr(numpy, '__version__', '?')} ({type(exc).__name__}: {_first_line(exc)}); "
+                         f"{getattr(numpy, '__version__', '?')} ({one_line(exc)}); "
                          "use numpy<2.4 with triton 3.6, or --device cuda") from None
     if out.tolist() != [1, 2]:
         raise UsageError(f"Triton {triton.__version__}'s interpreter computed {out.tolist()} for [1, 2]: "
@@ -267,60 +294,8 @@ def check_interpreter():
 
 
 # ---------------------------------------------------------------------------- loading
-# (kvfuzz/targets/sglang_shim.py and targets/__init__.py do this inside kvfuzz; a repro script
-# must run without kvfuzz installed, so it carries its own copy)
-
-
-class SWAKVPool:
-    """Stand-in for sglang.srt.mem_cache.swa_memory_pool.SWAKVPool (the kernels read only
-    .full_to_swa_index_mapping and check isinstance)."""
-
-    full_to_swa_index_mapping = None
-
-
-class UnifiedSWAKVPool:
-    """Stand-in for sglang.srt.mem_cache.unified_memory_pool.UnifiedSWAKVPool (0.5.18 reads
-    ._swa_allocator.virtual_to_physical when .full_to_swa_index_mapping is None; 0.5.19 takes
-    that path beside its read tables too)."""
-
-    full_to_swa_index_mapping = None
-    _swa_allocator = None
-
-
-def stand_in_type(module_name, name, stand_in):
-    """The real class when sglang imports; else install a stand-in module tree so that
-    `from <module_name> import <name>` finds ours."""
-    try:
-        return getattr(importlib.import_module(module_name), name)
-    except Exception:  # not installed, or installed without its heavy dependencies
-        pass
-    parts = module_name.split(".")
-    for i in range(1, len(parts) + 1):
-        mod_name = ".".join(parts[:i])
-        mod = sys.modules.get(mod_name)
-        if mod is None or i == len(parts):
-            mod = types.ModuleType(mod_name, "kvfuzz repro stand-in")
-            mod.__path__ = []  # a package, so submodules resolve
-            sys.modules[mod_name] = mod
-        if i > 1:
-            setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod)
-    setattr(sys.modules[module_name], name, stand_in)
-    return stand_in
-
-
-def swa_pool_type():
-    return stand_in_type(SWA_POOL_MODULE, "SWAKVPool", SWAKVPool)
-
-
-def unified_pool(swa_v2p):
-    """A UnifiedSWAKVPool whose SWA allocator's v2p table is `swa_v2p` (None beside 0.5.19's
-    read tables), as kvfuzz passes it (kvfuzz/targets/sglang_shim.py)."""
-    swa_pool_type()  # the files import both
-    cls = stand_in_type(UNIFIED_POOL_MODULE, "UnifiedSWAKVPool", UnifiedSWAKVPool)
-    pool = cls.__new__(cls)
-    pool.full_to_swa_index_mapping = None
-    pool._swa_allocator = types.SimpleNamespace(virtual_to_physical=swa_v2p)
-    return pool
+# SGLang's SWAKVPool is stubbed where sglang cannot be imported (ensure_swa_pool_type, from
+# kvfuzz/targets/sglang_shim.py), before the kernel file runs: its SWA path imports the type.
 
 
 def check_kernel_file(path):
@@ -359,168 +334,31 @@ def load_kernels(path, entry_name):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise UsageError(f"loading {path!r} failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise UsageError(f"loading {path!r} failed: {one_line(exc)}") from None
     entry = getattr(module, entry_name, None)
     if entry is None:
         raise UsageError(f"{path!r} defines no {entry_name}")
     return entry
 
 
-def _first_line(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
+# ---------------------------------------------------------------------------- the call
+# The entry point is bound by parameter name as kvfuzz binds it (bind, from kvfuzz/targets/calls.py).
 
 
-def one_line(exc):
-    """'TypeName: first line of the message', as kvfuzz records a target's error."""
-    return f"{type(exc).__name__}: {_first_line(exc)}"[:300]
-
-
-# ---------------------------------------------------------------------------- the calls
-# Copies of kvfuzz/targets/calls.py: how SGLang calls each op's entry point.
-
-
-def call_decode_metadata(entry, t, s):
-    """normal_decode_set_metadata as SGLang's flashattention backend calls it, bound by
-    parameter name (the signature changed between releases): with SWA, 0.5.13-0.5.22 take an
-    SWAKVPool (built without its constructor, holding only the token mapping), 0.5.23 the
-    mapping tensor; 0.5.17-0.5.18 take the case's `full_v2p` as `v2p_page_table`; the later
-    releases' flags and tables (and the builtin kernel's multiplier) go where the case has them."""
-    params = entry_parameters(entry)
-    swa = "swa_page_table" in t and ("full_to_swa_index_mapping" in t or "swa_v2p" in t or "swa_src_table" in t)
-    kw = {"cache_seqlens_int32": t["cache_seqlens_int32"], "cu_seqlens_k": t["cu_seqlens_k"],
-          "page_table": t["page_table"], "req_to_token": t["req_to_token"],
-          "req_pool_indices": t["req_pool_indices"], "strided_indices": t.get("strided_indices"),
-          "max_seq_pages": s["max_seq_pages"], "seq_lens": t["seq_lens"], "seq_len_delta": s["seq_len_delta"],
-          "page_size": s["page_size"], "swa_page_table": t["swa_page_table"] if swa else None}
-    mapping = t.get("full_to_swa_index_mapping") if swa else None
-    if params is None or "token_to_kv_pool" in params:
-        pool = None
-        if mapping is not None:
-            cls = swa_pool_type()
-            pool = cls.__new__(cls)
-            pool.full_to_swa_index_mapping = mapping
-        elif swa:  # the unified pool: 0.5.18's swa_v2p lives in it; 0.5.19 reads it beside read tables
-            pool = unified_pool(t.get("swa_v2p"))
-        kw["token_to_kv_pool"] = pool
-    else:
-        kw["full_to_swa_index_mapping"] = mapping
-    later = {name: t[name] for name in ("full_v2p", "swa_v2p", "swa_src_table") if name in t}
-    if params is not None and "swa_v2p" not in params:
-        later.pop("swa_v2p", None)  # 0.5.18: passed inside token_to_kv_pool
-    later.update({name: s[name] for name in ("skip_page_table", "zero_tail", "kernel_page_multiplier",
-                                             "src_is_read_table") if name in s})
-    if "full_v2p" in later and params is not None and "full_v2p" not in params and "v2p_page_table" in params:
-        later["v2p_page_table"] = later.pop("full_v2p")  # 0.5.17-0.5.18's name for the same table
-    kw.update(later)
-    if params is None:  # *args, or no signature: 0.5.14's positional order
-        names = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
-                 "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size")
-        positional = [kw.pop(n) for n in names]
-        entry(*positional, **kw)
-        return
-    if "strided_indices" not in params:  # 0.5.19 dropped it
-        kw.pop("strided_indices")
-    entry(**kw)
-
-
-def entry_parameters(entry):
-    """The entry point's parameter names, or None when it takes *args / **kwargs or has no
-    signature (then it is called as 0.5.14's was)."""
-    params = signature_parameters(entry)
-    if params is None or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values()):
-        return None
-    return set(params)
-
-
-def signature_parameters(entry):
-    """The parameters of the function an entry point was made from (through @triton.jit and
-    wrappers around it), or None when it has no signature."""
-    fn = entry
-    for _ in range(8):  # a @triton.jit kernel (or a wrapper around one): the function it was made from
-        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
-            break
-        fn = fn.fn
-    try:
-        return inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return None
-
-
-def call_swa_spec_page_table(entry, t, s):
-    """prepare_swa_spec_page_table_triton as SGLang's speculative-verify path calls it."""
-    entry(t["page_table_dst"], t["page_table_a"], t["page_table_b"], t["seq_len_a"], t["seq_len_b"],
-          s["speculative_num_draft_tokens"])
-
-
-def sglang_max_num_seq(num_seq):
-    """SGLang's MAX_NUM_SEQ: 256 below 256 sequences, else the next power of two."""
-    return 256 if num_seq < 256 else 1 << (num_seq - 1).bit_length()
-
-
-def call_num_kv_splits(entry, t, s):
-    """get_num_kv_splits_triton: a bare @triton.jit kernel is launched on grid (1,) as SGLang's
-    triton backend does; a plain Python function is called with the same arguments."""
-    from triton.runtime.jit import KernelInterface
-
-    args = (t["num_kv_splits"], t["seq_lens"], s["num_seq"], s["num_group"], s["num_head"],
-            s["num_kv_head"], s["max_kv_splits"], s["device_core_count"])
-    # SGLang 0.5.23's optional flag output, passed only when the case has it
-    extra = {"uneven_batch_ptr": t["uneven_batch"]} if "uneven_batch" in t else {}
-    if isinstance(entry, KernelInterface):
-        entry[(1,)](*args, MAX_NUM_SEQ=sglang_max_num_seq(s["num_seq"]), **extra)
-    else:
-        entry(*args, **extra)
-
-
-def call_draft_extend_metadata(entry, t, s):
-    """draft_extend_set_metadata as SGLang's DRAFT_EXTEND_V2 path calls it (0.5.16 on); the SWA
-    tensors are None without SWA."""
-    swa = {name: t.get(name) for name in ("full_to_swa_index_mapping", "swa_page_table", "out_cache_loc",
-                                          "swa_out_cache_loc")}
-    entry(t["cache_seqlens_int32"], t["cu_seqlens_k"], t["cu_seqlens_q"], t["page_table"], t["req_to_token"],
-          t["req_pool_indices"], t["seq_lens"], t["extend_seq_lens"], s["page_size"], **swa)
-
-
-class WrongResult(Exception):
-    """An entry point returned something else than its output's shape and dtype (kvfuzz's name)."""
-
-
-def call_q8kv8_topk_length(entry, t, s):
-    """q8kv8_topk_length_from_indices (0.5.23) returns its output: copied into the case's
-    tensor, which must then have its shape and dtype."""
-    import torch
-
-    out, result = t["topk_length"], entry(t["indices"])
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(out.shape) or result.dtype != out.dtype:
-        what = f"{result.dtype}{list(result.shape)}" if isinstance(result, torch.Tensor) else type(result).__name__
-        raise WrongResult(f"returned {what}, expected {out.dtype}{list(out.shape)}")
-    out.copy_(result)
-
-
-# optional tensors -> the parameter an entry point takes them by (a later SGLang release added it)
-OPTIONAL_PARAMS = {"uneven_batch": "uneven_batch_ptr"}
-
-
-def check_entry_takes(case, entry):
-    """UsageError when the case holds an optional tensor the entry point has no parameter for
+def bind_entry(case, entry, path):
+    """The Binding that calls `entry` the way SGLang does, or UsageError when kvfuzz cannot
+    call it, or when the case holds an optional tensor the entry point has no parameter for
     (0.5.22's get_num_kv_splits_triton and uneven_batch): that file cannot run this case."""
-    params = signature_parameters(entry)
-    if params is None or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    for name, param in OPTIONAL_PARAMS.items():
-        if name in case.tensors and param not in params:
-            raise UsageError(f"{case.entry} takes no {param}, which this case passes "
+    try:
+        binding = bind(case.op, entry, case.call, case.generations, path)
+    except TargetLoadError as exc:
+        raise UsageError(str(exc)) from None
+    for name in binding.lacks:
+        if name in case.tensors:
+            params = " or ".join(case.call.optional[name])
+            raise UsageError(f"{case.entry} takes no {params}, which this case passes "
                              f"(a later SGLang release added it)")
-
-
-CALLS = {
-    "decode_metadata": call_decode_metadata,
-    "swa_spec_page_table": call_swa_spec_page_table,
-    "num_kv_splits": call_num_kv_splits,
-    "draft_extend_metadata": call_draft_extend_metadata,
-    "q8kv8_topk_length": call_q8kv8_topk_length,
-}
+    return binding
 
 
 # ---------------------------------------------------------------------------- memory
@@ -558,17 +396,6 @@ def elements(case, arena_host, name):
     return views_of(case, arena_host)[name].to(torch.int64)
 
 
-def is_cuda_error(exc):
-    """A CUDA error (illegal memory access, device-side assert, launch failure): the context
-    is unusable afterwards. torch raises torch.AcceleratorError (newer versions) or a
-    RuntimeError saying "CUDA error"; Triton's launcher says "Triton Error [CUDA]"."""
-    torch = sys.modules.get("torch")
-    accelerator_error = getattr(torch, "AcceleratorError", None)
-    if isinstance(accelerator_error, type) and isinstance(exc, accelerator_error):
-        return True
-    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in CUDA_ERROR_MARKS)
-
-
 class Run:
     """One call on a fresh arena: what it raised, the arena after it, or the CUDA fault that
     left the device unusable (then `after` is None)."""
@@ -583,19 +410,20 @@ class Run:
         self.probe = probe  # (tensor, where): only that guard band or gap held the alternate fill
 
 
-def run_once(case, entry, image, device):
-    """Call the entry point once on a fresh device copy of `image` and read the arena back."""
+def run_once(case, call, image, device):
+    """Call the entry point once (`call`: its Binding) on a fresh device copy of `image` and
+    read the arena back."""
     import torch
 
     run = Run()
     arena = image.clone().to(device)
     views = views_of(case, arena)
     try:
-        CALLS[case.op](entry, views, case.scalars)
+        call(views, case.scalars)
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:
-        if device == "cuda" and is_cuda_error(exc):
+        if device == "cuda" and is_device_fault(exc):
             run.fault, run.detail = one_line(exc), traceback.format_exc()
             return run
         run.error, run.error_type, run.detail = one_line(exc), type(exc).__name__, traceback.format_exc()
@@ -627,7 +455,7 @@ class Report:
         self.runs = []  # the runs judged (run_case)
 
     def defect(self, kind, tensor, where, message, lines=()):
-        signature = self.case.signature(kind, tensor, where)
+        signature = self.case.signature(kind, tensor, where)  # an unknown kind raises here, as in kvfuzz
         self.defects.append(signature)
         print(f"DEFECT {kind}: {message}  [{signature}]")
         for line in lines:
@@ -655,90 +483,29 @@ def hex_bytes(arena, first, last, limit=16):
     return " ".join(f"{x:02x}" for x in data) + more
 
 
-def stray_places(case, stray):
-    """[(tensor, where, sorted byte positions)] of the bytes set in `stray` (bytes that are no
-    tensor's element): each is charged to the first tensor (in arena order) whose guard band
-    before it, storage (a stride gap) or guard band after it holds it, as kvfuzz's
-    Plan.region_of_byte does; ("-", "outside", ...) for any other."""
-    import torch
-
-    places = []
-    if not bool(stray.any()):
-        return places
-    claimed = torch.zeros_like(stray)
-    for name, t in case.tensors.items():
-        s, n, g = t["start"], t["nbytes"], t["guard"]
-        for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
-            lo, hi = max(lo, 0), min(hi, case.arena_bytes)
-            if lo >= hi:
-                continue
-            hit = stray[lo:hi] & ~claimed[lo:hi]
-            claimed[lo:hi] |= hit
-            if bool(hit.any()):
-                places.append((name, where, (torch.nonzero(hit).flatten() + lo).tolist()))
-    rest = stray & ~claimed
-    if bool(rest.any()):
-        places.append(("-", "outside", torch.nonzero(rest).flatten().tolist()))
-    return places
-
-
-def extent_place(t, b):
-    """(distance in bytes, before|after|gap) of arena byte `b` from tensor `t`'s storage."""
-    s, n = t["start"], t["nbytes"]
-    if b < s:
-        return s - b, "before"
-    if b >= s + n:
-        return b - (s + n), "after"
-    return 0, "gap"
-
-
-def write_place(case, victim, where, b):
-    """(output, before|after|gap) a stray byte `b` is charged to, as kvfuzz.judge.write_place:
-    an output's own guard bands and gaps are its own; any other byte was written by a store
-    that ran past the end of the nearest output before it (else before the start of the
-    nearest output after it)."""
-    outs = [(name, t) for name, t in case.tensors.items() if t["role"] == "out"]
-    if victim in dict(outs):
-        return victim, where
-    before = [(t["start"] + t["nbytes"], name) for name, t in outs if t["start"] + t["nbytes"] <= b]
-    if before:
-        return max(before)[1], "after"
-    after = [(t["start"], name) for name, t in outs if t["start"] > b]
-    if after:
-        return min(after)[1], "before"
-    return victim, where
-
-
 def check_memory(report, case, image, owner, after):
     """Bytes outside every tensor's elements, and input elements, must not change. A stray
-    byte is charged to the output whose store overran, not to the neighbour it landed in."""
+    byte is charged to the output whose store overran, not to the neighbour it landed in
+    (charge_writes, from kvfuzz/places.py)."""
     import torch
 
     changed = after != image
-    charged = {}  # (output, where) -> [(landed in, where, byte)]
-    for name, where, at in stray_places(case, changed & (owner == 0)):
-        for b in at:
-            charged.setdefault(write_place(case, name, where, b), []).append((name, where, b))
-    for (name, where), hits in sorted(charged.items()):
-        at = sorted(b for _, _, b in hits)
-        landed = {}
-        for victim, vwhere, _ in hits:
-            landed[(victim, vwhere)] = landed.get((victim, vwhere), 0) + 1
-        into = ", ".join(f"{n} in {v}'s {w}" if v != "-" else f"{n} outside every tensor"
-                         for (v, w), n in sorted(landed.items()))
+    stray = torch.nonzero(changed & (owner == 0)).flatten().tolist()  # ascending
+    for (name, where), (at, landed) in sorted(charge_writes(case.regions, case.outputs, stray).items()):
+        into = ", ".join(f"{n} in {band_words(v, w)}" for (v, w), n in sorted(landed.items()))
         if name == "-":
             report.defect("out_of_bounds_write", "-", "outside",
                           f"{len(at)} arena bytes outside every tensor changed",
-                          [f"arena bytes {a}..{b}: canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
+                          [f"arena bytes {a}..{b}: canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
                            for a, b in byte_runs(at)[:MAX_SHOWN]])
             continue
         s, n = case.tensors[name]["start"], case.tensors[name]["nbytes"]
         shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
-                 f"(its storage is {n} bytes): canary 0x{case.canary_byte:02x} -> {hex_bytes(after, a, b)}"
+                 f"(its storage is {n} bytes): canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
                  for a, b in byte_runs(at)[:MAX_SHOWN]]
         report.defect("out_of_bounds_write", name, where,
                       f"{len(at)} bytes {where} {name}'s elements changed (outside every tensor's elements), "
-                      f"written by a store to {name}; they landed: {into}", shown)
+                      f"written by a store to {name}; they landed {into}", shown)
     for i, (name, t) in enumerate(case.tensors.items()):
         if t["role"] != "in":
             continue
@@ -753,76 +520,59 @@ def check_memory(report, case, image, owner, after):
 
 
 def check_outputs(report, case, image, after):
-    """In-contract case: required cells equal the oracle (or an accepted alternative); the
-    cells the contract leaves untouched keep their value."""
+    """In-contract case: kvfuzz's output rules (output_rules, from kvfuzz/rules.py) on every
+    output, with the accepted answers kvfuzz embedded."""
     import torch
 
     for name, c in case.cells.items():
-        t = case.tensors[name]
         got, before = elements(case, after, name), elements(case, image, name)
-        shape = tuple(t["shape"])
+        shape = tuple(case.tensors[name]["shape"])
         required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
         untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
         accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
         want = accepted[0]
-        if not any(torch.equal(got[required], a[required]) for a in accepted):
-            bad = required & (got != want)
-            lost = bad & (got == before)
-            n_bad, n_req = int(bad.sum()), int(required.sum())
-            note = f" ({int(lost.sum())} never written)" if bool(lost.any()) else ""
+        for kind, where, message, mask in output_rules(name, required, untouched, got, before, accepted):
             shown = []
-            for ix in torch.nonzero(bad)[:MAX_SHOWN].tolist():
+            for ix in torch.nonzero(mask)[:MAX_SHOWN].tolist():
                 ix = tuple(ix)
+                if kind != "mismatch":
+                    shown.append(f"{name}{fmt_index(ix)}: must stay {int(before[ix])}, now {int(got[ix])}")
+                    continue
                 alts = sorted({int(a[ix]) for a in accepted[1:]} - {int(want[ix])})
                 also = f" (or {', '.join(map(str, alts))})" if alts else ""
                 poison = "  [never written: still poison]" if int(got[ix]) == int(before[ix]) else ""
                 shown.append(f"{name}{fmt_index(ix)}: expected {int(want[ix])}{also}, got {int(got[ix])}{poison}")
-            report.defect("mismatch", name, "all" if n_bad == n_req else "partial",
-                          f"{name}: {n_bad} of {n_req} required cells differ{note}", shown)
-        hit = untouched & (got != before)
-        if bool(hit.any()):
-            shown = [f"{name}{fmt_index(ix)}: must stay {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
-                     for ix in torch.nonzero(hit)[:MAX_SHOWN].tolist()]
-            report.defect("untouched_write", name, "cells",
-                          f"{name}: {int(hit.sum())} cells the contract leaves untouched changed", shown)
+            report.defect(kind, name, where, message, shown)
 
 
 def check_unchanged_outputs(report, case, image, after, error_type):
-    """A refused must-refuse case must have raised before writing anything."""
+    """A refused must-refuse case must have raised before writing anything (after_error_rule)."""
     import torch
 
-    for name, t in case.tensors.items():
-        if t["role"] != "out":
-            continue
+    for name in case.outputs:
         got, before = elements(case, after, name), elements(case, image, name)
-        hit = got != before
-        if bool(hit.any()):
+        broken = after_error_rule(name, got, before, error_type)
+        if broken is not None:
+            kind, where, message, hit = broken
             shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
                      for ix in torch.nonzero(hit)[:MAX_SHOWN].tolist()]
-            report.defect("untouched_write", name, "after_error",
-                          f"{name}: {int(hit.sum())} cells changed although the call raised {error_type}", shown)
+            report.defect(kind, name, where, message, shown)
 
 
 # ---------------------------------------------------------------------------- the alternate fill
 # Every second run starts from the alternate image: the same elements, every other byte the
-# alternate fill, a word pattern that encodes its own position (as kvfuzz.materialize.alt_fill).
+# alternate fill, a word pattern that encodes its own position (alt_words, from kvfuzz/fills.py).
 # An output that differs between the fills was computed from bytes outside every tensor: an
 # out-of-bounds read, named after the input read past.
 
-ALT_TAG = 0xC0
-CANARY_WORDS = (-0x5A5A5A5B, -0x5A5A5A5A5A5A5A5B)  # the canary bytes as an int32 and as an int64
-ALT_MAX_SHIFT = 12  # right shifts tried when decoding a value read from the fill (page sizes to 4096)
-ALT_MAX_OFFSET = 1 << 12  # |constant| added to it
-MAX_DECODED = 64
+MAX_DECODED = 64  # differing elements read back per tensor when telling where a read came from
 
 
 def alternate_image(case, image, owner):
-    """`image` with every byte that is no tensor's element holding the alternate fill: the
-    word at byte 4*i holds 0xC0 | i >> 21, i >> 14, i >> 7, i (5 and 7 bits), high byte first."""
+    """`image` with every byte that is no tensor's element holding the alternate fill."""
     import torch
 
-    i = torch.arange((image.numel() + 3) // 4, dtype=torch.int64)
-    w = (i & 0x7F) | ((i >> 7) & 0x7F) << 8 | ((i >> 14) & 0x7F) << 16 | (ALT_TAG | ((i >> 21) & 0x1F)) << 24
+    w = alt_words(torch.arange((image.numel() + 3) // 4, dtype=torch.int64))
     fill = torch.stack([(w >> (8 * k)) & 0xFF for k in range(4)], dim=1).flatten()[: image.numel()].to(torch.uint8)
     return torch.where(owner == 0, fill, image)
 
@@ -840,10 +590,7 @@ def as_canary(image, alt_image, after):
 
 def band(case, name, where):
     """The byte range of `name`'s guard band before it, its storage (gap) or its guard band after it."""
-    t, a = case.tensors[name], case.align
-    s, n, g = t["start"], t["nbytes"], t["guard"]
-    end = s + n
-    return {"before": (s - g, s), "gap": (s, end), "after": (end, (end + a - 1) // a * a + g)}[where]
+    return band_range(types.SimpleNamespace(**case.tensors[name]), where)
 
 
 def bands(case, owner, name):
@@ -862,58 +609,16 @@ def probe_image(case, image, alt_image, owner, name, where):
     return out
 
 
-def alt_word_index(word):
-    if word >> 29 != ALT_TAG >> 5 or word & 0x00808080:
-        return None
-    return (word & 0x7F) | ((word >> 8) & 0x7F) << 7 | ((word >> 16) & 0x7F) << 14 | ((word >> 24) & 0x1F) << 21
-
-
-def alt_source(canary_value, alt_value, bits):
-    """(arena byte, how many bytes it may be off) of the word a kernel read and stored (shifted
-    right, plus a constant), as kvfuzz.materialize.alt_source; None if no such reading fits."""
-    mask = (1 << bits) - 1
-    for s in range(ALT_MAX_SHIFT + 1):
-        for canary in CANARY_WORDS:
-            c = (canary_value - (canary >> s)) & mask
-            c = c - (1 << bits) if c >> (bits - 1) else c
-            if abs(c) > ALT_MAX_OFFSET:
-                continue
-            i = alt_word_index(((alt_value - c) << s) & 0xFFFFFFFF)
-            if i is not None:
-                return 4 * i, 4 << s if s else 0
-    return None
-
-
-def place_of(case, b):
-    """(tensor, before|gap|after) of a byte that is no element's, as stray_places charges it."""
-    for name, t in case.tensors.items():
-        s, n, g = t["start"], t["nbytes"], t["guard"]
-        for where, lo, hi in (("before", s - g, s), ("gap", s, s + n), ("after", s + n, s + n + g + case.align)):
-            if lo <= b < hi:
-                return name, where
-    return "-", "outside"
-
-
-def read_place(case, b):
-    """(input, where) read past for byte `b`: the input whose guard band or gap holds it, else
-    the nearest input whose extent the address continues."""
-    hit = place_of(case, b)
-    inputs = [n for n, t in case.tensors.items() if t["role"] == "in"] or list(case.tensors)
-    if hit[0] in inputs:
-        return hit
-    (_, where), name = min((extent_place(case.tensors[n], b), n) for n in inputs)
-    return name, where
-
-
 def decoded_reads(case, owner, first, seen):
     """{(input, where): [lines]} for the differing values that were read from the fill."""
     import torch
 
     found = {}
+    inputs = case.inputs or tuple(case.tensors)
 
     def note(src, line):
         if src is not None and 0 <= src[0] < owner.numel() and int(owner[src[0]]) == 0:
-            found.setdefault(read_place(case, src[0]), []).append(line)
+            found.setdefault(read_place(case.regions, inputs, src[0])[0], []).append(line)
 
     for name, t in case.tensors.items():
         mine, theirs = elements(case, first, name), elements(case, seen, name)
@@ -959,10 +664,11 @@ def judge_runs(report, case, runs, image, owner):
 
 
 def judge_reruns(report, case, runs, image, owner):
-    """The runs after the first, as kvfuzz.judge does: one from the image that differs is
-    nondeterministic; one from the alternate image that differs is an out-of-bounds read where
-    a differing value decodes as a read of the fill, or where the fill in one input's band
-    alone (a probe run) changes the run; else nondeterministic."""
+    """The runs after the first, by kvfuzz's rerun rules (rerun_rules, from kvfuzz/rules.py):
+    one from the image that differs is nondeterministic; one from the alternate image that
+    differs is an out-of-bounds read where a differing value decodes as a read of the fill, or
+    where the fill in one input's band alone (a probe run) changes the run; else
+    nondeterministic."""
     import torch
 
     first = runs[0]
@@ -975,46 +681,36 @@ def judge_reruns(report, case, runs, image, owner):
     def differs(run):
         return run.error != first.error or not torch.equal(seen_of(run), first.after)
 
-    def nondeterministic(i, run):
-        diff = seen_of(run) != first.after
-        owners = owners_of(case, owner, diff)
-        signature = case.signature("nondeterministic", owners[0] if owners else "-", "rerun")
-        if signature not in said:
-            said.add(signature)
-            fill = " from the alternate image, not explained by the fill" if run.alt else ""
-            report.defect("nondeterministic", owners[0] if owners else "-", "rerun",
-                          f"run {i} differs from run 1{fill} ({int(diff.sum())} bytes in {', '.join(owners) or 'the error'}; "
-                          f"errors: {first.error!r} vs {run.error!r})")
+    def decoded(run):
+        return decoded_reads(case, owner, first.after, seen_of(run))
 
-    unstable = False
-    for i, run in enumerate(runs[1:], start=2):
-        if run.after is not None and not run.alt and run.probe is None and differs(run):
-            unstable = True
-            nondeterministic(i, run)
-    probes = [r for r in runs[1:] if r.probe is not None and r.after is not None]
-    for i, run in enumerate(runs[1:], start=2):
-        if run.after is None or not run.alt or run.probe is not None or not differs(run):
+    for kind, run, places in rerun_rules(runs[1:], first.error, differs, decoded):
+        i = runs.index(run) + 1
+        if kind == "nondeterministic":
+            diff = seen_of(run) != first.after
+            owners = owners_of(case, owner, diff)
+            tensor = owners[0] if owners else "-"
+            if case.signature(kind, tensor, "rerun") not in said:
+                said.add(case.signature(kind, tensor, "rerun"))
+                fill = " from the alternate image, not explained by the fill" if run.alt else ""
+                report.defect(kind, tensor, "rerun",
+                              f"run {i} differs from run 1{fill} ({int(diff.sum())} bytes in "
+                              f"{', '.join(owners) or 'the error'}; errors: {first.error!r} vs {run.error!r})")
             continue
-        reads = decoded_reads(case, owner, first.after, seen_of(run)) if run.error == first.error else {}
-        how = "the value stored decodes as a read of the alternate fill there"
-        if not reads and not unstable:
-            steady = {p.probe for p in probes if not differs(p)}  # a band one of whose runs did not change
-            reads = {p.probe: [] for p in probes if p.probe not in steady}
-            how = "the alternate fill there alone changes the run"
-        if not reads:
-            nondeterministic(i, run)
-        for (tensor, where), lines in sorted(reads.items()):
+        how = ("the value stored decodes as a read of the alternate fill there" if kind == "read_decoded"
+               else "the alternate fill there alone changes the run")
+        for (tensor, where), lines in sorted(places.items()):
             signature = case.signature("out_of_bounds_read", tensor, where)
             if signature not in said:
                 said.add(signature)
                 report.defect("out_of_bounds_read", tensor, where,
                               f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
-                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN])
+                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN] if kind == "read_decoded" else ())
 
 
-def run_case(case, entry, device, runs=DEFAULT_RUNS):
-    """Call the entry point `runs` times on fresh arenas (stopping at a CUDA fault) and judge
-    them; the Report (defects printed as found)."""
+def run_case(case, call, device, runs=DEFAULT_RUNS):
+    """Call the entry point (`call`: its Binding) `runs` times on fresh arenas (stopping at a
+    CUDA fault) and judge them; the Report (defects printed as found)."""
     import torch
 
     image = host_bytes(case.arena_image, torch.uint8)
@@ -1023,7 +719,7 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
     alt_image = alternate_image(case, image, owner)
     done = []
     for k in range(runs):
-        run = run_once(case, entry, alt_image if k % 2 else image, device)  # every second from the alternate image
+        run = run_once(case, call, alt_image if k % 2 else image, device)  # every second from the alternate image
         run.alt = k % 2 == 1
         done.append(run)
         if len(done) == 1 and run.error is not None:
@@ -1042,7 +738,7 @@ def run_case(case, entry, device, runs=DEFAULT_RUNS):
                                        for name, t in case.tensors.items() if t["role"] == "in"
                                        for where in bands(case, owner, name) for _ in range(2)] + [(image, None)]
         for start, probe in extra:
-            run = run_once(case, entry, start, device)
+            run = run_once(case, call, start, device)
             run.alt, run.probe = probe is not None, probe
             done.append(run)
             if run.fault is not None:
@@ -1139,7 +835,10 @@ def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
     changed = mine.after != theirs.after
     if not bool(changed.any()):
         return
-    for name, where, at in stray_places(case, changed & (owner == 0)):
+    regions, by_place = case.regions, {}
+    for b in torch.nonzero(changed & (owner == 0)).flatten().tolist():
+        by_place.setdefault(region_of_byte(regions, b), []).append(b)
+    for (name, where), at in sorted(by_place.items()):
         report.defect(kind, name, where, f"{len(at)} bytes {where} {name}'s elements differ between the primary "
                       f"device and {backend}",
                       [f"arena bytes {a}..{b}: primary {hex_bytes(mine.after, a, b)}, "
@@ -1162,15 +861,10 @@ def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
         required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
         untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
         accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
-        for where, mask in (("required", required), ("may_write", ~(required | untouched)), ("untouched", untouched)):
-            bad = hit & mask
-            if not bool(bad.any()):
-                continue
-            if where == "required" and all(any(torch.equal(x[required], a[required]) for a in accepted)
-                                           for x in (got, other)):
-                continue  # both answers accepted (a float32 rounding boundary)
-            report.defect(kind, name, where, f"{name}: {int(bad.sum())} {where.replace('_', '-')} cells differ "
-                          f"between the primary device and {backend}", shown(bad))
+        may_write = ~(required | untouched)  # the contract's may-write cells: neither required nor untouched
+        for where, message, bad in divergence_rules(name, backend, required, may_write, untouched, got, other,
+                                                    accepted):
+            report.defect(kind, name, where, message, shown(bad))
 
 
 # ---------------------------------------------------------------------------- main
@@ -1209,9 +903,8 @@ def _main_in_process(args, case):
     try:
         faulthandler.enable()  # a segfault prints where it happened
         device = select_device(args.device)
-        swa_pool_type()  # before the kernel file runs: its SWA path imports the type
-        entry = load_kernels(args.kernels, case.entry)
-        check_entry_takes(case, entry)
+        ensure_swa_pool_type()  # before the kernel file runs: its SWA path imports the type
+        call = bind_entry(case, load_kernels(args.kernels, case.entry), args.kernels)
     except UsageError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         return 2
@@ -1221,12 +914,12 @@ def _main_in_process(args, case):
     if args.unjudged:  # the cross-check backend's side: the parent judges it against the primary's
         import torch
 
-        run = run_once(case, entry, host_bytes(case.arena_image, torch.uint8), device)
+        run = run_once(case, call, host_bytes(case.arena_image, torch.uint8), device)
         if run.error is not None:
             print(f"raised: {run.error}")
         save_run(args.arena_out, run, [])
         return 0
-    report = run_case(case, entry, device, args.runs)
+    report = run_case(case, call, device, args.runs)
     if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
         save_run(args.arena_out, report.runs[0], report.defects)
         return 0

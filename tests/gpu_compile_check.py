@@ -44,12 +44,11 @@ def main(per_class: int) -> int:
     from kvfuzz.engines.batch_engine import case_stream
     from kvfuzz.materialize import to_device
     from kvfuzz.execute import prepare
-    from kvfuzz.ops import CONTRACTS
-    from kvfuzz.targets.calls import bind
+    from kvfuzz.ops import CONTRACTS, record
 
     cpu = torch.device("cpu")
     for op, contract in CONTRACTS.items():
-        binding = bind(op, getattr(builtin, contract.entry), where="builtin")
+        binding = record(op).bind(getattr(builtin, contract.entry), where="builtin")
         before = len(failures)
         for _, case in case_stream(op, 3, 48 * per_class, "cuda", stint=per_class):
             views = to_device(prepare(case).plan, cpu)[1]

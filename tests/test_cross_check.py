@@ -106,6 +106,7 @@ def _emitted(script: Path):
 
     spec = importlib.util.spec_from_file_location(f"emitted_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as any imported module: the dataclasses it embeds look themselves up there
     spec.loader.exec_module(module)
     return module
 

@@ -90,7 +90,8 @@ def test_a_value_read_from_the_alternate_fill_tells_where_it_was_read(at):
     """A word copied out of the fill gives its byte offset back, also shifted right (a page
     size's shift), plus a constant (a delta), or read as the low word of an 8-byte read; a
     canary value paired with a value the fill never holds gives nothing."""
-    from kvfuzz.materialize import alt_fill, alt_source
+    from kvfuzz.fills import alt_source
+    from kvfuzz.materialize import alt_fill
 
     word = int(alt_fill(at + 8)[at : at + 4].view("<u4")[0])
     word64 = int(alt_fill(at + 8)[at : at + 8].view("<i8")[0])

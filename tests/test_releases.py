@@ -26,9 +26,8 @@ from kvfuzz.case import TensorSpec
 from kvfuzz.errors import TargetLoadError
 from kvfuzz.execute import HARNESS, run_case
 from kvfuzz.judge import judge
-from kvfuzz.ops import CONTRACTS, records
+from kvfuzz.ops import CONTRACTS, record, records
 from kvfuzz.targets import load_target, variant_for, variant_lacks
-from kvfuzz.targets.calls import bind
 from kvfuzz.targets.releases import RELEASES, parse_version, select_variant, variant_for_release
 
 # one release per distinct kernel file (0.5.13 = 0.5.14 = 0.5.15, 0.5.20 = 0.5.21 = 0.5.22)
@@ -323,13 +322,13 @@ def test_a_known_name_out_of_0_5_14s_order_is_not_called_positionally(tmp_path):
     def get_num_kv_splits_triton(seq_lens_ptr, num_kv_splits_ptr, num_seq, num_group, num_head, num_kv_head,
                                  max_kv_splits, device_core_count):
         pass
-    b = bind("num_kv_splits", get_num_kv_splits_triton)
+    b = record("num_kv_splits").bind(get_num_kv_splits_triton)
     assert b.by_name  # by name it binds fine, whatever the order
 
     def swapped(seq_lens, out, num_seq, num_group, num_head, num_kv_head, max_kv_splits, device_core_count, extra):
         pass
     with pytest.raises(TargetLoadError, match="'out'"):
-        bind("num_kv_splits", swapped)
+        record("num_kv_splits").bind(swapped)
 
 
 def test_an_error_while_building_a_call_is_kvfuzzs_not_the_targets(device):

@@ -10,9 +10,14 @@ Triton) exercise the script's other checks quickly.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import atexit
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -22,12 +27,13 @@ import pytest
 import kvfuzz.device
 from conftest import DEVICE as CONFTEST_DEVICE
 from conftest import seed_kernel_path
+from kvfuzz.ops import records
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
-SCRIPT_IMPORTS = {"argparse", "base64", "faulthandler", "importlib", "importlib.util", "inspect", "os", "signal",
-                  "subprocess", "sys", "tempfile", "traceback", "types", "zlib", "torch", "triton", "triton.language",
-                  "triton.runtime.jit"}
+SCRIPT_IMPORTS = {"__future__", "argparse", "base64", "dataclasses", "faulthandler", "importlib", "importlib.util",
+                  "inspect", "os", "signal", "subprocess", "sys", "tempfile", "traceback", "types", "typing", "zlib",
+                  "torch", "triton", "triton.language", "triton.runtime.jit"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -76,10 +82,27 @@ def emit(kv, tmp_path: Path, saved, name="repro.py") -> Path:
     return path
 
 
-def _start(script: Path, kernels, *extra: str) -> subprocess.Popen:
-    """The script in a fresh process where kvfuzz cannot be imported (no PYTHONPATH; the
-    working directory and sys.path[0] are the script's temporary directory)."""
+def without_kvfuzz() -> dict[str, str]:
+    """An environment in which `import kvfuzz` fails, editable install or not: PYTHONPATH is
+    only a folder whose `kvfuzz` package raises ImportError. TRITON_INTERPRET is unset."""
+    global _BLOCKED
+    if _BLOCKED is None:
+        _BLOCKED = Path(tempfile.mkdtemp(prefix="kvfuzz-blocked-"))
+        atexit.register(shutil.rmtree, _BLOCKED, True)
+        (_BLOCKED / "kvfuzz").mkdir()
+        (_BLOCKED / "kvfuzz" / "__init__.py").write_text(f'raise ImportError("{BLOCKED_SAYS}")\n')
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    return env | {"PYTHONPATH": str(_BLOCKED)}
+
+
+_BLOCKED: Path | None = None
+BLOCKED_SAYS = "a repro script must not import kvfuzz"
+
+
+def _start(script: Path, kernels, *extra: str) -> subprocess.Popen:
+    """The script in a fresh process where kvfuzz cannot be imported (without_kvfuzz; the
+    working directory and sys.path[0] are the script's temporary directory)."""
+    env = without_kvfuzz()
     args = [sys.executable, str(script), str(kernels), *extra]
     return subprocess.Popen(args, env=env, cwd=str(script.parent), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -220,7 +243,7 @@ def test_num_kv_splits_zero_length(kv, tmp_path):
     if kv.device == "cpu":  # a division by zero: what a GPU gives is up to the GPU
         assert v.failed, v.signatures()
     script = emit(kv, tmp_path, kv.saved(case, v.findings[0] if v.findings else None))
-    assert "MAX_NUM_SEQ=sglang_max_num_seq" in script.read_text()
+    assert '"MAX_NUM_SEQ": _max_num_seq' in script.read_text()  # launched with SGLang's MAX_NUM_SEQ rule
 
     r, ok = run_many((script, SEED, "--device", DEVICE), (script, KERNELS / "num_kv_splits.py", "--device", DEVICE))
     if DEVICE == kv.device:  # the script agrees with kvfuzz's verdict, whatever this device gives
@@ -353,6 +376,14 @@ def test_checks_with_plain_function(kv, tmp_path):
     assert "[num_kv_splits:splits:crash:-:SIGSEGV]" in r_dies.stdout, show(r_dies)  # kvfuzz's signature
 
 
+def test_scripts_run_where_kvfuzz_cannot_be_imported(tmp_path):
+    """The environment every script here runs in: `import kvfuzz` fails there, so a script
+    that passes or finds a defect did it with the modules it embeds."""
+    r = subprocess.run([sys.executable, "-c", "import kvfuzz"], env=without_kvfuzz(), cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and BLOCKED_SAYS in r.stderr, show(r)
+
+
 def test_script_is_standalone(kv, tmp_path):
     """Only stdlib, torch and triton are imported; the blobs decode; it compiles."""
     for case in (decode_swa_transposed(kv, page_size=1), spec_overflow(kv), splits_zero_length(kv)):
@@ -441,8 +472,16 @@ def lint(source: str, filename: str) -> list[str]:
             if not name.startswith("_"):
                 kind = "imported" if name in imported else "assigned"
                 problems.append(f"{filename}:{fn.lineno} {fn.name}: {name!r} is {kind} but never used")
+    # names read only in annotations count as used (pyflakes' rule; symtable misses them under
+    # `from __future__ import annotations`)
+    notes = [a.annotation for f in ast.walk(tree) if isinstance(f, ast.arguments)
+             for a in f.posonlyargs + f.args + f.kwonlyargs + [f.vararg, f.kwarg] if a is not None and a.annotation]
+    notes += [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns]
+    notes += [n.annotation for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)]
+    used |= {n.id for note in notes for n in ast.walk(note) if isinstance(n, ast.Name)}
+    future = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__" for a in n.names}
     problems += [f"{filename}: {s.get_name()!r} imported but never used"
-                 for s in top.get_symbols() if s.is_imported() and s.get_name() not in used]
+                 for s in top.get_symbols() if s.is_imported() and s.get_name() not in used | future]
     return problems
 
 
@@ -467,17 +506,72 @@ def test_lint_catches_what_it_should():
 
 
 def test_template_module_is_clean_and_standalone():
-    """repro_script.py compiles, passes the lint, imports only stdlib, torch and triton, holds
-    the line the emitter replaces exactly once, and imported as a module holds no case."""
+    """repro_script.py and every module an emitted script embeds compile, pass the lint and
+    import only stdlib, torch, triton and each other; the script's part holds the line the
+    emitter replaces exactly once, and imported as a module holds no case."""
     from kvfuzz import repro, repro_script
+    from kvfuzz.ops import CONTRACTS
 
     source = repro.script_source()
     assert Path(repro_script.__file__).read_text(encoding="utf-8") == source
-    assert lint(source, "repro_script.py") == []
-    ast.parse(source, feature_version=(3, 9))  # the script promises Python 3.9+
-    assert script_imports(source) <= SCRIPT_IMPORTS, script_imports(source) - SCRIPT_IMPORTS
     assert source.split("\n").count(repro.CASE_LINE) == 1
     assert repro_script.CASE is None
+    modules = {m for op in CONTRACTS for m in repro.standalone_modules(op)} | {"kvfuzz.repro_script"}
+    assert {"kvfuzz.findings", "kvfuzz.fills", "kvfuzz.places", "kvfuzz.rules", "kvfuzz.targets.calls",
+            "kvfuzz.targets.sglang_shim"} <= modules
+    for name in sorted(modules):
+        text = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
+        assert lint(text, name) == [], name
+        ast.parse(text, feature_version=(3, 9))  # the script promises Python 3.9+
+        tree = ast.parse(text)
+        absolute = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert absolute <= SCRIPT_IMPORTS, (name, absolute - SCRIPT_IMPORTS)
+
+
+def test_a_module_that_is_not_standalone_is_refused(monkeypatch, tmp_path):
+    """A module the script would embed that imports NumPy, or that binds a name another
+    embedded module binds (an emitted script holds them in one namespace), stops the assembly
+    with the reason."""
+    from kvfuzz import repro
+
+    real = repro._module_file
+    places = real("kvfuzz.places").read_text(encoding="utf-8")
+    variants = {"numpy": places.replace('ALIGN = 256', 'import numpy as np\n\nALIGN = int(np.int64(256))'),
+                "clash": places + "\n\ndef bind():\n    pass\n"}
+    for what, text in variants.items():
+        path = tmp_path / f"places_{what}.py"
+        path.write_text(text)
+        monkeypatch.setattr(repro, "_module_file",
+                            lambda name, path=path: path if name == "kvfuzz.places" else real(name))
+        with pytest.raises(AssertionError) as err:
+            repro.assemble("num_kv_splits")
+        assert str(err.value) == {
+            "numpy": "kvfuzz.places:13 imports numpy: a module the repro script embeds may import only the "
+                     "standard library, torch and triton",
+            "clash": "kvfuzz.targets.calls and kvfuzz.places both bind 'bind': an emitted script holds them in "
+                     "one namespace; rename one"}[what]
+
+
+def test_an_op_record_adds_its_own_standalone_modules(monkeypatch, tmp_path):
+    """The modules embedded are computed per op: those repro_script.py needs, and those the
+    op's record names in `standalone` (its call binding, its rules), before the script's part."""
+    from kvfuzz import repro
+
+    (tmp_path / "op_rules_under_test.py").write_text('"""An op\'s own rule."""\n\n\ndef op_rule():\n'
+                                                    '    return "checked"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plain = repro.standalone_modules("num_kv_splits")
+    assert plain[-1] == "kvfuzz.ops.num_kv_splits.call"  # the op's own call binding
+    rec = records()["num_kv_splits"]
+    monkeypatch.setitem(records(), "num_kv_splits",
+                        dataclasses.replace(rec, standalone=rec.standalone + ("op_rules_under_test",)))
+    assert repro.standalone_modules("num_kv_splits") == plain + ("op_rules_under_test",)
+    assert "op_rules_under_test" not in repro.standalone_modules("decode_metadata")  # another op's record
+    script = repro.assemble("num_kv_splits")
+    header = "# op_rules_under_test (op_rules_under_test.py): embedded from kvfuzz"
+    assert header in script and 'def op_rule():\n    return "checked"' in script
+    assert script.index(header) < script.index("# kvfuzz.repro_script (kvfuzz/repro_script.py)")
 
 
 def test_template_without_a_case_is_a_usage_error(capsys):
@@ -488,31 +582,47 @@ def test_template_without_a_case_is_a_usage_error(capsys):
     assert len(err) == 1 and "holds no case" in err[0] and "--emit-repro" in err[0]
 
 
-def test_emitted_script_is_the_template_plus_its_case(kv, tmp_path):
-    """An emitted script is repro_script.py with only its docstring and its CASE line changed,
-    passes the same lint, and its CASE is the ReproCase that repro.repro_case builds."""
-    import importlib.util
-
+def test_emitted_script_is_kvfuzz_modules_plus_its_case(kv, tmp_path):
+    """An emitted script holds, verbatim, every function and class of each module it embeds
+    (kvfuzz runs the same code: a change in one of its rules changes the script) and of
+    repro_script.py, each module under a header naming it; it passes the same lint, and its
+    CASE is the ReproCase that repro.repro_case builds."""
     from kvfuzz import repro
 
-    template = repro.script_source().split("\n")
     for case in (decode_swa_transposed(kv), spec_overflow(kv), splits_zero_length(kv)):
         saved = kv.saved(case)
         script = emit(kv, tmp_path, saved, name=f"{case.op}.py")
         source = script.read_text()
         assert lint(source, script.name) == []
+        modules = repro.standalone_modules(case.op) + ("kvfuzz.repro_script",)
+        at = []
+        for name in modules:
+            path = Path(importlib.util.find_spec(name).origin)
+            header = f"# {name} ({path.relative_to(REPO).as_posix()}): "
+            assert source.count(header) == 1, header
+            at.append(source.index(header))
+            text = path.read_text(encoding="utf-8")
+            for node in ast.parse(text).body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    assert ast.get_source_segment(text, node) in source, f"{name}.{node.name} not in the script"
+            for part in repro.embedded_source(name).split(repro.CASE_LINE):  # the case's data in its place
+                assert part in source, name
+        assert at == sorted(at)  # in the order standalone_modules gives: each after what it imports
         tree = ast.parse(source)
-        body = [n for n in tree.body[1:]]  # the docstring aside
-        emitted_code = [ast.dump(n) for n in body if not (isinstance(n, ast.Assign) and n.targets[0].id == "CASE")]
-        template_tree = ast.parse("\n".join(template))
-        template_code = [ast.dump(n) for n in template_tree.body[1:]
-                         if not (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "CASE")]
-        assert emitted_code == template_code
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level], "a relative import left"
 
         spec = importlib.util.spec_from_file_location(f"emitted_{case.op}", script)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # not __main__: defines everything, runs nothing
-        assert vars(module.CASE) == vars(repro.repro_case(saved))
+        sys.modules[spec.name] = module  # as any imported module (its dataclasses look themselves up there)
+        try:
+            spec.loader.exec_module(module)  # not __main__: defines everything, runs nothing
+        finally:
+            del sys.modules[spec.name]
+        own = {k: v for k, v in vars(module.CASE).items() if k not in ("call", "generations")}
+        assert own == {k: v for k, v in vars(repro.repro_case(saved)).items() if k not in ("call", "generations")}
+        # the call binding is the op's call.py, embedded: the script calls the kernel as kvfuzz does
+        assert module.CASE.call is module.CALL and module.CASE.generations == module.GENERATIONS
+        assert [g.params for g in module.GENERATIONS] == [g.params for g in records()[case.op].generations]
 
 
 # --------------------------------------------------------------------------- CUDA faults
@@ -524,19 +634,21 @@ def test_emitted_script_is_the_template_plus_its_case(kv, tmp_path):
 def test_cuda_errors_are_told_from_ordinary_exceptions():
     import torch
 
-    from kvfuzz.repro_script import is_cuda_error
+    from kvfuzz.faults import is_device_fault  # kvfuzz's executor and the script (it embeds kvfuzz/faults.py)
 
     faults = [RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
                            "asynchronously reported"),
               RuntimeError("CUDA error: device-side assert triggered"),
-              RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")]
+              RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"),
+              RuntimeError("Triton Error [CUDA]: unspecified launch failure"),  # kvfuzz's executor missed it
+              RuntimeError("an illegal memory access was encountered")]  # the script's own rule missed it
     if hasattr(torch, "AcceleratorError"):
         faults.append(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
         faults.append(torch.AcceleratorError("something the driver said"))
     ordinary = [ValueError("page_size must be a power of two"), AssertionError("Torch not compiled with CUDA enabled"),
                 TypeError("CUDA error in the message of a TypeError"), RuntimeError("shape '[2]' is invalid")]
-    assert [is_cuda_error(e) for e in faults] == [True] * len(faults)
-    assert [is_cuda_error(e) for e in ordinary] == [False] * len(ordinary)
+    assert [is_device_fault(e) for e in faults] == [True] * len(faults)
+    assert [is_device_fault(e) for e in ordinary] == [False] * len(ordinary)
 
 
 def test_a_cuda_fault_is_one_crash_in_contract_or_not(kv, capsys):

@@ -21,7 +21,6 @@ Each case costs one script process (the judge's worker runs meanwhile and is kep
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -109,9 +108,11 @@ def judge_on():
 
 
 def start_script(script: Path, kernels: Path) -> subprocess.Popen:
-    """The script as a user runs it: a fresh process, no PYTHONPATH, no TRITON_INTERPRET, the
-    working directory the script's own."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    """The script as a user runs it: a fresh process where kvfuzz cannot be imported
+    (test_repro.without_kvfuzz), no TRITON_INTERPRET, the working directory the script's own."""
+    from test_repro import without_kvfuzz
+
+    env = without_kvfuzz()
     return subprocess.Popen([sys.executable, str(script), str(kernels), "--device", DEVICE], env=env,
                             cwd=str(script.parent), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -51,6 +51,9 @@ class OpRecord:
     short_call: Optional[Callable[[Case, str], ShortCall]] = None
     # short repro: case -> why a short script cannot build its call (None: it can)
     short_refuses: Optional[Callable[[Case], Optional[str]]] = None
+    # the full repro script: modules it embeds for the op (kvfuzz.repro.standalone_modules), which
+    # bind CALL and GENERATIONS (the op's call.py); empty: the op has no full repro script
+    standalone: tuple[str, ...] = ()
     # where the op sorts among the package's ops in listings and campaigns (ties: by name); the ops
     # of KVFUZZ_OPS follow them in the order named there
     order: int = 100
@@ -71,6 +74,12 @@ class OpRecord:
     def required_features(self) -> set[str]:
         """Features every campaign of a few minutes must exercise for the op."""
         return self.generator.required()
+
+    def bind(self, entry: Any, where: str = "target") -> Any:
+        """How `entry` is called for this op (targets.calls.Binding), or TargetLoadError."""
+        from ..targets.calls import bind
+
+        return bind(self.name, entry, self.call, self.generations, where)
 
     def builtin_kernel(self) -> Any:
         """kvfuzz's own kernel for the op, imported now (after the device is selected)."""

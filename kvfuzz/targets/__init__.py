@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from .. import device as devmod
 from ..errors import BadInput, TargetLoadError
 from ..ops import CONTRACTS, OpRecord, record, records
-from .calls import Binding, bind
+from .calls import Binding
 from .releases import module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
 from .wheels import installed_kernel_file, sglang_kernel_file
@@ -130,7 +130,8 @@ def load_target(spec: str, device: str) -> Target:
                 target.missing[op] = f"not offered by sglang {release}: {why}" if why else \
                     f"{description} has no {contract.entry}"
                 continue
-            target.bindings[op] = binding = bind(op, entry, where=f"target {spec}")  # or TargetLoadError
+            # or TargetLoadError
+            target.bindings[op] = binding = rec.bind(entry, where=f"target {spec}")
             target.entries[op] = entry
             target.variants[op], target.variant_reasons[op] = select_variant(op, release, binding, spec == "builtin")
         if not target.entries:

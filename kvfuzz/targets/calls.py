@@ -40,17 +40,21 @@ counts as kvfuzz's failure, never the target's (its type name is `execute.HARNES
 
 Each op's `OpCall` and its SGLang API generations (`Generation`, read from the release wheels'
 kernel files, docs/releases.md) live in its record (`kvfuzz/ops/<op>/call.py`); a signature
-equal to one of them is named after it. This module is the binding logic every op shares.
+equal to one of them is named after it. This module is the binding logic every op shares;
+the caller passes the op's `OpCall` and generations (`bind`).
+
+Standalone (the standard library, torch and triton; of kvfuzz, only errors.py): the repro
+script embeds this module and the op's call.py and calls the kernel through `bind` as kvfuzz
+does (kvfuzz.repro.standalone_modules).
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import TargetLoadError
-from ..ops import record
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
@@ -207,18 +211,16 @@ def _known(call: OpCall) -> set[str]:
     return set(call.supplied) | set(call.neutral)
 
 
-def _generation(op: str, names: tuple[str, ...]) -> tuple[str | None, str]:
+def _generation(gens: Sequence[Generation], names: tuple[str, ...]) -> tuple[str | None, str]:
     """(the generation equal to `names`, if any; the one sharing most names, newest on a tie)."""
-    gens = record(op).generations
     equal = next((g.name for g in gens if g.params == names), None)
     closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1].params) & set(names)), ig[0]))[1].name
     return equal, closest
 
 
-def bind(op: str, entry: Any, where: str = "target") -> Binding:
-    """The Binding of `entry` for `op`, or TargetLoadError (one line) naming what kvfuzz
-    cannot supply."""
-    call = record(op).call
+def bind(op: str, entry: Any, call: OpCall, generations: Sequence[Generation], where: str = "target") -> Binding:
+    """The Binding of `entry` for `op` (its record's `call` and `generations`), or
+    TargetLoadError (one line) naming what kvfuzz cannot supply."""
     bare = is_bare_kernel(entry)
     name = getattr(entry, "__name__", None) or getattr(getattr(entry, "fn", None), "__name__", op)
     try:
@@ -227,7 +229,7 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         raise TargetLoadError(f"{where}: cannot read the signature of {name}: {exc}") from None
     params = list(sig.parameters.values())
     names = tuple(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-    equal, closest = _generation(op, names)
+    equal, closest = _generation(generations, names)
     text = f"{name}{sig}"
     reason = _bind_by_name(call, params)
     if isinstance(reason, tuple):
@@ -242,7 +244,7 @@ def bind(op: str, entry: Any, where: str = "target") -> Binding:
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
                        call.returns, positional, keywords, _takes(call, supplied))
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
-                          f"{', '.join(g.name for g in record(op).generations)} signatures; see docs/releases.md)")
+                          f"{', '.join(g.name for g in generations)} signatures; see docs/releases.md)")
 
 
 def _lacks(call: OpCall, supplied: tuple[str, ...]) -> tuple[str, ...]:

@@ -8,6 +8,9 @@ from `sglang.srt.mem_cache.unified_memory_pool` the same way and reads only
 `ensure_swa_pool_type` installs stand-in module trees so those imports succeed, and
 `make_swa_pool` / `make_unified_swa_pool` build an instance of whichever class the import
 resolves to (real or stand-in) without running its constructor.
+
+Standalone (standard library only): the repro script embeds this module
+(kvfuzz.repro.standalone_modules).
 """
 
 from __future__ import annotations

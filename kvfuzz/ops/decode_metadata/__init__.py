@@ -20,5 +20,6 @@ RECORD = OpRecord(
     cell_sources=present.cell_sources,
     short_call=present.short_call,
     short_refuses=present.short_refuses,
+    standalone=(call.__name__,),
     order=10,
 )

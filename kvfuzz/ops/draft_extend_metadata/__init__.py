@@ -19,5 +19,6 @@ RECORD = OpRecord(
     related_rows=decode_present.related_rows,  # reads its inputs as decode does
     cell_sources=decode_present.cell_sources,
     short_call=present.short_call,
+    standalone=(call.__name__,),
     order=40,
 )

@@ -16,5 +16,6 @@ RECORD = OpRecord(
     passes=minimize.PASSES,
     related_rows=present.related_rows,
     short_call=present.short_call,
+    standalone=(call.__name__,),
     order=30,
 )

@@ -1,10 +1,15 @@
 """How num_kv_splits's entry point (`get_num_kv_splits_triton`, a bare `@triton.jit` kernel) is
-called, its API generations, and the contract variant of each release."""
+called, its API generations, and the contract variant of each release. Standalone (the repro
+script embeds it: the standard library and kvfuzz's standalone modules only)."""
 
 from __future__ import annotations
 
 from ...targets.calls import Generation, OpCall, optional_tensor, scalar, tensor
-from .contract import sglang_max_num_seq
+
+
+def sglang_max_num_seq(num_seq: int) -> int:
+    """SGLang's MAX_NUM_SEQ: 256 below 256 sequences, else the next power of two."""
+    return 256 if num_seq < 256 else 1 << (num_seq - 1).bit_length()
 
 
 def _max_num_seq(t, s):

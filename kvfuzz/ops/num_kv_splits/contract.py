@@ -26,11 +26,6 @@ SCALARS = (
 )
 
 
-def sglang_max_num_seq(num_seq: int) -> int:
-    """SGLang's MAX_NUM_SEQ: 256 below 256 sequences, else the next power of two."""
-    return 256 if num_seq < 256 else 1 << (num_seq - 1).bit_length()
-
-
 def kernel_path(case: Case) -> str:
     return "splits"
 

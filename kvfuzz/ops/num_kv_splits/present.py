@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...case import Case
 from ..record import ShortCall
+from .call import sglang_max_num_seq
 
 
 def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
@@ -17,7 +18,7 @@ def short_call(case: Case, entry: str) -> ShortCall:
     t, s = case.tensors, case.scalars
     extra = ", uneven_batch_ptr=uneven_batch" if "uneven_batch" in t else ""
     n = s["num_seq"]
-    max_num_seq = 256 if n < 256 else 1 << (n - 1).bit_length()
+    max_num_seq = sglang_max_num_seq(n)
     return ShortCall(("# a bare @triton.jit kernel: SGLang's triton backend launches it on grid (1,)",
                       f"{entry}[(1,)](num_kv_splits, seq_lens, {n}, {s['num_group']}, {s['num_head']}, "
                       f"{s['num_kv_head']},",

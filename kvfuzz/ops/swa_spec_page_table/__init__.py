@@ -18,5 +18,6 @@ RECORD = OpRecord(
     related_rows=present.related_rows,
     cell_sources=present.cell_sources,
     short_call=present.short_call,
+    standalone=(call.__name__,),
     order=20,
 )
