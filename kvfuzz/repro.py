@@ -309,8 +309,17 @@ def _module_file(name: str) -> Path:
     return Path(spec.origin)
 
 
+def _of_kvfuzz(node: ast.stmt) -> bool:
+    """A `from ... import` of a kvfuzz module: relative inside kvfuzz, absolute (`from
+    kvfuzz.targets.calls import ...`) in an op's module outside it."""
+    return isinstance(node, ast.ImportFrom) and bool(
+        node.level or (node.module or "").split(".")[0] == __package__)
+
+
 def _resolve(module: str, node: ast.ImportFrom) -> str:
-    """The absolute name of a relative `from ... import` in `module` (a module, not a package)."""
+    """The absolute name of a kvfuzz `from ... import` in `module` (a module, not a package)."""
+    if not node.level:
+        return node.module
     parts = module.split(".")[: -node.level]
     if node.module is None:
         raise AssertionError(f"{module}: `from {'.' * node.level} import ...` imports a module; "
@@ -319,13 +328,14 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
 
 
 def _imports(name: str) -> list[ast.stmt]:
-    """The import statements of module `name`, checked: a kvfuzz module only by a relative
-    import at the top level; anything else only from the standard library, torch or triton."""
+    """The import statements of module `name`, checked: a kvfuzz module only by `from ...
+    import` at the top level (relative inside kvfuzz, absolute in an op's module outside it);
+    anything else only from the standard library, torch or triton."""
     tree = ast.parse(_module_file(name).read_text(encoding="utf-8"))
     top = set(map(id, tree.body))
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
+        if _of_kvfuzz(node):
             if id(node) not in top:
                 raise AssertionError(f"{name}:{node.lineno}: a kvfuzz module imported inside a function")
             out.append(node)
@@ -345,7 +355,7 @@ def _imports(name: str) -> list[ast.stmt]:
 
 
 def _kvfuzz_imports(name: str) -> list[str]:
-    return [_resolve(name, n) for n in _imports(name) if isinstance(n, ast.ImportFrom) and n.level]
+    return [_resolve(name, n) for n in _imports(name) if _of_kvfuzz(n)]
 
 
 def _top_names(tree: ast.Module) -> dict[str, str]:
@@ -359,7 +369,7 @@ def _top_names(tree: ast.Module) -> dict[str, str]:
         elif isinstance(node, ast.Import):
             for a in node.names:
                 out[a.asname or a.name.split(".")[0]] = f"import {a.name if a.asname else a.name.split('.')[0]}"
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module != "__future__":
+        elif isinstance(node, ast.ImportFrom) and not _of_kvfuzz(node) and node.module != "__future__":
             for a in node.names:
                 out[a.asname or a.name] = f"import {node.module}.{a.name}"
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -378,14 +388,14 @@ def embedded_source(name: str) -> str:
     text = _module_file(name).read_text(encoding="utf-8")
     lines = text.split("\n")
     tree = ast.parse(text)
-    drop = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.level or n.module == "__future__")]
+    drop = [n for n in tree.body if _of_kvfuzz(n) or (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
     if name == SCRIPT_MODULE:
         doc = tree.body[0]
         if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
             raise AssertionError("repro_script.py must start with its docstring")
         drop.append(doc)
     for node in sorted(drop, key=lambda n: n.lineno, reverse=True):
-        keep = [f"{a.asname} = {a.name}" for a in getattr(node, "names", ()) if getattr(node, "level", 0)
+        keep = [f"{a.asname} = {a.name}" for a in getattr(node, "names", ()) if _of_kvfuzz(node)
                 and a.asname and a.asname != a.name]
         lines[node.lineno - 1 : node.end_lineno] = keep
     if name == SCRIPT_MODULE and lines[0].startswith("#!"):
@@ -404,7 +414,7 @@ def assemble(op: str) -> str:
     for name in modules:
         tree = ast.parse(_module_file(name).read_text(encoding="utf-8"))
         for node in _imports(name):
-            if isinstance(node, ast.ImportFrom) and node.level:
+            if _of_kvfuzz(node):
                 source = _resolve(name, node)
                 for a in node.names:
                     if bound.get(a.name, (None,))[0] != source:
@@ -416,7 +426,8 @@ def assemble(op: str) -> str:
                 raise AssertionError(f"{name} and {had[0]} both bind {top!r}: an emitted script holds them in "
                                      "one namespace; rename one")
             bound[top] = (name, what)
-        title = "the script's own part" if name == SCRIPT_MODULE else "embedded from kvfuzz"
+        title = "the script's own part" if name == SCRIPT_MODULE else \
+            "embedded from kvfuzz" if name.split(".")[0] == __package__ else "embedded from the op's record"
         parts += ["", RULE, f"# {name} ({name.replace('.', '/')}.py): {title}", RULE, "", embedded_source(name)]
     return "\n".join(parts)
 
@@ -475,7 +486,10 @@ def _pylist(items: list[str]) -> str:
 def write_repro(saved: SavedCase, path: Path, device: str) -> None:
     """Write the standalone repro script for `saved` to `path` (device: where kvfuzz replayed it)."""
     path = Path(path)
-    src = render_repro(saved, device)
+    try:
+        src = render_repro(saved, device)
+    except AssertionError as exc:  # a standalone module the assembly refuses (an op's own, say)
+        raise BadInput(f"cannot write the full repro script for {saved.case.op}: {exc}") from None
     compile(src, str(path), "exec")  # a template bug must fail here, not in a kernel author's hands
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import pytest
 
 import kvfuzz
 from conftest import DEVICE
+from test_repro import without_kvfuzz
 
 OP_MODULE = '''
 """ext_clamp: out[i] = min(lens[i], cap), for any cap >= 0 (a negative cap must be refused)."""
@@ -28,7 +29,7 @@ from kvfuzz.minimize import GENERIC
 from kvfuzz.ops import OpRecord
 from kvfuzz.strategies import OpGenerator
 from kvfuzz.strategies.draw import CompileClass
-from kvfuzz.targets.calls import Generation, OpCall, scalar, tensor
+from ext_clamp_call import CALL, GENERATIONS
 
 OP = "ext_clamp"
 
@@ -110,12 +111,21 @@ RECORD = OpRecord(
     name=OP, contract=CONTRACT,
     generator=OpGenerator(OP, compile_class, in_class, violation, ("negative_cap",), features,
                           lambda: {"clamped", "unclamped"}),
-    call=OpCall(supplied={"lens": tensor("lens"), "out": tensor("out"), "cap": scalar("cap")},
-                required=(("lens",), ("out",), ("cap",)), neutral={}, legacy=("lens", "out", "cap")),
-    generations=(Generation("1.0", "1.0", ("lens", "out", "cap"), "the only signature"),),
+    call=CALL, generations=GENERATIONS,
     builtin="ext_clamp_kernels:clamp_lengths",
     passes=(drop_pass, *GENERIC),
+    standalone=("ext_clamp_call",),  # the full repro script embeds it
 )
+'''
+
+CALL_MODULE = '''
+"""How ext_clamp's entry point is called. Standalone: the full repro script embeds it."""
+
+from kvfuzz.targets.calls import Generation, OpCall, scalar, tensor
+
+CALL = OpCall(supplied={"lens": tensor("lens"), "out": tensor("out"), "cap": scalar("cap")},
+              required=(("lens",), ("out",), ("cap",)), neutral={}, legacy=("lens", "out", "cap"))
+GENERATIONS = (Generation("1.0", "1.0", ("lens", "out", "cap"), "the only signature"),)
 '''
 
 KERNEL = '''
@@ -143,6 +153,7 @@ def clamp_lengths(lens, out, cap):
 def ext(tmp_path):
     """(the folder holding the op, the environment that loads it)."""
     (tmp_path / "ext_clamp.py").write_text(OP_MODULE)
+    (tmp_path / "ext_clamp_call.py").write_text(CALL_MODULE)
     (tmp_path / "ext_clamp_kernels.py").write_text(KERNEL.format(bound="cap"))  # the record's builtin
     (tmp_path / "wrong_clamp.py").write_text(KERNEL.format(bound="cap + 1"))  # off by one past cap
     root = str(Path(kvfuzz.__file__).resolve().parents[1])
@@ -174,6 +185,29 @@ def test_a_bad_kvfuzz_ops_entry_is_one_line_and_exit_2(ext, entry, message):
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
+def test_the_records_own_minimizer_pass_shrinks_its_cases(ext, monkeypatch):
+    """The record's `passes` are the ones kvfuzz's minimizer runs for the op (here in process,
+    the record put into the registry by hand): its own pass drops the elements one at a time."""
+    import importlib
+
+    import numpy as np
+
+    from kvfuzz.case import Case, TensorSpec
+    from kvfuzz.minimize import minimize
+    from kvfuzz.ops import records
+
+    tmp, _ = ext
+    monkeypatch.syspath_prepend(str(tmp))
+    module = importlib.import_module("ext_clamp")
+    monkeypatch.setitem(records(), "ext_clamp", module.RECORD)
+    spec = TensorSpec.contiguous("int32", (6,))
+    case = Case("ext_clamp", {"cap": 10}, {"lens": spec, "out": spec}, {"lens": np.array([1, 2, 50, 3, 4, 60])})
+    m = minimize(case, lambda c: bool((np.asarray(c.values["lens"]) > c.scalars["cap"]).any()), budget_s=30,
+                 method="passes")
+    assert m.complete and m.case.tensors["lens"].shape == (1,)
+    assert m.accepted.get("drop_pass", 0) >= 5 and any(line.startswith("drop element") for line in m.log), m.log
+
+
 @pytest.mark.slow
 def test_an_external_op_is_fuzzed_minimized_confirmed_replayed_and_run_by_pytest(ext):
     tmp, env = ext
@@ -188,14 +222,25 @@ def test_an_external_op_is_fuzzed_minimized_confirmed_replayed_and_run_by_pytest
     for f in findings:
         saved = read_case_dir(f["case"])  # saved only once a fresh worker confirmed it
         assert saved.case.op == "ext_clamp" and saved.minimized and f"-> {f['case']} (new)" in p.stderr
-        # the record's own pass ran: one wrong element is enough (two for a partial mismatch)
-        assert any(line.startswith("drop element") for line in saved.minimize_log), saved.minimize_log
+        # the generic reducer (on the recorded choices) or the record's own pass shrank it: one wrong
+        # element is enough (two for a partial mismatch)
+        assert saved.minimize_log, saved.minimize_log
         assert saved.case.tensors["lens"].shape[0] <= (1 if f["signature"].endswith(":all") else 2)
     case = findings[0]["case"]
     r1 = run(env, "replay", case)
     assert r1.returncode == 1 and "FAIL" in r1.stdout, r1.stdout + r1.stderr
     r0 = run(env, "replay", case, "--target", "builtin")  # the record's builtin kernel
     assert r0.returncode == 0 and "PASS" in r0.stdout, r0.stdout + r0.stderr
+    # the full repro script embeds the record's call module: it fails on the wrong kernel, passes on the right one
+    script = tmp / "repro.py"
+    r3 = run(env, "replay", case, "--emit-repro", str(script))
+    assert r3.returncode == 1 and script.exists(), r3.stdout + r3.stderr
+    assert "# ext_clamp_call (ext_clamp_call.py): embedded from the op's record" in script.read_text()
+    bare = {k: v for k, v in without_kvfuzz().items() if k != "KVFUZZ_OPS"}  # where import kvfuzz fails
+    for kernel, code in (("wrong_clamp.py", 1), ("ext_clamp_kernels.py", 0)):
+        r = subprocess.run([sys.executable, str(script), str(tmp / kernel), "--device", DEVICE], capture_output=True,
+                           text=True, timeout=300, env=bare, cwd=tmp.parent)
+        assert r.returncode == code, (kernel, r.stdout + r.stderr)
     t = run(env, "-q", "-p", "no:cacheprovider", str(corpus), module="pytest")
     assert f"{len(findings)} xfailed" in t.stdout, t.stdout[-2000:]
     # without KVFUZZ_OPS the op is unknown: one line that says how to load it

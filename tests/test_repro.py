@@ -27,6 +27,7 @@ import pytest
 import kvfuzz.device
 from conftest import DEVICE as CONFTEST_DEVICE
 from conftest import seed_kernel_path
+from kvfuzz.errors import BadInput
 from kvfuzz.ops import records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -569,9 +570,12 @@ def test_an_op_record_adds_its_own_standalone_modules(monkeypatch, tmp_path):
     assert repro.standalone_modules("num_kv_splits") == plain + ("op_rules_under_test",)
     assert "op_rules_under_test" not in repro.standalone_modules("decode_metadata")  # another op's record
     script = repro.assemble("num_kv_splits")
-    header = "# op_rules_under_test (op_rules_under_test.py): embedded from kvfuzz"
+    header = "# op_rules_under_test (op_rules_under_test.py): embedded from the op's record"
     assert header in script and 'def op_rule():\n    return "checked"' in script
     assert script.index(header) < script.index("# kvfuzz.repro_script (kvfuzz/repro_script.py)")
+    monkeypatch.setitem(records(), "num_kv_splits", dataclasses.replace(rec, standalone=()))
+    with pytest.raises(BadInput, match="num_kv_splits has no full repro script"):  # exit 2, one line
+        repro.standalone_modules("num_kv_splits")
 
 
 def test_template_without_a_case_is_a_usage_error(capsys):

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from ..ops import record
+from ..ops import record, records
 from .calls import Binding
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
@@ -38,7 +38,6 @@ FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its ow
 class Release:
     version: str
     kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
-    api: dict  # op -> the API generation of its entry point (OpRecord.generations)
     unchecked: str = ""  # what this release added that kvfuzz does not check yet
     note: str = ""
     # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it), and the
@@ -46,10 +45,24 @@ class Release:
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     not_offered: dict = field(default_factory=dict)
 
+    @property
+    def api(self) -> dict[str, str]:
+        """op -> the API generation of its entry point in this release: the op record's
+        generation whose `releases` cover it (the ops it does not offer left out)."""
+        out = {}
+        for op, rec in records().items():
+            g = next((g for g in rec.generations if _covers(g.releases, self.version)), None)
+            if g is not None and op not in self.not_offered:
+                out[op] = g.name
+        return out
 
-_G14 = {"decode_metadata": "0.5.14", "swa_spec_page_table": "0.5.14", "num_kv_splits": "0.5.14"}
-_G16 = {**_G14, "draft_extend_metadata": "0.5.16"}  # draft_extend_set_metadata from 0.5.16 on
-_SPEC_SPLITS = {op: "0.5.14" for op in ("swa_spec_page_table", "num_kv_splits")}
+
+def _covers(releases: str, version: str) -> bool:
+    """Whether a Generation's `releases` ("0.5.6-0.5.22", "0.5.23") hold `version`."""
+    first, _, last = releases.partition("-")
+    v = parse_version(version)
+    return v is not None and parse_version(first) <= v <= parse_version(last or first)
+
 _TORCH_DECODE = ("normal_decode_set_metadata is plain torch (no Triton kernel): it leaves cu_seqlens_k[0] to the "
                  "caller and does not refuse a page_size that is not a power of two, both of which 0.5.14's "
                  "contract requires")
@@ -66,7 +79,7 @@ def _old(version: str) -> Release:
     torch_decode = version in _NOT_OFFERED
     fa = ("prepare_swa_spec_page_table_triton",) + (() if torch_decode else ("normal_decode_set_metadata",))
     return Release(
-        version, None, _SPEC_SPLITS if torch_decode else _G14,
+        version, None,
         note=("decode not offered (plain torch)" if torch_decode else "decode is 0.5.14's fused Triton kernels "
               "(SWAKVPool imported at module level)") + "; prepare_swa_spec_page_table_triton and "
         "get_num_kv_splits_triton are 0.5.14's text; extracted from the backends (the .post releases: the same "
@@ -77,28 +90,27 @@ def _old(version: str) -> Release:
 
 RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
-    "0.5.13": Release("0.5.13", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
-    "0.5.14": Release("0.5.14", OLD_PATH, _G14, note="the seed"),
-    "0.5.15": Release("0.5.15", OLD_PATH, _G14, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
-    "0.5.16": Release("0.5.16", NEW_PATH, _G16, note="the three 0.5.14 entry points byte for byte; new op "
+    "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
+    "0.5.14": Release("0.5.14", OLD_PATH, note="the seed"),
+    "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
+    "0.5.16": Release("0.5.16", NEW_PATH, note="the three 0.5.14 entry points byte for byte; new op "
                       "draft_extend_set_metadata (its signature and kernel the same text up to 0.5.23)"),
-    "0.5.17": Release("0.5.17", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
+    "0.5.17": Release("0.5.17", NEW_PATH,
                       note="decode writes only each row's live prefix; v2p_page_table, kernel_page_multiplier "
                       "(unified memory) checked, variant v2p"),
-    "0.5.18": Release("0.5.18", NEW_PATH, {**_G16, "decode_metadata": "0.5.17"},
+    "0.5.18": Release("0.5.18", NEW_PATH,
                       note="the unified SWA pool's v2p table in the mapping slot (UnifiedSWAKVPool, when "
                       "full_to_swa_index_mapping is None) checked, variant v2p_swa"),
-    "0.5.19": Release("0.5.19", NEW_PATH, {**_G16, "decode_metadata": "0.5.19"},
+    "0.5.19": Release("0.5.19", NEW_PATH,
                       "the UnifiedSWAKVPool v2p path",
                       "strided_indices, v2p_page_table, kernel_page_multiplier dropped; src_is_read_table, "
                       "swa_src_table checked, variant read_table"),
-    **{v: Release(v, NEW_PATH, {**_G16, "decode_metadata": "0.5.20"},
+    **{v: Release(v, NEW_PATH,
                   "the UnifiedSWAKVPool path",
                   "src_is_read_table, swa_src_table dropped; skip_page_table checked, variant skip"
                   + ("" if v == "0.5.20" else "; kernel file byte-identical to 0.5.20's"))
        for v in ("0.5.20", "0.5.21", "0.5.22")},
-    "0.5.23": Release("0.5.23", NEW_PATH, {**_G16, "decode_metadata": "0.5.23", "num_kv_splits": "0.5.23",
-                                           "q8kv8_topk_length": "0.5.23"},
+    "0.5.23": Release("0.5.23", NEW_PATH,
                       "",
                       "decode rewritten (_fused_decode_metadata_kernel): no .contiguous() copies, the SWA "
                       "mapping passed as a tensor"),
