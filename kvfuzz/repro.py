@@ -148,6 +148,14 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
     return _docsafe("\n".join(out))
 
 
+def carried_variant_args(case: Case) -> list[str]:
+    """The arguments of the case's contract variant that it carries: a kernel file whose entry
+    point cannot take one is refused by the script (its call would drop it), as kvfuzz's
+    check_variant refuses such a target."""
+    variant_args = record(case.op).contract.variant_args.get(case.variant, ())
+    return [a for a in variant_args if a in case.tensors or a in case.scalars]
+
+
 class _Emitted:
     """The case's fields for the script's ReproCase, and what the emitted source's comments
     and header say about them."""
@@ -197,6 +205,7 @@ class _Emitted:
             entry=contract.entry,
             kernel_path=contract.kernel_path(case),
             variant=case.variant,
+            variant_args=carried_variant_args(case),
             digest=case.digest(),
             status=status,
             reasons=[_oneline(r) for r in reasons],
@@ -220,7 +229,7 @@ class _Emitted:
         for key in ("op", "entry", "kernel_path", "variant", "digest", "status"):
             out.append(f"    {key}={f[key]!r},")
         out.append(f"    reasons={_indent(_pylist(f['reasons']), 4)},")
-        for key in ("refuse_where", "saved_signature", "scalars"):
+        for key in ("refuse_where", "saved_signature", "scalars", "variant_args"):
             out.append(f"    {key}={f[key]!r},")
         out.append("    call=CALL, generations=GENERATIONS,  # how the entry point is called: the op's call.py, above")
         out.append("    tensors={")

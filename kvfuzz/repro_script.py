@@ -89,11 +89,12 @@ class ReproCase:
 
     def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
                  saved_signature, scalars, tensors, arena_bytes, arena_image, owner, cells,
-                 cross_check=None, found_on=None, call=None, generations=()):
+                 cross_check=None, found_on=None, call=None, generations=(), variant_args=()):
         self.op = op  # kvfuzz's op name
         self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
         self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
         self.variant = variant  # the contract variant that judges it
+        self.variant_args = list(variant_args)  # the arguments of that variant the case carries
         self.digest = digest
         self.status = status  # in_contract | out_of_contract | must_refuse
         self.reasons = list(reasons)  # why the case is out of contract / must be refused
@@ -348,7 +349,8 @@ def load_kernels(path, entry_name):
 def bind_entry(case, entry, path):
     """The Binding that calls `entry` the way SGLang does, or UsageError when kvfuzz cannot
     call it, or when the case holds an optional tensor the entry point has no parameter for
-    (0.5.22's get_num_kv_splits_triton and uneven_batch): that file cannot run this case."""
+    (0.5.22's get_num_kv_splits_triton and uneven_batch), or an argument of its variant the
+    entry point cannot take (0.5.19's swa_src_table, on builtin): that file cannot run this case."""
     try:
         binding = bind(case.op, entry, case.call, case.generations, path)
     except TargetLoadError as exc:
@@ -358,6 +360,10 @@ def bind_entry(case, entry, path):
             params = " or ".join(case.call.optional[name])
             raise UsageError(f"{case.entry} takes no {params}, which this case passes "
                              f"(a later SGLang release added it)")
+    dropped = [name for name in case.variant_args if name not in binding.takes]
+    if dropped:  # its call would drop them: the case would not mean what it says
+        raise UsageError(f"{case.entry} in {path} takes no {', '.join(dropped)}, which this case's variant "
+                         f"{case.variant} passes (an SGLang release that has them can run it)")
     return binding
 
 

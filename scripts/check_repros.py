@@ -8,7 +8,10 @@ finding, and runs it, each in a process of its own:
 * against the kernel file of the case's target (a file path as saved, `sglang==X` from kvfuzz's
   release cache, builtin: kvfuzz/kernels): a case expected to fail (`xfail`) must exit 1, a case
   expected to pass (a fixed defect kept as a regression case) must exit 0;
-* against builtin: exit 0 (kvfuzz's own kernels pass every saved case).
+* against builtin: exit 0 (kvfuzz's own kernels pass every saved case), or 2 where the case
+  carries an argument of its contract variant that builtin's entry point does not take (0.5.19's
+  swa_src_table): the script refuses such a kernel file in one line, as `kvfuzz replay` refuses
+  a target that would drop the case's arguments.
 
     python3 scripts/check_repros.py corpora [--device cuda] [--jobs 8] [--json OUT.json]
 
@@ -27,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 from kvfuzz.corpus import CASE_FILE, read_case_dir
-from kvfuzz.repro import write_repro
+from kvfuzz.ops import record
+from kvfuzz.repro import carried_variant_args, write_repro
 from kvfuzz.short_repro import why_not_short, write_short_repro
 from kvfuzz.targets.wheels import sglang_kernel_file
 
@@ -45,6 +49,14 @@ def kernel_path(target: str, case_dir: Path) -> Path:
         if (base / target).exists():
             return base / target
     raise FileNotFoundError(f"target {target!r} of {case_dir} is not a file here")
+
+
+def builtin_expects(case) -> int:
+    """What the script exits with on builtin: 0, or 2 (refused) where builtin's entry point
+    cannot take an argument of the case's variant that the case carries."""
+    rec = record(case.op)
+    takes = rec.bind(rec.builtin_kernel(), where="builtin").takes
+    return 2 if any(a not in takes for a in carried_variant_args(case)) else 0
 
 
 def run_script(script: Path, kernels: Path, device: str | None, timeout: float) -> int:
@@ -74,7 +86,8 @@ def check_one(case_dir: Path, device: str | None, timeout: float) -> dict:
         row["target_rc"] = run_script(script, kernel_path(saved.target, case_dir), device, timeout)
         row["builtin_rc"] = (row["target_rc"] if saved.target == "builtin"
                              else run_script(script, BUILTIN, device, timeout))
-    row["ok"] = row["target_rc"] == expect_target and row["builtin_rc"] == 0
+    row["builtin_expect"] = 0 if saved.target == "builtin" else builtin_expects(saved.case)
+    row["ok"] = row["target_rc"] == expect_target and row["builtin_rc"] == row["builtin_expect"]
     return row
 
 
@@ -95,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{'ok ' if r['ok'] else 'BAD'} {r['case']}  {r['target']}  {r['kind']}  {r['script']} "
               f"({r['lines']} lines)  target exit {r['target_rc']} (expect {1 if r['expected'] == 'xfail' else 0})"
-              f"  builtin exit {r['builtin_rc']}")
+              f"  builtin exit {r['builtin_rc']} (expect {r['builtin_expect']})")
     bad = [r for r in rows if not r["ok"]]
     short = sum(r["script"] == "short" for r in rows)
     print(f"{len(rows) - len(bad)} of {len(rows)} cases as expected ({short} short scripts, "

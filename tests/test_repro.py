@@ -275,6 +275,21 @@ def test_num_kv_splits_uneven_batch(kv, tmp_path):
 # --------------------------------------------------------------------------- usage errors
 
 
+def test_a_kernel_file_that_cannot_take_the_cases_variant_arguments_is_refused(kv, tmp_path):
+    """A case of SGLang 0.5.19's read_table variant carries swa_src_table and src_is_read_table;
+    builtin's entry point takes neither, and a call without them would run another case: the
+    script refuses that kernel file in one line (exit 2), as kvfuzz refuses such a target."""
+    import cases as hand
+
+    case = hand.read_table(hand.decode(ps=1, swa=True))
+    script = emit(kv, tmp_path, kv.saved(case))
+    r = run_script(script, KERNELS, "--device", DEVICE)
+    assert r.returncode == 2 and r.stdout == "", show(r)
+    (line,) = r.stderr.strip().splitlines()
+    assert "takes no src_is_read_table, swa_src_table" in line and "variant read_table" in line, line
+
+
+
 def test_missing_kernel_file(kv, tmp_path):
     script = emit(kv, tmp_path, kv.saved(splits_zero_length(kv)))
     r = run_script(script, tmp_path / "no_such_kernels.py", "--device", DEVICE)
