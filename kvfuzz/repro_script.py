@@ -346,6 +346,13 @@ def load_kernels(path, entry_name):
 # The entry point is bound by parameter name as kvfuzz binds it (bind, from kvfuzz/targets/calls.py).
 
 
+def dropped_args(call, variant_args, binding):
+    """The arguments of `variant_args` that `binding`'s signature has no parameter for: its call
+    would drop them. One that rides, in some releases, in a parameter the signature has
+    (`OpCall.rides`) is not counted: only the release tells, and a kernel file does not say it."""
+    return [name for name in variant_args if name not in binding.takes and call.rides.get(name) not in binding.supplied]
+
+
 def bind_entry(case, entry, path):
     """The Binding that calls `entry` the way SGLang does, or UsageError when kvfuzz cannot
     call it, or when the case holds an optional tensor the entry point has no parameter for
@@ -360,7 +367,7 @@ def bind_entry(case, entry, path):
             params = " or ".join(case.call.optional[name])
             raise UsageError(f"{case.entry} takes no {params}, which this case passes "
                              f"(a later SGLang release added it)")
-    dropped = [name for name in case.variant_args if name not in binding.takes]
+    dropped = dropped_args(case.call, case.variant_args, binding)
     if dropped:  # its call would drop them: the case would not mean what it says
         raise UsageError(f"{case.entry} in {path} takes no {', '.join(dropped)}, which this case's variant "
                          f"{case.variant} passes (an SGLang release that has them can run it)")

@@ -32,6 +32,7 @@ from pathlib import Path
 from kvfuzz.corpus import CASE_FILE, read_case_dir
 from kvfuzz.ops import record
 from kvfuzz.repro import carried_variant_args, write_repro
+from kvfuzz.repro_script import dropped_args
 from kvfuzz.short_repro import why_not_short, write_short_repro
 from kvfuzz.targets.wheels import sglang_kernel_file
 
@@ -55,8 +56,8 @@ def builtin_expects(case) -> int:
     """What the script exits with on builtin: 0, or 2 (refused) where builtin's entry point
     cannot take an argument of the case's variant that the case carries."""
     rec = record(case.op)
-    takes = rec.bind(rec.builtin_kernel(), where="builtin").takes
-    return 2 if any(a not in takes for a in carried_variant_args(case)) else 0
+    binding = rec.bind(rec.builtin_kernel(), where="builtin")
+    return 2 if dropped_args(rec.call, carried_variant_args(case), binding) else 0
 
 
 def run_script(script: Path, kernels: Path, device: str | None, timeout: float) -> int:

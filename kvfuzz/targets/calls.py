@@ -116,6 +116,9 @@ class OpCall:
     returns: str | None = None  # the output the entry point returns as a new tensor (kvfuzz copies it in)
     # a later release's optional argument (Contract.variant_args) -> the parameters that pass it
     carries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # such an argument -> a parameter every release has that passes it in some releases only (0.5.18's
+    # swa_v2p inside token_to_kv_pool): only the release tells whether it is taken (Target.takes)
+    rides: Mapping[str, str] = field(default_factory=dict)
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)

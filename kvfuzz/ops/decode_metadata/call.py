@@ -65,10 +65,11 @@ CALL = OpCall(
     legacy=("cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
             "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size"),
     legacy_kw=("swa_page_table", "token_to_kv_pool"),
-    # 0.5.18's swa_v2p rides in token_to_kv_pool, which every release has: only its release tells
     carries={"full_v2p": ("full_v2p", "v2p_page_table"), "swa_v2p": ("swa_v2p",),
              **{name: (name,) for name in ("kernel_page_multiplier", "src_is_read_table", "swa_src_table",
                                            "skip_page_table", "zero_tail")}},
+    # 0.5.18's swa_v2p rides in token_to_kv_pool, which every release has: only its release tells
+    rides={"swa_v2p": "token_to_kv_pool"},
 )
 
 _DECODE_0514 = CALL.legacy + CALL.legacy_kw
