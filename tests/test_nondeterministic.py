@@ -82,8 +82,8 @@ class Alternating:
         self.made += 1
         return self
 
-    def run(self, case, repeats=1):
-        return self.executor.run(case, repeats=repeats)
+    def run(self, case, repeats=1, torch_ref=True):
+        return self.executor.run(case, repeats=repeats, torch_ref=torch_ref)
 
     def close(self) -> None:
         pass
