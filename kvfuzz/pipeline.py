@@ -7,7 +7,9 @@ one that does not reproduce there is flaky and never saved. When the op's fuzzin
 `settle` minimizes each confirmed finding in the warm worker (`minimize.py`), confirms the
 minimized case the same way and saves it over the first one; if minimizing lost the
 signature, the confirmed case saved earlier stays. The op's minimizing time (`--time-limit`)
-is shared out among its findings (`fair_share`).
+is shared out among its findings (`fair_share`). Where the shards of one campaign find the same
+defect, the shard whose case the corpus kept minimizes it; the others spend none of their
+share on it (`held_elsewhere`).
 
 One defect often shows several signatures (where a wild write lands, which tensor a race
 touches): a finding whose minimized case shows the signature of another finding of the op, or
@@ -18,6 +20,7 @@ signatures. The report's findings come out of `saved` and `flaky`.
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 from .case import Case
 from .check import Checker
 from .confirm import Confirmation, confirm
-from .corpus import DirectoryCorpus, SavedCase, SaveResult
+from .corpus import DirectoryCorpus, SavedCase, SaveResult, read_case_dir
 from .corpus.format import key_of
 from .engines.common import Found
 from .errors import BadInput
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from .campaign import CampaignConfig
 
 LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
+SHARD_START_SPREAD_S = 30.0  # how far apart the shards of one campaign may start
 
 
 @dataclass
@@ -104,6 +108,11 @@ class FindingPipeline:
         self.confirmed: dict[str, Confirmation] = {}
         self.first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
         self.listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
+        # signature -> the corpus case, no larger than this process's, that another process of this
+        # campaign (a shard) saved first or that is minimized already: that one is minimized there
+        self.held_elsewhere: dict[str, Path] = {}
+        # a case found after this (less a margin for shards starting a little apart) is this run's
+        self.since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=SHARD_START_SPREAD_S)
 
     def add(self, f: Found) -> str:
         """A finding an engine has just recorded: confirmed in fresh processes before it
@@ -126,6 +135,8 @@ class FindingPipeline:
             res, error = self._try_save(sc)
             if res is not None:
                 self.first_saved[f.finding.signature] = res.status
+                if res.status == "kept" and self._minimized_elsewhere(res.path):
+                    self.held_elsewhere[f.finding.signature] = res.path
             else:  # _finish saves again, and reports it
                 self._say(f"  {f.finding.signature}: not saved yet: {error}")
         return "new" if res is None or res.status == "new" else "known"
@@ -181,6 +192,20 @@ class FindingPipeline:
             expected="xfail" if external else "pass",
             reason=f"known defect of {cfg.target}: {f.finding.message}" if external else None,
             minimized=case != f.first, minimize_log=log)
+
+    def _minimized_elsewhere(self, path: Path) -> bool:
+        """Whether the corpus case at `path`, which the store kept over this process's, is
+        minimized or will be: minimized already, or found during this run (by another shard of
+        the campaign, which minimizes what it saved). An earlier run's unminimized case is not:
+        this process minimizes its own."""
+        try:
+            existing = read_case_dir(path)
+            found = datetime.datetime.fromisoformat(existing.found_at)
+        except (OSError, ValueError, BadInput):
+            return False
+        if found.tzinfo is None:
+            found = found.replace(tzinfo=datetime.timezone.utc)
+        return existing.minimized or found >= self.since
 
     def _listed_elsewhere(self, sc: SavedCase) -> Path | None:
         """The saved case of another finding that lists `sc`'s signature (a campaign merged it
@@ -253,6 +278,11 @@ class FindingPipeline:
         host = next((g for g in groups if sig in g.shows), None)
         if host is not None:
             self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")])
+            return
+        if sig in self.held_elsewhere:  # another shard minimizes the corpus's case: none of this one's time
+            self.saved.append(Saved(f, f.case, self.held_elsewhere[sig], new=False, shows=frozenset({sig})))
+            self._say(f"  {f.finding.kind}: {sig} -> {self.held_elsewhere[sig]} (kept: a case no larger is "
+                      "minimized by the process that saved it)")
             return
         if self.first_saved.get(sig) == LISTED:  # known: another saved case lists it
             self.saved.append(Saved(f, f.case, self.listed_at[sig], new=False))
