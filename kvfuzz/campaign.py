@@ -379,6 +379,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             show(op, "minimizing" if pipeline.waiting(found) else "done", s, t_op)
             pipeline.settle(found, op_end)
             show(op, "done")
+        # findings whose op's minimizing time ran out, in what the later ops left unused
+        pipeline.settle_starved(max(slots.values())[1] if slots else None)
     except KeyboardInterrupt:
         # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
         # unminimized, and still write the report

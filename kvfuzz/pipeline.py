@@ -7,9 +7,13 @@ one that does not reproduce there is flaky and never saved. When the op's fuzzin
 `settle` minimizes each confirmed finding in the warm worker (`minimize.py`), confirms the
 minimized case the same way and saves it over the first one; if minimizing lost the
 signature, the confirmed case saved earlier stays. The op's minimizing time (`--time-limit`)
-is shared out among its findings (`fair_share`). Where the shards of one campaign find the same
+is shared out among the findings that need it, the smallest case first, so that what a quick
+one leaves goes to the large ones (`fair_share`). Where the shards of one campaign find the same
 defect, the shard whose case the corpus kept minimizes it; the others spend none of their
-share on it (`held_elsewhere`).
+share on it (`held_elsewhere`). A finding whose share was spent before it came up (slow fresh
+processes on a busy machine, a fuzz phase that ran long) is saved as confirmed and is
+`starved`: once every op has run, `settle_starved` minimizes it in the minimizing time the
+later ops left unused.
 
 One defect often shows several signatures (where a wild write lands, which tensor a race
 touches): a finding whose minimized case shows the signature of another finding of the op, or
@@ -58,6 +62,7 @@ class Saved:
     new: bool = True  # False: the corpus already held this finding (an earlier run, another shard)
     signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
     shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
+    starved: bool = False  # its op's minimizing time was spent before it came up (settle_starved)
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -150,12 +155,43 @@ class FindingPipeline:
         merged with the op's others and saved, within `until` (a monotonic time, shared out
         among them); `found` is emptied as they settle."""
         groups_from = len(self.saved)  # this op's findings, merged as they settle, are saved[groups_from:]
-        waiting = sum(sig in self.confirmed for sig in found)
-        for sig in list(found):
-            if sig in self.confirmed:
-                self._settle(found[sig], groups_from, fair_share(until, waiting))
-                waiting -= 1
-            del found[sig]
+        # those another process minimizes, or another saved case lists, take no time: first;
+        # then the rest by size, so that time a small case leaves goes to the large ones
+        order = sorted((sig for sig in found if sig in self.confirmed),
+                       key=lambda sig: (self._needs_time(sig), found[sig].case.size_key()))
+        waiting = sum(map(self._needs_time, order))
+        for sig in order:
+            needs = self._needs_time(sig)
+            self._settle(found[sig], groups_from, fair_share(until, waiting))
+            waiting -= needs
+        found.clear()
+
+    def settle_starved(self, until: float | None) -> None:
+        """Once every op has run: each starved finding (its op's minimizing time was spent
+        before it came up) minimized in the time left before `until`, smallest first. The
+        smaller case replaces the saved one only if it still shows every signature that case
+        stands for; else the saved case stays."""
+        starved = sorted((x for x in self.saved if x.starved and x.path is not None),
+                         key=lambda x: x.case.size_key())
+        for k, x in enumerate(starved):
+            share = fair_share(until, len(starved) - k)
+            m = self._minimized(x.found, share)
+            if m is None or m[0] == x.case or not set(x.signatures) <= m[4]:
+                continue
+            case, log, seconds, minimized_confirmed, shows, confirmation = m
+            res, error = self._try_save(self._saved_case(x.found, case, tuple(log), x.signatures))
+            if res is None:
+                self._say(f"  {x.found.finding.signature}: minimized at the end, NOT SAVED: {error}")
+                continue
+            x.case, x.minimize_log, x.minimize_seconds = case, list(log), x.minimize_seconds + seconds
+            x.minimized_confirmed, x.shows, x.path, x.starved = minimized_confirmed, frozenset(shows), res.path, False
+            x.confirmation = confirmation
+            self._say(f"  {x.found.finding.kind}: {x.found.finding.signature} -> {res.path} "
+                      f"(minimized after the last op: {x.found.first.size_key()[0]} -> {case.size_key()[0]} elements)")
+
+    def _needs_time(self, sig: str) -> bool:
+        """Whether settling `sig` minimizes here (not another process's case, nor a listed one)."""
+        return sig not in self.held_elsewhere and self.first_saved.get(sig) != LISTED
 
     def save_unminimized(self, found: dict[str, Found]) -> None:
         """Interrupted: each confirmed finding of `found` saved as it stands, running nothing."""
@@ -220,38 +256,22 @@ class FindingPipeline:
         """kvfuzz's reducer after the engine's own shrinking; the result is confirmed in a fresh
         process and saved over the case saved when the finding was first seen. If minimizing lost
         the signature, the confirmed case stays. Interrupted: save the case as it stands (it was
-        confirmed when first seen), running nothing."""
-        cfg, executor = self.cfg, self.executor
+        confirmed when first seen), running nothing. Its share spent before it starts: saved as
+        it stands, and starved (`settle_starved`)."""
         sig = f.finding.signature
         first_saved = self.first_saved.get(sig)
         confirmation = self.confirmed.get(sig)
-        case, log, seconds = f.case, [], 0.0
+        case, log, seconds, shows = f.case, [], 0.0, {sig}
         minimized_confirmed = None
-        if until is not None and time.monotonic() >= until:  # the op's --time-limit slot is spent
-            interrupted = True
-        budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
-                                  confirmation)
-        checker = Checker(executor, f.finding.op)
-        if budget > 0 and not interrupted:
-            m = minimize(case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
-            case, log, seconds = m.case, list(m.log), m.seconds
-        shows = {sig}
-        if not interrupted and (case != f.first):
-            verdict = checker.check(case, runs_to_show(sig))
-            shows |= set(verdict.signatures())
-            finding = next((x for x in verdict.findings if x.signature == sig), None)
-            c = None
-            if finding is not None:
-                c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
-            minimized_confirmed = bool(c and c.confirmed)
-            if minimized_confirmed:
-                f.finding, confirmation = finding, c
-            else:  # the smaller case lost it: keep the confirmed one
-                self._say(f"  {sig}: the minimized case did not reproduce in a fresh process; "
-                          "keeping the case it was confirmed on")
-                case, log = f.first, []
-        if not interrupted and case == f.first:  # what the case it keeps shows, for merging
-            shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())
+        starved = False
+        if not interrupted:
+            m = self._minimized(f, until)
+            if m is None:  # the op's --time-limit slot is spent, or its share less the reserve
+                starved = True
+                shows = {sig} | set(Checker(self.executor, f.finding.op).check(case, runs_to_show(sig)).signatures())
+            else:
+                case, log, seconds, minimized_confirmed, shows, c = m
+                confirmation = c or confirmation
         finding = f.finding
         path, error = None, None
         if self.store is not None:
@@ -261,12 +281,44 @@ class FindingPipeline:
             else:
                 path = res.path
                 # "new": new to the corpus, though its first form was saved earlier
-                self._say(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status})")
+                self._say(f"  {finding.kind}: {sig} -> {res.path} ({'new' if first_saved == 'new' else res.status}"
+                          f"{'; no minimizing time left, minimized after the last op if time allows' if starved else ''})")
         else:
             self._say(f"  {finding.kind}: {sig}")
         # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
         return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
-                     new=first_saved in (None, "new"), shows=frozenset(shows))
+                     new=first_saved in (None, "new"), shows=frozenset(shows), starved=starved)
+
+    def _minimized(self, f: Found, until: float | None):
+        """`f` minimized by `until` and its smaller case confirmed in fresh processes: (case, log,
+        seconds, minimized_confirmed, shows, confirmation of the case), the case `f.case` if
+        minimizing lost the signature; None if no time is left (`minimize_seconds`)."""
+        cfg, sig = self.cfg, f.finding.signature
+        budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
+                                  self.confirmed.get(sig))
+        if budget <= 0:
+            return None
+        checker = Checker(self.executor, f.finding.op)
+        m = minimize(f.case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
+        case, log, seconds = m.case, list(m.log), m.seconds
+        minimized_confirmed, c = None, None
+        shows = {sig}
+        if case != f.case:
+            verdict = checker.check(case, runs_to_show(sig))
+            shows |= set(verdict.signatures())
+            finding = next((x for x in verdict.findings if x.signature == sig), None)
+            if finding is not None:
+                c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
+            minimized_confirmed = bool(c and c.confirmed)
+            if minimized_confirmed:
+                f.finding = finding
+            else:  # the smaller case lost it: keep the confirmed one
+                self._say(f"  {sig}: the minimized case did not reproduce in a fresh process; "
+                          "keeping the case it was confirmed on")
+                case, log, c = f.case, [], None
+        if case == f.case:  # what the case it keeps shows, for merging
+            shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())
+        return case, log, seconds, minimized_confirmed, shows, c
 
     def _settle(self, f: Found, groups_from: int, until: float | None) -> None:
         """Minimize and save `f` (`_finish`), or merge it with this op's findings settled before it
