@@ -119,7 +119,8 @@ def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult
     """The runs after the first, by rules.rerun_rules: `nondeterministic`, or an
     `out_of_bounds_read` where a differing value was read from the fill (decoded from it), or
     else where the fill in one input's guard band or gap alone (a probe run, run_case) changes
-    the run the same way and the image run again does not."""
+    each run of it the same way, while the image run again does not change and no image's runs
+    disagree with one another (rules.stable)."""
     out: dict[str, Finding] = {}
     seen_diff: dict[int, tuple[bool, np.ndarray, np.ndarray]] = {}
 
@@ -135,13 +136,20 @@ def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult
                 seen_diff[id(run)] = True, seen, np.flatnonzero(seen != first.after)
         return seen_diff[id(run)]
 
+    def same(a: RunResult, b: RunResult) -> bool:
+        """Whether two runs left the same arena (the fill put back to the canary) and raised alike."""
+        (da, sa, _), (db, sb, _) = compare(a), compare(b)
+        if a.error != b.error or sa.shape != sb.shape:
+            return False
+        return not (da or db) or _same_bytes(sa, sb)
+
     def decoded(run: RunResult) -> dict:
         _, seen, diff = compare(run)
         return _reads(contract, p, first.after, seen, diff)
 
     # "*": all of an input's bands at once (run_case's first probe); its bands, one by one, tell where
     banded = [r for r in later if r.probe is None or not r.probe.endswith(":*")]
-    for kind, run, places in rerun_rules(banded, first.error, lambda r: compare(r)[0], decoded):
+    for kind, run, places in rerun_rules(banded, first.error, lambda r: compare(r)[0], decoded, same):
         diff = compare(run)[2]
         if kind == "nondeterministic":
             owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})

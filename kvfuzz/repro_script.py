@@ -680,8 +680,8 @@ def judge_reruns(report, case, runs, image, owner):
     """The runs after the first, by kvfuzz's rerun rules (rerun_rules, from kvfuzz/rules.py):
     one from the image that differs is nondeterministic; one from the alternate image that
     differs is an out-of-bounds read where a differing value decodes as a read of the fill, or
-    where the fill in one input's band alone (a probe run) changes the run; else
-    nondeterministic."""
+    where the fill in one input's band alone (a probe run) changes each run of it alike, no run
+    from the image differs and no image's runs disagree; else nondeterministic."""
     import torch
 
     first = runs[0]
@@ -694,10 +694,13 @@ def judge_reruns(report, case, runs, image, owner):
     def differs(run):
         return run.error != first.error or not torch.equal(seen_of(run), first.after)
 
+    def same(a, b):
+        return a.error == b.error and torch.equal(seen_of(a), seen_of(b))
+
     def decoded(run):
         return decoded_reads(case, owner, first.after, seen_of(run))
 
-    for kind, run, places in rerun_rules(runs[1:], first.error, differs, decoded):
+    for kind, run, places in rerun_rules(runs[1:], first.error, differs, decoded, same):
         i = runs.index(run) + 1
         if kind == "nondeterministic":
             diff = seen_of(run) != first.after

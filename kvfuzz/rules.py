@@ -15,8 +15,9 @@ the caller turns what they return into findings (kvfuzz) or printed defects (the
 * The runs after the first (`rerun_rules`): one from the same image that differs is
   `nondeterministic`; one from the alternate image that differs is an out-of-bounds read
   where a differing value decodes as a read of the fill, or else where the fill in one input's
-  band alone (a probe run) changes every run of that band while no run from the image
-  differed; any other difference is `nondeterministic` (not the fill's).
+  band alone (a probe run) changes every run of that band, provided the kernel showed itself
+  deterministic: no run from the image differed, and the runs from each probe image agree
+  with one another (`stable`); any other difference is `nondeterministic` (not the fill's).
 
 Standalone (no import at all): the repro script embeds this module
 (kvfuzz.repro.standalone_modules).
@@ -77,19 +78,20 @@ def divergence_rules(name, backend, required, may_write, untouched, mine, theirs
     return out
 
 
-def rerun_rules(later, first_error, differs, decoded):
+def rerun_rules(later, first_error, differs, decoded, same=None):
     """[(kind, run, places)] for the runs after the first (`later`: objects with `after`, the
     arena after the run or None; `alt`, it started from the alternate image; `probe`, the
     band it probed or None; `error`), in the order found. `differs(run)`: whether it differs
     from the first run (the fill put back to the canary); `decoded(run)`: {place: detail} of
-    the values that decode as reads of the fill. kind "nondeterministic" (places None);
+    the values that decode as reads of the fill; `same(a, b)`: whether two runs left the same
+    arena and raised alike (see `stable`). kind "nondeterministic" (places None);
     "read_decoded" (places: decoded's); "read_probed" (places: {band: its first probe run})."""
     out = []
-    unstable = False  # a run from the same image differed: probes cannot be trusted
     for run in later:
         if run.after is not None and not run.alt and run.probe is None and differs(run):
-            unstable = True
             out.append(("nondeterministic", run, None))
+    # a run from the same image differed, or one image's runs disagree: probes cannot be trusted
+    unstable = bool(out) or not stable(later, same)
     probed = [r for r in later if r.probe is not None and r.after is not None]
     for run in later:
         if run.after is None or not run.alt or run.probe is not None or not differs(run):
@@ -103,6 +105,28 @@ def rerun_rules(later, first_error, differs, decoded):
         else:
             out.append(("nondeterministic", run, None))
     return out
+
+
+def stable(later, same=None):
+    """Whether the runs from each image other than the first run's (the alternate image, each
+    probe image) agree with one another. A probe run tells a read only of a kernel whose run is
+    a function of its image: where two runs from one image disagree, the kernel's runs differ
+    by chance (a random choice, a race), and a probe run that differs from the first says
+    nothing of what it reads. `same(a, b)`: whether two runs left the same arena and raised
+    alike (without it nothing compares them: True)."""
+    if same is None:
+        return True
+    seen = {}
+    for run in later:
+        if run.after is None or not run.alt:  # runs from the image: compared with the first by `differs`
+            continue
+        key = run.probe
+        if key in seen:
+            if not same(seen[key], run):
+                return False
+        else:
+            seen[key] = run
+    return True
 
 
 def probed_bands(probed, differs):

@@ -48,13 +48,11 @@ def test_a_batch_finds_what_cases_alone_find(device):
         ex.close()
     kinds = set()
     for i, (b, a) in enumerate(zip(batched, alone)):
-        if i == 2:  # the random page: a mismatch or a differing second run, as the draw falls. About
-            # one full-suite run in five, the run from the alternate image was judged an
-            # out_of_bounds_read of this kernel, which reads nothing past its tensors: a differing
-            # value taken for one read from the fill. Tolerated here so the suite stays steady;
-            # docs/findings.md lists it among what the judge still gets wrong
+        if i == 2:  # the random page: a mismatch or a differing second run, as the draw falls, not an
+            # out_of_bounds_read (test_random_is_not_a_read.py); the draws that still pass for one
+            # come about once in 2,700 runs of the case alone (docs/findings.md)
             assert b.findings and a.findings
-            assert {f.kind for f in a.findings + b.findings} <= {"mismatch", "nondeterministic", "out_of_bounds_read"}
+            assert {f.kind for f in a.findings + b.findings} <= {"mismatch", "nondeterministic"}
         else:
             assert b.signatures() == a.signatures()
         kinds |= {f.kind for f in b.findings}
