@@ -33,6 +33,7 @@ import numpy as np
 
 from .case import Case, TensorSpec
 from .corpus import SavedCase
+from .findings import kind_of
 from .materialize import CANARY_BYTE, POISON, elements_view
 from .ops import CONTRACTS, ShortCall, contract_status, record
 
@@ -60,6 +61,13 @@ def why_not_short(saved: SavedCase) -> str | None:
     case, f = saved.case, saved.finding
     if f is not None and f.kind not in SHOWN_KINDS:
         return f"a short repro cannot show {f.kind}: {NOT_SHOWN.get(f.kind, 'it needs the guarded arena')}"
+    # a finding merged with others shows through them: an input changed by a wild write lands in
+    # the arena's next tensor, which the short script's separate allocations do not place there
+    for other in case.meta.get("signatures", ()):
+        kind = kind_of(other)
+        if kind not in SHOWN_KINDS:
+            return (f"a short repro cannot show this case: it also shows {other}, and "
+                    f"{NOT_SHOWN.get(kind, 'it needs the guarded arena')}")
     if case.meta.get("cross_check"):
         return "a short repro cannot show a cross-check case: " + NOT_SHOWN["backend_divergence"]
     refuses = record(case.op).short_refuses

@@ -79,9 +79,26 @@ def test_a_short_script_fails_on_its_release_and_passes_on_builtin(path, saved, 
 @pytest.mark.parametrize("path, saved", NOT_SHOWN)
 def test_a_kind_only_the_arena_shows_is_refused_with_why(path, saved):
     why = why_not_short(saved)
-    assert why.startswith(f"a short repro cannot show {saved.finding.kind}: ")
+    assert why.startswith((f"a short repro cannot show {saved.finding.kind}: ",
+                           "a short repro cannot show this case: it also shows "))
     with pytest.raises(ValueError, match="a short repro cannot show"):
         render_short(saved)
+
+
+def test_a_finding_merged_with_a_wild_write_gets_the_full_script():
+    """On the H200, an input_modified (seq_len_a changed by the kernel's wild write past
+    page_table_dst, which the case also shows) got a short script that did not reproduce: the
+    short script's separate allocations put no input where the write lands."""
+    import dataclasses
+
+    path, saved = next((p, s) for p, s in _corpus() if why_not_short(s) is None)
+    wild = f"{saved.case.op}:x:out_of_bounds_write:y:after"
+    merged = dataclasses.replace(saved, case=saved.case.with_meta(signatures=[saved.finding.signature, wild]))
+    assert why_not_short(merged) == (f"a short repro cannot show this case: it also shows {wild}, and it writes "
+                                     "outside the tensors' elements, which only the guarded arena shows")
+    alike = dataclasses.replace(saved, case=saved.case.with_meta(
+        signatures=[saved.finding.signature, f"{saved.case.op}:x:mismatch:y:all"]))
+    assert why_not_short(alike) is None
 
 
 def test_replay_short_writes_the_full_script_for_an_out_of_bounds_write_and_says_why(tmp_path, device, capsys):
