@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
 SHARD_START_SPREAD_S = 30.0  # how far apart the shards of one campaign may start
+# less minimizing time than this, cut by a --time-limit slot, leaves a finding starved: on the
+# H200 a large case's first candidate alone outlasted such slivers, and the case stayed as found
+MIN_MINIMIZE_S = 3.0
 
 
 @dataclass
@@ -294,9 +297,9 @@ class FindingPipeline:
         seconds, minimized_confirmed, shows, confirmation of the case), the case `f.case` if
         minimizing lost the signature; None if no time is left (`minimize_seconds`)."""
         cfg, sig = self.cfg, f.finding.signature
-        budget = minimize_seconds(cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s, until,
-                                  self.confirmed.get(sig))
-        if budget <= 0:
+        wanted = cfg.minimize_budget_s / 2 if f.shrunk_by else cfg.minimize_budget_s
+        budget = minimize_seconds(wanted, until, self.confirmed.get(sig))
+        if budget <= 0 or budget < min(wanted, MIN_MINIMIZE_S):  # a sliver: better spent after the last op
             return None
         checker = Checker(self.executor, f.finding.op)
         m = minimize(f.case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)

@@ -80,3 +80,11 @@ def test_an_op_shares_its_time_among_the_findings_that_need_it_smallest_first(pi
     assert [name for name, _ in calls] == ["elsewhere", "small", "big"]
     # two findings need time: the first of them gets half of it, not a third
     assert 45.0 <= calls[1][1] <= 50.5
+
+
+def test_a_sliver_of_time_leaves_a_finding_starved_not_minimized_in_vain(pipeline, device):
+    f = found(hand.decode(ps=1, B=6, delta=3), device)
+    pipeline.add(f)
+    pipeline.settle({MODIFIED: f}, until=time.monotonic() + 1.0)  # one second left: less than MIN_MINIMIZE_S
+    (s,) = pipeline.saved
+    assert s.starved and s.case == f.case
