@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import IMPORTED_AT, cross, environment
+from . import baseline as baseline_mod
 from . import device as devmod
 from .check import settle_variant
 from .confirm import MIN_TRIES, TRIES
@@ -68,6 +69,7 @@ class CampaignConfig:
     cross_check_every: int = 1  # every N-th case (in contract) is cross-checked (batched engine)
     ops_named: bool = False  # the user named the ops (--op): one the target lacks is refused, not skipped
     time_limit_s: float | None = None  # wall clock for the whole run, confirming and minimizing included
+    baseline: str | None = None  # a second target every case also runs on: regressions, fixes, changes
 
     def validate(self) -> None:
         for op in self.ops:
@@ -86,6 +88,8 @@ class CampaignConfig:
             raise BadInput(f"--rerun-every must be >= 0 (0: never), got {self.rerun_every}")
         if self.batch is not None and self.batch < 1:
             raise BadInput(f"--batch must be >= 1, got {self.batch}")
+        if self.baseline and self.cross_check:
+            raise BadInput("--baseline and --cross-check do not go together: run the cross-check on its own")
         if self.cross_check_every < 1:
             raise BadInput(f"--cross-check-every must be >= 1, got {self.cross_check_every}")
         if self.confirm_tries < MIN_TRIES:
@@ -298,6 +302,14 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         try:
             executor = cross.pair(executor, fresh, cfg.target, device, cfg.cross_check, cfg.case_timeout_s,
                                   standby=True)
+        except BaseException:
+            executor.close()
+            raise
+        fresh = executor.fresh
+    if cfg.baseline:
+        try:
+            executor = baseline_mod.pair(executor, fresh, cfg.target, cfg.baseline, device, cfg.case_timeout_s,
+                                         isolate=cfg.isolate, standby=True, ops=cfg.ops)
         except BaseException:
             executor.close()
             raise

@@ -87,8 +87,16 @@ class Checker:
         return self.verdict(*self.run(case, repeats))
 
     def verdict(self, p: Prepared, outcome: Outcome) -> Verdict:
-        """The verdict on a prepared case's run (`run`)."""
-        return judge(p.case, outcome, prepared=p)
+        """The verdict on a prepared case's run (`run`); with a baseline's run beside it, the
+        regression, fix or change between the two too (baseline.py)."""
+        return self._against_baseline(p, outcome, judge(p.case, outcome, prepared=p))
+
+    def _against_baseline(self, p: Prepared, outcome: Outcome, verdict: Verdict) -> Verdict:
+        if outcome.baseline is None:
+            return verdict
+        from .baseline import with_baseline
+
+        return with_baseline(p, outcome, verdict, getattr(self.executor, "spec", "the baseline"))
 
     def verdicts(self, prepared: list[Prepared], batch: list[Launch],
                  result: BatchResult) -> Iterator[tuple[Prepared, Outcome, Verdict]]:
@@ -97,7 +105,8 @@ class Checker:
         arrays prove the run clean, else the full judge."""
         for i, p in enumerate(prepared):
             outcome = outcome_of(batch, result, i, copy=False)
-            yield p, outcome, quick_verdict(p, outcome) or self.verdict(p, outcome)
+            quick = quick_verdict(p, outcome)
+            yield p, outcome, self._against_baseline(p, outcome, quick) if quick else self.verdict(p, outcome)
 
     def still_fails(self, signature: str) -> Callable[[Case], bool]:
         """The minimizer's predicate: whether a candidate still shows `signature` (run as

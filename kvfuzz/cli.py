@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "backend_divergence where the two differ (with --device cuda)")
     f.add_argument("--cross-check-every", type=int, default=1, metavar="N",
                    help="cross-check every N-th case only (default 1: every in-contract case)")
+    f.add_argument("--baseline", metavar="TARGET",
+                   help="also run each case on TARGET (the merge base, the previous release) and report "
+                   "regression / fixed / changed against it; exit 1 for regressions and new crashes only "
+                   "(docs/regressions.md)")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
@@ -208,7 +212,7 @@ def cmd_fuzz(args) -> int:
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
         cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
-        time_limit_s=args.time_limit)
+        time_limit_s=args.time_limit, baseline=args.baseline)
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend
@@ -259,13 +263,23 @@ def cmd_fuzz(args) -> int:
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (" (interrupted)" if result.interrupted else ""))
-    if result.new:  # a finding the corpus already held fails nothing new
-        return 1
+    if any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline))):
+        return 1  # a finding the corpus already held fails nothing new
     if result.not_target:
         first = next(m for s in result.stats for m in s.not_target_messages)
         raise BadInput(f"{result.not_target} runs failed for reasons that are not the target's "
                        f"(this machine's Triton, or kvfuzz itself), e.g. {first}")
     return 130 if result.interrupted else 0
+
+
+def fails_the_run(signatures: list[str], baseline: bool) -> list[str]:
+    """The new findings' signatures that make a campaign exit 1: all of them, or against a
+    baseline only regressions and crashes (a fix, a change, a defect both share fail nothing)."""
+    from .findings import defect_kind, kind_of
+
+    if not baseline:
+        return signatures
+    return [s for s in signatures if kind_of(s) == "regression" or defect_kind(s) == "crash"]
 
 
 def _fuzz_jobs(args, cfg) -> int:
@@ -304,6 +318,9 @@ def _fuzz_jobs(args, cfg) -> int:
             print(f"  {f['contract']}")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
+    new = [s for f in merged["findings"] if f.get("new", True) for s in f.get("signatures") or [f["signature"]]]
+    if code == 1 and args.baseline and not fails_the_run(new, True):
+        return 0  # against a baseline, only regressions and new crashes fail the run
     return code
 
 

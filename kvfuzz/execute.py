@@ -61,6 +61,7 @@ class Outcome:
     device_lost: bool = False  # a CUDA error left the context unusable: stop this process
     cross: "Outcome | None" = None  # the same case on the cross-check backend (cross.py), if it ran there
     cross_backend: str | None = None  # that backend's device ("cpu": the interpreter)
+    baseline: "Outcome | None" = None  # the same case on the baseline target (baseline.py), if it ran there
 
 
 @dataclass
@@ -238,6 +239,7 @@ class BatchResult:
     stages: dict[str, float] = field(default_factory=dict)  # seconds: transfer, launch, torch oracle, sync
     cross: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the cross-check backend
     cross_backend: str | None = None
+    baseline: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the baseline target
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -420,4 +422,4 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
             run.error, run.error_type, run.detail = err
         runs.append(run)
     return Outcome(runs, result.torch_refs[i], result.torch_errors[i],
-                   cross=result.cross.get(i), cross_backend=result.cross_backend)
+                   cross=result.cross.get(i), cross_backend=result.cross_backend, baseline=result.baseline.get(i))

@@ -16,7 +16,13 @@ KINDS = (
     "oracle_disagreement",  # the NumPy and torch oracles disagree (a kvfuzz bug or a torch bug)
     "nondeterministic",  # two runs of the same case differ, and not by the fill of the guard bands
     "backend_divergence",  # the cross-check backend (the interpreter) gives another arena or raises otherwise
+    # --baseline (baseline.py): the same case on the target and on a baseline target, each judged by
+    # the oracle; `where` names the ordinary finding it stands on, as KIND.WHERE
+    "regression",  # the baseline right, the target wrong
+    "fixed",  # the baseline wrong, the target right
+    "changed",  # both wrong, differently (another signature)
 )
+CLASSES = ("regression", "fixed", "changed")  # the kinds that compare a target with its baseline
 
 # kinds whose runs of one case differ by nature (a race, a read of stray memory): a replay that
 # does not show one proves nothing, so its saved case is a non-strict expectation
@@ -28,13 +34,20 @@ def kind_of(signature: str) -> str:
     return signature.split(":")[2]
 
 
+def defect_kind(signature: str) -> str:
+    """The kind of the ordinary finding a signature stands on: its own kind, or for a
+    regression, fix or change against a baseline, the kind its `where` names (KIND.WHERE)."""
+    parts = signature.split(":")
+    return parts[4].split(".", 1)[0] if parts[2] in CLASSES else parts[2]
+
+
 # kinds only a second run shows (the determinism re-run, from the alternate image)
 NEED_A_SECOND_RUN = ("nondeterministic", "out_of_bounds_read")
 
 
 def runs_to_show(signature: str) -> int:
     """How many runs a case needs for the judge to show a finding with this signature."""
-    return 2 if kind_of(signature) in NEED_A_SECOND_RUN else 1
+    return 2 if defect_kind(signature) in NEED_A_SECOND_RUN else 1
 
 
 @dataclass(frozen=True)

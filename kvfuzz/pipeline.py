@@ -38,7 +38,7 @@ from .corpus.format import key_of
 from .engines.common import Found
 from .errors import BadInput
 from .execute import one_line
-from .findings import runs_to_show
+from .findings import CLASSES, kind_of, runs_to_show
 from .minimize import minimize
 from .worker import Executor, WorkerExecutor
 
@@ -159,9 +159,12 @@ class FindingPipeline:
         among them); `found` is emptied as they settle."""
         groups_from = len(self.saved)  # this op's findings, merged as they settle, are saved[groups_from:]
         # those another process minimizes, or another saved case lists, take no time: first;
-        # then the rest by size, so that time a small case leaves goes to the large ones
+        # then the rest by size, so that time a small case leaves goes to the large ones; a
+        # regression (fix, change) against a baseline before the ordinary findings of its size
+        # class, so that it hosts those its case shows, not the other way round
         order = sorted((sig for sig in found if sig in self.confirmed),
-                       key=lambda sig: (self._needs_time(sig), found[sig].case.size_key()))
+                       key=lambda sig: (self._needs_time(sig), kind_of(sig) not in CLASSES,
+                                        found[sig].case.size_key()))
         waiting = sum(map(self._needs_time, order))
         for sig in order:
             needs = self._needs_time(sig)
@@ -225,6 +228,8 @@ class FindingPipeline:
             meta["signatures"] = list(signatures)
         if f.finding.kind == "backend_divergence":  # what `kvfuzz replay` compares the device with
             meta["cross_check"] = cfg.cross_check
+        if cfg.baseline:  # the case was judged against it: replay runs both again
+            meta["baseline"] = cfg.baseline
         return SavedCase(
             case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
             device=self.device, versions=self.versions, origin=cfg.engine,

@@ -68,10 +68,10 @@ def test_an_op_shares_its_time_among_the_findings_that_need_it_smallest_first(pi
     small = found(hand.decode(ps=1, B=2, delta=3), device)
     elsewhere = found(hand.decode(ps=1, B=4, delta=3), device)
     names = {id(big): "big", id(small): "small", id(elsewhere): "elsewhere"}
-    sigs = ["a:big", "b:small", "c:elsewhere"]
+    sigs = ["op:p:mismatch:t:big", "op:p:mismatch:t:small", "op:p:mismatch:t:elsewhere"]
     for sig in sigs:
         pipeline.confirmed[sig] = None
-    pipeline.held_elsewhere["c:elsewhere"] = Path("x")
+    pipeline.held_elsewhere["op:p:mismatch:t:elsewhere"] = Path("x")
     calls = []
     monkeypatch.setattr(pipeline, "_settle", lambda f, groups_from, until: calls.append(
         (names[id(f)], None if until is None else until - time.monotonic())))
@@ -88,3 +88,16 @@ def test_a_sliver_of_time_leaves_a_finding_starved_not_minimized_in_vain(pipelin
     pipeline.settle({MODIFIED: f}, until=time.monotonic() + 1.0)  # one second left: less than MIN_MINIMIZE_S
     (s,) = pipeline.saved
     assert s.starved and s.case == f.case
+
+
+def test_a_regression_settles_before_the_ordinary_findings_its_case_may_show(pipeline, device, monkeypatch):
+    ordinary = found(hand.decode(ps=1, B=2, delta=3), device)
+    regression = found(hand.decode(ps=1, B=6, delta=3), device)  # larger, yet first: it hosts the other
+    names = {id(ordinary): "ordinary", id(regression): "regression"}
+    sigs = ["op:p:mismatch:t:all", "op:p:regression:t:mismatch.all"]
+    for sig in sigs:
+        pipeline.confirmed[sig] = None
+    calls = []
+    monkeypatch.setattr(pipeline, "_settle", lambda f, groups_from, until: calls.append(names[id(f)]))
+    pipeline.settle(dict(zip(sigs, [ordinary, regression])), None)
+    assert calls == ["regression", "ordinary"]

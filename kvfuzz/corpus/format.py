@@ -25,7 +25,7 @@ import numpy as np
 
 from ..case import DTYPES, Case, TensorSpec
 from ..errors import BadCaseFile
-from ..findings import KINDS, VARIES, Finding
+from ..findings import KINDS, VARIES, Finding, defect_kind
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -227,7 +227,7 @@ class SavedCase:
     def strict(self) -> bool:
         """An xfail case whose replay must show its defect; False for a defect whose runs differ
         by nature (`findings.VARIES`): a replay that happens not to show it proves nothing."""
-        return self.finding is None or self.finding.kind not in VARIES
+        return self.finding is None or defect_kind(self.finding.signature) not in VARIES
 
     def key(self) -> str:
         """The corpus directory name: one defect (signature) per target is one directory."""

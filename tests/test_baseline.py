@@ -1,0 +1,97 @@
+"""`--baseline`: each case on the target and on a baseline, each judged by the oracle; a
+regression (baseline right, target wrong), a fix, or a change is a finding of its own, so a
+second defect on an output where the target already has one is not hidden by the first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import cases as hand
+from kvfuzz.baseline import compare, pair
+from kvfuzz.check import Checker
+from kvfuzz.cli import fails_the_run, main
+from kvfuzz.errors import BadInput
+from kvfuzz.findings import Finding, defect_kind, runs_to_show
+from kvfuzz.judge import Verdict
+from kvfuzz.worker import InProcessExecutor
+
+MUTANT = str(Path(__file__).resolve().parent / "fixtures" / "mutant_kernels.py")
+MODIFIED = "decode_metadata:ps1:input_modified:seq_lens:elements"  # the mutant's planted in-place write
+
+
+def paired(target: str, baseline: str, device: str):
+    return pair(InProcessExecutor(target, device), None, target, baseline, device, 60.0, isolate=False)
+
+
+def signatures(target: str, baseline: str, device: str, case) -> set[str]:
+    ex = paired(target, baseline, device)
+    try:
+        return set(Checker(ex, case.op).check(case).signatures())
+    finally:
+        ex.close()
+
+
+def test_the_target_wrong_where_the_baseline_is_right_is_a_regression(device):
+    sigs = signatures(MUTANT, "builtin", device, hand.decode(ps=1, delta=3))
+    assert sigs == {MODIFIED, "decode_metadata:ps1:regression:seq_lens:input_modified.elements"}
+
+
+def test_the_target_right_where_the_baseline_is_wrong_is_a_fix(device):
+    sigs = signatures("builtin", MUTANT, device, hand.decode(ps=1, delta=3))
+    assert sigs == {"decode_metadata:ps1:fixed:seq_lens:input_modified.elements"}
+
+
+@pytest.mark.parametrize("spec", ["builtin", MUTANT])
+def test_a_target_against_itself_shows_no_class(spec, device):
+    for case in (hand.decode(ps=1, delta=3), hand.decode(ps=2, B=3), hand.decode(ps=16, B=2)):
+        sigs = signatures(spec, spec, device, case)
+        assert not [s for s in sigs if s.split(":")[2] in ("regression", "fixed", "changed")], sigs
+
+
+def _f(kind: str, tensor: str = "page_table", where: str = "all") -> Finding:
+    return Finding(kind, "decode_metadata", "general", tensor, where, f"{kind} message")
+
+
+def _v(*findings: Finding, not_target: str | None = None) -> Verdict:
+    return Verdict("in_contract", [], list(findings), not_target=not_target)
+
+
+def test_compare_tells_regressions_fixes_and_changes_apart():
+    wrong, other = _f("mismatch"), _f("untouched_write", where="cells")
+    assert [f.signature for f in compare(_v(wrong), _v(), "B")] == \
+        ["decode_metadata:general:regression:page_table:mismatch.all"]
+    assert [f.kind for f in compare(_v(), _v(wrong), "B")] == ["fixed"]
+    assert compare(_v(wrong), _v(wrong), "B") == [] and compare(_v(), _v(), "B") == []
+    changed = compare(_v(wrong, other), _v(wrong), "B")  # a second defect on an output that has one
+    assert [f.signature for f in changed] == ["decode_metadata:general:changed:page_table:untouched_write.cells"]
+    assert [f.where for f in compare(_v(wrong), _v(wrong, other), "B")] == ["untouched_write.cells"]
+    # kvfuzz's own failures and its oracles' disagreements compare nothing
+    assert compare(_v(wrong), _v(not_target="no worker"), "B") == []
+    assert compare(_v(_f("oracle_disagreement")), _v(), "B") == []
+
+
+def test_a_class_keeps_the_runs_and_strictness_of_the_defect_it_stands_on():
+    sig = "decode_metadata:ps1:regression:req_to_token:out_of_bounds_read.after"
+    assert defect_kind(sig) == "out_of_bounds_read" and runs_to_show(sig) == 2
+    assert runs_to_show("decode_metadata:ps1:regression:seq_lens:input_modified.elements") == 1
+
+
+def test_against_a_baseline_only_regressions_and_crashes_fail_the_run():
+    sigs = ["op:p:fixed:t:mismatch.all", "op:p:changed:t:mismatch.all", "op:p:mismatch:t:all",
+            "op:p:regression:t:mismatch.all", "op:p:crash:-:cuda_fault", "op:p:regression:-:crash.error"]
+    assert fails_the_run(sigs, baseline=True) == sigs[3:]
+    assert fails_the_run(sigs, baseline=False) == sigs
+
+
+def test_a_baseline_that_does_not_load_is_one_line_and_exit_2(capsys, tmp_path):
+    assert main(["fuzz", "--target", "builtin", "--baseline", str(tmp_path / "nope.py"), "--budget", "1",
+                 "--op", "num_kv_splits", "--in-process"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--baseline" in err[0] and "nope.py" in err[0], err
+
+
+def test_baseline_and_cross_check_together_are_refused(capsys):
+    assert main(["fuzz", "--baseline", "builtin", "--cross-check", "cpu", "--device", "cpu", "--budget", "1"]) == 2
+    assert "--baseline and --cross-check do not go together" in capsys.readouterr().err
