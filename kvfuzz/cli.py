@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _target_device(p: argparse.ArgumentParser, default_target: str | None = "builtin") -> None:
     p.add_argument("--target", default=default_target, metavar="SPEC",
-                   help="builtin | PATH.py | module:NAME | sglang==X.Y.Z" +
+                   help="builtin | PATH.py | module:NAME | sglang==X.Y.Z | git:REV:PATH (PATH at git "
+                   "revision REV; the first ':' ends REV)" +
                    (" (default builtin)" if default_target else " (default: the case's own)"))
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="cuda if present, else the CPU under Triton's interpreter (default auto)")

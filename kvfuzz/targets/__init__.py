@@ -7,6 +7,11 @@ Spec forms:
   sglang==X.Y.Z           the kernel file inside that SGLang wheel from PyPI (downloaded once
                           into the cache, loaded without importing sglang/__init__.py)
   sglang                  the kernel file of the installed sglang distribution (loaded the same way)
+  git:REV:PATH            the file PATH as it is at revision REV of the git repository holding it
+                          (split at the first ':' after 'git:'; PATH relative to the working
+                          directory or absolute, and may be gone from the work tree; REV anything
+                          `git rev-parse` resolves to a commit). The blob is cached by content in
+                          cache_dir()/git/ and loaded as a file (gitrev.py)
 
 The loader finds the three entry points by SGLang's names; a missing one is reported for
 its op only. Kernels defined in the wrong Triton mode for the selected device are refused.
@@ -32,6 +37,7 @@ from .. import device as devmod
 from ..errors import BadInput, TargetLoadError
 from ..ops import CONTRACTS, OpRecord, record, records
 from .calls import Binding
+from .gitrev import git_kernel_file
 from .releases import module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
 from .wheels import installed_kernel_file, sglang_kernel_file
@@ -163,6 +169,9 @@ def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:
         old = release_entry(version) is not None and release_entry(version).backends
         how = "extracted from the PyPI wheel's attention backends" if old else "from the PyPI wheel"
         return _load_file(path, spec), f"{spec} ({path.name} {how})", version
+    if spec.startswith("git:"):
+        path, description = git_kernel_file(spec)
+        return _load_file(path, spec), description, None
     if spec == "sglang":
         path, version = installed_kernel_file()
         return _load_file(path, spec), f"installed sglang {version} ({path})", version
