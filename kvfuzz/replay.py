@@ -39,7 +39,8 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
     """Against the case's own target the case keeps its contract variant; against another
     target (`target`) it is judged by the variant that target selects (its SGLang release).
     A case found by a cross-check (`meta["cross_check"]`: a `backend_divergence`) runs on this
-    device and again on that backend, which must be another one (refused in one line)."""
+    device and again on that backend, which must be another one (refused in one line). A case
+    found against a baseline (`meta["baseline"]`) runs on its own target beside the baseline again."""
     from . import cross
 
     dev = devmod.select(device)
@@ -52,6 +53,16 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
             raise BadInput(f"the case is a divergence between {saved.device} and {backend}: replay it on a "
                            f"device other than {backend} (--device cuda)") from None
     executor = make_executor(spec, dev, isolate=isolate)
+    against = saved.case.meta.get("baseline") if spec == saved.target else None
+    if against:  # a regression, fix or change: it shows only beside the baseline's run
+        from . import baseline as baseline_mod
+
+        try:
+            executor = baseline_mod.pair(executor, None, spec, against, dev, 60.0, isolate=isolate,
+                                         ops=[saved.case.op])
+        except BaseException:
+            executor.close()
+            raise
     if backend:
         try:
             executor = cross.pair(executor, lambda: make_executor(spec, dev), spec, dev, backend, 60.0)

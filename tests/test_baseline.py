@@ -95,3 +95,21 @@ def test_a_baseline_that_does_not_load_is_one_line_and_exit_2(capsys, tmp_path):
 def test_baseline_and_cross_check_together_are_refused(capsys):
     assert main(["fuzz", "--baseline", "builtin", "--cross-check", "cpu", "--device", "cpu", "--budget", "1"]) == 2
     assert "--baseline and --cross-check do not go together" in capsys.readouterr().err
+
+
+def test_a_saved_regression_replays_beside_its_baseline(tmp_path, device, capsys):
+    from kvfuzz.corpus import SavedCase, write_case_dir
+    from kvfuzz.judge import judge
+
+    regression = "decode_metadata:ps1:regression:seq_lens:input_modified.elements"
+    case = hand.decode(ps=1, delta=3).with_meta(baseline="builtin")
+    ex = paired(MUTANT, "builtin", device)
+    finding = next(f for f in Checker(ex, case.op).check(case).findings if f.signature == regression)
+    ex.close()
+    (tmp_path / "case").mkdir()
+    write_case_dir(SavedCase(case=case, finding=finding, target=MUTANT, device=device, versions={}, origin="hand",
+                             expected="xfail", reason="a regression against builtin"), tmp_path / "case")
+    assert main(["replay", str(tmp_path / "case"), "--device", device, "--in-process"]) == 1
+    assert regression in capsys.readouterr().out
+    # against the baseline itself there is nothing to compare: its own verdict (clean)
+    assert main(["replay", str(tmp_path / "case"), "--device", device, "--in-process", "--target", "builtin"]) == 0
