@@ -152,7 +152,7 @@ class CampaignResult:
         return [x for x in self.saved if x.new]
 
     def report(self) -> dict:
-        return {
+        doc = {
             "kvfuzz_report": 1,
             "target": self.config.target,
             "target_description": self.target_description,
@@ -165,6 +165,7 @@ class CampaignResult:
             "engine": self.config.engine,
             "positions": {s.op: s.position for s in self.stats},
             "cross_check": self.config.cross_check,
+            "baseline": self.config.baseline,
             "seconds": round(self.seconds, 2),
             "startup_s": round(self.startup_s, 2),
             "since_import_s": None if self.since_import_s is None else round(self.since_import_s, 2),
@@ -200,6 +201,11 @@ class CampaignResult:
                 "case_digest": x.finding.first.digest(),
             } for x in self.flaky],
         }
+        if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
+            from .reports import against_baseline
+
+            doc["against_baseline"] = against_baseline(doc["findings"])
+        return doc
 
 
 class CampaignState:

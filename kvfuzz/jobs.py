@@ -186,4 +186,8 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             for s in sigs:  # one defect that two shards saw with other signatures: one finding
                 seen.setdefault(s, into)
     out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
+    if out.get("baseline"):
+        from .reports import against_baseline
+
+        out["against_baseline"] = against_baseline(out["findings"])
     return out

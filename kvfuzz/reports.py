@@ -48,6 +48,21 @@ def engine_line(engine: dict | None) -> str:
     return ", ".join(f"{figures[k]} {names[k]}" for k in names if k in figures)
 
 
+def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
+    """With --baseline: {"regression": [...], "fixed": [...], "changed": [...]}, each entry a
+    class signature with the saved case that shows it and the finding it was merged into (its
+    host), apart from the ordinary findings."""
+    from .findings import CLASSES, kind_of
+
+    out: dict[str, list[dict]] = {k: [] for k in CLASSES}
+    for f in findings:
+        for sig in f.get("signatures") or [f["signature"]]:
+            if kind_of(sig) in out:
+                out[kind_of(sig)].append({"signature": sig, "case": f.get("case"), "finding": f["signature"],
+                                          "new": f.get("new", True), "contract": f.get("contract")})
+    return out
+
+
 def junit_xml(report: dict) -> str:
     target = report.get("target", "?")
     ops = report.get("ops", {})
@@ -81,6 +96,19 @@ def junit_xml(report: dict) -> str:
                   for f in flaky]
         if lines:
             ET.SubElement(case, "system-out").text = "\n".join(lines)
+    if report.get("baseline"):  # one test per class: a regression fails, a fix or a change is told
+        classes = report.get("against_baseline") or against_baseline(findings)
+        for kind, entries in classes.items():
+            case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.against.{report['baseline']}",
+                                 name=kind, time="0.00")
+            text = "\n".join(f"{e['signature']} ({e.get('case')}){_contract(e)}" for e in entries)
+            if kind == "regression" and any(e.get("new", True) for e in entries):
+                failures += 1
+                ET.SubElement(case, "failure", message=f"{len(entries)} regression(s) against "
+                              f"{report['baseline']}").text = text
+            elif entries:
+                ET.SubElement(case, "system-out").text = text
+        suite.set("tests", str(len(ops) + len(classes)))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
     suite.set("errors", "0")
@@ -201,6 +229,17 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
         lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
     lines += _engine_table(ops)
+    if report.get("baseline"):
+        classes = report.get("against_baseline") or against_baseline(findings)
+        lines += ["", f"## Against the baseline {report['baseline']}", "",
+                  f"{len(classes['regression'])} regressions, {len(classes['fixed'])} fixed, "
+                  f"{len(classes['changed'])} changed.", ""]
+        for kind, title in (("regression", "Regressions"), ("fixed", "Fixed"), ("changed", "Changed")):
+            if classes[kind]:
+                lines += [f"### {title}", "", "| signature | case | contract |", "| --- | --- | --- |"]
+                lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
+                          for e in classes[kind]]
+                lines.append("")
     if findings:
         lines += ["", "## Findings", "", "| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
         for f in findings:

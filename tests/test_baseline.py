@@ -113,3 +113,31 @@ def test_a_saved_regression_replays_beside_its_baseline(tmp_path, device, capsys
     assert regression in capsys.readouterr().out
     # against the baseline itself there is nothing to compare: its own verdict (clean)
     assert main(["replay", str(tmp_path / "case"), "--device", device, "--in-process", "--target", "builtin"]) == 0
+
+
+def test_reports_list_regressions_fixes_and_changes_apart(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from kvfuzz.reports import against_baseline, junit_xml, markdown
+
+    findings = [
+        {"op": "num_kv_splits", "kind": "mismatch", "signature": "num_kv_splits:splits:mismatch:num_kv_splits:all",
+         "signatures": ["num_kv_splits:splits:mismatch:num_kv_splits:all",
+                        "num_kv_splits:splits:regression:num_kv_splits:mismatch.all"],
+         "message": "m", "case": "c/1", "new": True, "contract": "in contract"},
+        {"op": "num_kv_splits", "kind": "fixed", "signature": "num_kv_splits:splits:fixed:num_kv_splits:mismatch.partial",
+         "message": "m", "case": "c/2", "new": True, "contract": "in contract"},
+    ]
+    classes = against_baseline(findings)
+    assert [e["signature"] for e in classes["regression"]] == ["num_kv_splits:splits:regression:num_kv_splits:mismatch.all"]
+    assert classes["regression"][0]["finding"] == "num_kv_splits:splits:mismatch:num_kv_splits:all"
+    assert len(classes["fixed"]) == 1 and classes["changed"] == []
+    report = {"target": "T", "baseline": "B", "ops": {"num_kv_splits": {"cases": 10, "seconds": 1.0}},
+              "findings": findings, "flaky": [], "cases": 10, "seconds": 1.0}
+    suite = ET.fromstring(junit_xml(report))
+    tests = {c.get("name"): c for c in suite.iter("testcase")}
+    assert tests["regression"].find("failure") is not None and tests["fixed"].find("failure") is None
+    assert "c/2" in tests["fixed"].find("system-out").text and tests["changed"].find("failure") is None
+    text = markdown(report, [])
+    assert "## Against the baseline B" in text and "1 regressions, 1 fixed, 0 changed." in text
+    assert text.index("### Regressions") < text.index("### Fixed") < text.index("## Findings")
