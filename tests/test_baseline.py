@@ -141,3 +141,36 @@ def test_reports_list_regressions_fixes_and_changes_apart(tmp_path):
     text = markdown(report, [])
     assert "## Against the baseline B" in text and "1 regressions, 1 fixed, 0 changed." in text
     assert text.index("### Regressions") < text.index("### Fixed") < text.index("## Findings")
+
+
+REGRESSION = "num_kv_splits:splits:regression:num_kv_splits:mismatch.all"
+
+
+@pytest.mark.slow
+def test_a_regression_on_an_output_the_release_already_gets_wrong_is_found(seed_path, tmp_path, device):
+    """A one-line regression injected into the seed's num_kv_splits, whose output the seed
+    already gets wrong (zero lengths): ordinary signatures alone cannot tell it from the
+    release's own defect; against the release it is a regression, and a new one."""
+    from kvfuzz.campaign import CampaignConfig, run_campaign
+
+    source = seed_path.read_text()
+    assert "if max_seq_len * 8 < min_seq_len * 10:" in source
+    regressed = tmp_path / "regressed.py"
+    regressed.write_text(source.replace("if max_seq_len * 8 < min_seq_len * 10:",
+                                        "if max_seq_len * 9 < min_seq_len * 10:"))
+    common = dict(ops=["num_kv_splits"], device=device, budget_s=120, max_cases=128, seed=1, isolate=False,
+                  in_contract_only=True, minimize_budget_s=5, confirm_tries=2)
+    r = run_campaign(CampaignConfig(target=str(regressed), baseline=str(seed_path), corpus=tmp_path / "c", **common))
+    shown = {s: x for x in r.saved for s in x.signatures}
+    assert REGRESSION in shown and shown[REGRESSION].new
+    saved = read_case(shown[REGRESSION].path)
+    assert saved.case.meta["baseline"] == str(seed_path) and REGRESSION in saved.signatures
+    # the release against itself: no class at all
+    same = run_campaign(CampaignConfig(target=str(seed_path), baseline=str(seed_path), **common))
+    assert not [s for x in same.saved for s in x.signatures if s.split(":")[2] in ("regression", "fixed", "changed")]
+
+
+def read_case(path):
+    from kvfuzz.corpus import read_case_dir
+
+    return read_case_dir(path)
