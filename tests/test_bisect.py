@@ -303,3 +303,8 @@ def test_write_records_the_history_and_changes_nothing_else(tmp_path, device):
     again = run(str(case), "--releases", "0.5.21,0.5.23", "--device", device, "--write")
     assert again.returncode == 0 and "wrote" not in again.stderr and "meta.affects: as recorded" in again.stdout
 
+
+def test_the_release_matrix_script_is_kvfuzz_bisect_underneath():
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "release_matrix.py"), "--releases", "0.5.5"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "'0.5.5' is not an SGLang release kvfuzz knows" in p.stderr, p.stderr
