@@ -255,14 +255,15 @@ def writable(saved: SavedCase) -> str | None:
 
 
 def cannot_take(saved: SavedCase, executor) -> str | None:
-    """Why the target behind `executor` cannot run the case (`-`), or None: it has no such op,
-    or the case uses an argument of a later release that the target does not take (an optional
+    """Why the target behind `executor` cannot run the case (`-`), or None: it has no such op
+    (or has one kvfuzz does not offer: docs/releases.md), or the case uses an argument of a later release that the target does not take (an optional
     tensor it lacks, a table, a flag set, a multiplier other than 1)."""
     from .ops import CONTRACTS
 
     case = saved.case
-    if case.op in executor.missing:
-        return f"no {case.op}"
+    if case.op in executor.missing:  # absent, or there but not offered (0.5.6 - 0.5.9's torch decode)
+        offered = not str(executor.missing[case.op]).startswith("not offered")
+        return f"no {case.op}" if offered else f"{case.op} not offered (docs/releases.md)"
     lacks = [n for n in executor.lacks.get(case.op, ()) if n in case.tensors]
     later = dict.fromkeys(a for args in CONTRACTS[case.op].variant_args.values() for a in args)
     takes = executor.takes.get(case.op, ())

@@ -189,6 +189,8 @@ def test_a_case_an_old_release_cannot_take():
         "cannot take kernel_page_multiplier, skip_page_table")
     extend = read_case_dir(REPO / "corpora" / "draft_extend_metadata" / "8c0a1f5466b547ef")
     assert bisect.cannot_take(extend, Target()) == "no draft_extend_metadata"
+    Target.missing = {"decode_metadata": "not offered by sglang 0.5.6: normal_decode_set_metadata is plain torch"}
+    assert bisect.cannot_take(saved, Target()) == "decode_metadata not offered (docs/releases.md)"
 
 
 def test_only_triaged_defects_of_a_release_are_written_and_cases_without_a_defect_are_not_bisected():
