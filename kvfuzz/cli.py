@@ -5,6 +5,7 @@ commands:
   bench     measure throughput: bare target calls/s against fully checked cases/s, compiles
   replay    re-run one saved case and print what is wrong (or that it passes now)
   minimize  shrink one saved case while its finding's signature holds
+  bisect    replay saved cases on every SGLang release: which introduced each defect, which fixed it
   corpus    ls | merge SRC... DST | prune: manage saved cases
   ops       list the ops, their entry points, kernel paths and contract variants
 
@@ -118,6 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
                    help="stop shrinking after this long and save the smallest case that still fails")
     m.set_defaults(run=cmd_minimize)
+
+    bs = sub.add_parser("bisect", help="which SGLang release introduced a saved case's defect, which fixed it",
+                        description="Replay saved cases on every SGLang release of a range, and on builtin (which must\n"
+                        "be clean), each judged by the contract variant the release selects. Per case: the release\n"
+                        "table, the first bad and the last good release, where the defect was introduced and where\n"
+                        "it was fixed (docs/regressions.md). Exit status: 0 when it ran, 1 when builtin is not clean\n"
+                        "on a case, 2 on bad input.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    bs.add_argument("cases", nargs="+", type=Path, metavar="CASE",
+                    help="a saved case's folder (or its case.json), or a corpus folder: every case in it that "
+                    "records a finding")
+    bs.add_argument("--releases", default="0.5.6..0.5.23", metavar="RANGE",
+                    help="A..B, a range over the SGLang releases kvfuzz knows (.post releases included), or a "
+                    "list X,Y,Z; each distinct kernel file runs once (default 0.5.6..0.5.23)")
+    bs.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="cuda if present, else the CPU under Triton's interpreter (default auto)")
+    bs.add_argument("--write", action="store_true",
+                    help="record meta.affects, meta.introduced_in and meta.fixed_in in each triaged case (an "
+                    "xfail defect of an SGLang release); nothing else in it changes")
+    bs.add_argument("--json", type=Path, metavar="FILE.json", help="write every case's cells and history as JSON")
+    bs.set_defaults(run=cmd_bisect)
 
     c = sub.add_parser("corpus", help="ls | merge | prune")
     csub = c.add_subparsers(dest="corpus_command", required=True, parser_class=_Parser)
@@ -452,6 +474,87 @@ def cmd_minimize(args) -> int:
     print(f"kvfuzz: minimized in {m.seconds:.1f} s ({m.steps_tried} tries{'' if m.complete else ', budget ran out'})"
           f" -> {res.path} ({res.status})")
     return 0
+
+
+def _bisect_cases(paths: list[Path]) -> list:
+    """(case folder, saved case) of every case the paths name: a case folder (or its case.json)
+    itself, a corpus folder every case in it that can be bisected (the others noted)."""
+    from .bisect import why_not_bisected
+    from .corpus import iter_cases
+    from .corpus.format import CASE_FILE, TENSORS_FILE
+
+    out, seen, skipped = [], set(), []
+    for given in paths:
+        path = _case_dir(given)
+        if not path.exists():
+            raise BadInput(f"{given}: no such case or corpus folder")
+        if not path.is_dir():
+            raise BadInput(f"{given} is not a case folder: a case folder holds {CASE_FILE} and {TENSORS_FILE} "
+                           "(docs/case-format.md)")
+        single = any((path / name).exists() for name in (CASE_FILE, TENSORS_FILE))
+        found = list(iter_cases(path))
+        if not found:
+            raise BadInput(f"{given} is not a case folder and holds no saved case")
+        for case_dir, saved in found:
+            if isinstance(saved, BadCaseFile):
+                raise saved
+            if case_dir.resolve() in seen:
+                continue
+            seen.add(case_dir.resolve())
+            why = why_not_bisected(saved)
+            if why and single:
+                raise BadInput(f"{given}: {why}")
+            if why:
+                skipped.append(why)
+            else:
+                out.append((case_dir, saved))
+    if skipped:
+        counts = {why: skipped.count(why) for why in skipped}
+        for why, n in counts.items():
+            print(f"kvfuzz: note: {n} case{'s' if n > 1 else ''} not bisected: {why}", file=sys.stderr)
+    if not out:
+        raise BadInput("no case to bisect: " + "; ".join(dict.fromkeys(skipped)))
+    return out
+
+
+def cmd_bisect(args) -> int:
+    import time
+
+    from . import bisect
+    from . import device as devmod
+
+    releases = bisect.parse_releases(args.releases)
+    _check_writable(args.json, "--json")
+    cases = _bisect_cases(args.cases)
+    dev = devmod.select(args.device)
+    t0 = time.monotonic()
+    files = bisect.files_of(releases)
+    print(f"kvfuzz: bisecting {len(cases)} case{'s' if len(cases) > 1 else ''} over "
+          f"{bisect.span_name(releases[0], releases[-1])} ({len(releases)} releases, {len(files)} kernel files) "
+          f"and builtin on {devmod.describe(dev)}", file=sys.stderr)
+    results = bisect.run(cases, releases, dev, progress=lambda line: print(f"kvfuzz: {line}", file=sys.stderr))
+    for r in results:
+        print("\n".join(bisect.render(r)))
+    not_clean = [r for r in results if r.builtin not in (bisect.CLEAN, bisect.CANNOT)]
+    if args.write:
+        for r in results:
+            why = bisect.writable(r.saved) or ("builtin is not clean on it" if r in not_clean else None)
+            if why:
+                print(f"kvfuzz: not written: {r.path}: {why}", file=sys.stderr)
+            elif bisect.write_meta(r):
+                print(f"kvfuzz: wrote meta.affects, introduced_in, fixed_in: {r.path}", file=sys.stderr)
+    if args.json:
+        from .campaign import write_json_atomic
+
+        write_json_atomic(args.json, {"device": dev, "releases": list(releases),
+                                      "files": [f"sglang=={f}" for f in files],
+                                      "cases": [r.to_json() for r in results]})
+    print(f"kvfuzz: {len(results)} cases over {len(releases)} releases ({len(files)} kernel files) and builtin "
+          f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    for r in not_clean:
+        print(f"kvfuzz: BUILTIN IS NOT CLEAN on {r.path}: {r.builtin} (kvfuzz's own kernel must pass every "
+              "case: the case or the contract is wrong)", file=sys.stderr)
+    return 1 if not_clean else 0
 
 
 def cmd_corpus_ls(args) -> int:

@@ -82,7 +82,7 @@ class CaseFile(pytest.File):
 
 def affected(saved) -> set[str]:
     """The targets a triaged (xfail) case's defect shows on: the one it was found with, and the
-    releases `scripts/release_matrix.py --write` found it on (`meta["affects"]`)."""
+    releases `kvfuzz bisect --write` found it on (`meta["affects"]`)."""
     return {saved.target, *saved.case.meta.get("affects", ())}
 
 

@@ -82,7 +82,7 @@ def test_fuzz_seed_finds_saves_and_replays(seed_path, tmp_path):
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(corpus)],
                        capture_output=True, text=True, timeout=600)
     assert f"{n} xfailed" in t.stdout, t.stdout[-2000:]
-    # against another target: skipped until triaged for it (meta.affects, scripts/release_matrix.py)
+    # against another target: skipped until triaged for it (meta.affects, kvfuzz bisect --write)
     t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(corpus),
                         "--kvfuzz-target", "builtin"], capture_output=True, text=True, timeout=600)
     assert f"{n} skipped" in t.stdout and "not triaged for builtin" in t.stdout, t.stdout[-2000:]

@@ -28,11 +28,13 @@ from kvfuzz.execute import HARNESS, run_case
 from kvfuzz.judge import judge
 from kvfuzz.ops import CONTRACTS, record, records
 from kvfuzz.targets import load_target, variant_for, variant_lacks
-from kvfuzz.targets.releases import RELEASES, parse_version, select_variant, variant_for_release
+from kvfuzz.targets.releases import (RELEASES, file_release, known_releases, parse_version, same_file_releases,
+                                     select_variant, variant_for_release)
 
-# one release per distinct kernel file (0.5.13 = 0.5.14 = 0.5.15, 0.5.20 = 0.5.21 = 0.5.22)
-DISTINCT = ("0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
 LOADABLE = tuple(v for v, r in RELEASES.items() if r.kernel_file)
+# one release per distinct kernel file, as RELEASES says (0.5.13 = 0.5.14 = 0.5.15, 0.5.20 = 0.5.21 = 0.5.22)
+DISTINCT = tuple(dict.fromkeys(file_release(v) for v in LOADABLE))
+SHARING = tuple(v for v in LOADABLE if RELEASES[v].same_file)  # a kernel file that another release ships too
 
 
 def kernel_file(version: str) -> Path:
@@ -98,7 +100,25 @@ def test_the_variant_docs_name_the_releases_they_cover():
     assert "0.5.6-0.5.23" in CONTRACTS["swa_spec_page_table"].variants["default"]
 
 
+def test_the_release_table_says_which_releases_ship_one_kernel_file():
+    assert DISTINCT == ("0.5.14", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.23")
+    assert SHARING == ("0.5.13", "0.5.15", "0.5.21", "0.5.22")
+    assert known_releases().index("0.5.13.post1") == known_releases().index("0.5.13") + 1
+    assert same_file_releases("0.5.21") == ("0.5.20", "0.5.21", "0.5.22")
+    assert same_file_releases("0.5.9") == ("0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8", "0.5.8.post1", "0.5.9")
+    for v in known_releases():  # one file is judged alike, whichever release ships it (kvfuzz bisect runs it once)
+        f = file_release(v)
+        assert RELEASES[f].same_file is None and RELEASES[f].api == (RELEASES.get(v) or RELEASES[f]).api, v
+        for op in records():
+            assert variant_for_release(op, v) == variant_for_release(op, f), (v, op)
+
+
 # ------------------------------------------------------------------- every release's real kernel file
+
+
+@pytest.mark.parametrize("version", SHARING)
+def test_a_release_said_to_ship_another_ones_kernel_file_ships_it_byte_for_byte(version):
+    assert kernel_file(version).read_bytes() == kernel_file(RELEASES[version].same_file).read_bytes()
 
 
 @pytest.mark.parametrize("version", DISTINCT)

@@ -29,6 +29,7 @@ from .store import (
     list_cases,
     merge,
     prune,
+    set_meta,
 )
 
 __all__ = [
@@ -52,5 +53,6 @@ __all__ = [
     "now_iso",
     "prune",
     "read_case_dir",
+    "set_meta",
     "write_case_dir",
 ]

@@ -21,18 +21,20 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import json
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
 
 from ..errors import BadCaseFile, BadInput
-from .format import CASE_FILE, TENSORS_FILE, SavedCase, key_of, read_case_dir, write_case_dir
+from .format import CASE_FILE, TENSORS_FILE, SavedCase, dumps_case_json, key_of, read_case_dir, write_case_dir
 
 try:  # POSIX; elsewhere saves still are atomic, but concurrent dedup is best effort
     import fcntl
@@ -48,6 +50,7 @@ __all__ = [
     "list_cases",
     "merge",
     "prune",
+    "set_meta",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -503,6 +506,40 @@ def merge(sources: PathLike | Iterable[PathLike], dest: CorpusStore | PathLike) 
             raise item
         cases.append(item)
     return [store.save(saved) for saved in cases]
+
+
+def set_meta(case_dir: PathLike, values: Mapping[str, Any]) -> SavedCase:
+    """Set keys of one saved case's `meta` (not part of the case's identity: its key and its
+    directory stay) and return the case as read back. Nothing else changes: `case.json` is
+    edited as a document (only `meta`'s keys named in `values`), written beside itself, fsynced
+    and renamed over the old one (same mode), under the key's lock where the directory is named
+    by a key (a save of that key waits); `tensors.npz` is not touched. A case that cannot be
+    read is refused (BadCaseFile) and left as it is."""
+    case_dir = Path(case_dir)
+    named = KEY_RE.fullmatch(case_dir.name)
+    with _key_lock(case_dir.parent, case_dir.name) if named else contextlib.nullcontext():
+        before = read_case_dir(case_dir)
+        path = case_dir / CASE_FILE
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["meta"] = {**doc["meta"], **json.loads(json.dumps(dict(values), allow_nan=False))}
+        fd, tmp = tempfile.mkstemp(prefix=f".{CASE_FILE}.", dir=case_dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(dumps_case_json(doc))
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(case_dir)
+        after = read_case_dir(case_dir)
+    if after.key() != before.key() or after.case != before.case or any(
+            after.case.meta.get(k) != v for k, v in doc["meta"].items()):
+        raise OSError(f"{case_dir}: case.json read back is not the case with its new meta")
+    return after
 
 
 WOULD_REMOVE = "would remove (no longer fails)"

@@ -15,6 +15,12 @@ judged by when the user gives no `--variant`:
 
 Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py). Releases 0.5.6 - 0.5.12 have
 no kernel file: `backends` names the modules their entry points are extracted from (extract.py).
+
+Which releases ship the same kernel file is data too: `posts` (a release's .postN releases, the
+same definitions) and `same_file` (the release whose file this one ships byte for byte, the cache
+header of an extracted file aside). `known_releases` lists every release kvfuzz knows, in order,
+and `file_release` names the one whose file stands for a release's (`kvfuzz bisect` runs each
+distinct file once).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ class Release:
     # ops whose entry point it does not extract -> why (docs/releases.md)
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     not_offered: dict = field(default_factory=dict)
+    posts: tuple[str, ...] = ()  # its .postN releases on PyPI: the same definitions
+    same_file: str | None = None  # the release whose kernel file this one ships (identical); None: its own
 
     @property
     def api(self) -> dict[str, str]:
@@ -73,10 +81,16 @@ _NOT_OFFERED = {
 }
 
 
+_OLD_POSTS = {"0.5.6": ("0.5.6.post1", "0.5.6.post2"), "0.5.8": ("0.5.8.post1",), "0.5.10": ("0.5.10.post1",),
+              "0.5.12": ("0.5.12.post1",)}
+
+
 def _old(version: str) -> Release:
     """0.5.6 - 0.5.12: decode and swa_spec inside the FlashAttention backend, num_kv_splits inside
-    the Triton backend; all but 0.5.6 - 0.5.9's torch decode is 0.5.14's text."""
+    the Triton backend; all but 0.5.6 - 0.5.9's torch decode is 0.5.14's text. The extracted
+    files are two: 0.5.6 - 0.5.9's (no decode) and 0.5.10 - 0.5.12's."""
     torch_decode = version in _NOT_OFFERED
+    first = "0.5.6" if torch_decode else "0.5.10"
     fa = ("prepare_swa_spec_page_table_triton",) + (() if torch_decode else ("normal_decode_set_metadata",))
     return Release(
         version, None,
@@ -85,14 +99,17 @@ def _old(version: str) -> Release:
         "get_num_kv_splits_triton are 0.5.14's text; extracted from the backends (the .post releases: the same "
         "definitions)",
         backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
-        not_offered={"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {})
+        not_offered={"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {},
+        posts=_OLD_POSTS.get(version, ()), same_file=None if version == first else first)
 
 
 RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
-    "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)"),
+    "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)",
+                      posts=("0.5.13.post1",), same_file="0.5.14"),
     "0.5.14": Release("0.5.14", OLD_PATH, note="the seed"),
-    "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)"),
+    "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)",
+                      posts=("0.5.15.post1",), same_file="0.5.14"),
     "0.5.16": Release("0.5.16", NEW_PATH, note="the three 0.5.14 entry points byte for byte; new op "
                       "draft_extend_set_metadata (its signature and kernel the same text up to 0.5.23)"),
     "0.5.17": Release("0.5.17", NEW_PATH,
@@ -108,7 +125,8 @@ RELEASES: dict[str, Release] = {
     **{v: Release(v, NEW_PATH,
                   "the UnifiedSWAKVPool path",
                   "src_is_read_table, swa_src_table dropped; skip_page_table checked, variant skip"
-                  + ("" if v == "0.5.20" else "; kernel file byte-identical to 0.5.20's"))
+                  + ("" if v == "0.5.20" else "; kernel file byte-identical to 0.5.20's"),
+                  same_file=None if v == "0.5.20" else "0.5.20")
        for v in ("0.5.20", "0.5.21", "0.5.22")},
     "0.5.23": Release("0.5.23", NEW_PATH,
                       "",
@@ -121,6 +139,27 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """(major, minor, micro) of a version string; post, pre and local parts are ignored."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else None
+
+
+def known_releases() -> tuple[str, ...]:
+    """Every SGLang release kvfuzz knows, oldest first: each RELEASES entry, then its .post releases."""
+    ordered = sorted(RELEASES, key=parse_version)
+    return tuple(v for r in ordered for v in (r, *RELEASES[r].posts))
+
+
+def file_release(version: str) -> str:
+    """The release whose kernel file `version` ships: its own release's, or the one that release
+    names in `same_file` (a .postN release ships its release's). KeyError for an unknown release."""
+    entry = RELEASES[version] if version in RELEASES else release_entry(version)
+    if entry is None or version not in (entry.version, *entry.posts):
+        raise KeyError(version)
+    return entry.same_file or entry.version
+
+
+def same_file_releases(version: str) -> tuple[str, ...]:
+    """Every known release whose kernel file is `version`'s (itself included), oldest first."""
+    own = file_release(version)
+    return tuple(v for v in known_releases() if file_release(v) == own)
 
 
 def release_entry(version: str) -> Release | None:
