@@ -204,10 +204,11 @@ def test_set_meta_changes_meta_alone(tmp_path):
     case = tmp_path / TOMBSTONE.name
     shutil.copytree(TOMBSTONE, case)
     before_json, before_npz = (case / "case.json").read_text(), (case / "tensors.npz").read_bytes()
-    saved = set_meta(case, {"introduced_in": "0.5.23", "fixed_in": None})
-    assert saved.case.meta["introduced_in"] == "0.5.23" and saved.case.meta["fixed_in"] is None
+    saved = set_meta(case, {"introduced_in": "0.5.7", "fixed_in": None, "note": "kept"})
+    assert saved.case.meta["introduced_in"] == "0.5.7" and saved.case.meta["fixed_in"] is None
     doc, was = json.loads((case / "case.json").read_text()), json.loads(before_json)
-    assert doc["meta"].pop("introduced_in") == "0.5.23" and doc["meta"].pop("fixed_in") is None
+    assert doc["meta"] == {**was["meta"], "introduced_in": "0.5.7", "fixed_in": None, "note": "kept"}
+    doc["meta"] = was["meta"]
     assert doc == was and (case / "tensors.npz").read_bytes() == before_npz
     assert sorted(p.name for p in case.iterdir()) == ["case.json", "tensors.npz"]  # no temporary left
     (case / "case.json").write_text("{ not json")
