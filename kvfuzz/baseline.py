@@ -32,8 +32,9 @@ from typing import Callable
 import numpy as np
 
 from .case import Case
+from .cross import _primarys, _single  # the cross-check's pairing helpers, the same here
 from .errors import BadInput, TargetLoadError
-from .execute import BatchResult, Launch, Outcome, Prepared, RunResult, outcomes
+from .execute import BatchResult, Launch, Outcome, Prepared, outcomes
 from .findings import CLASSES, Finding
 from .judge import Verdict, judge, quick_verdict
 from .targets import variant_lacks
@@ -77,10 +78,6 @@ def with_baseline(p: Prepared, outcome: Outcome, verdict: Verdict, baseline: str
     base = quick_verdict(p, b) or judge(p.case, b, prepared=p)
     verdict.findings += compare(verdict, base, baseline)
     return verdict
-
-
-def _primarys(name: str) -> property:
-    return property(lambda self: getattr(self.primary, name), doc=f"the primary executor's {name}")
 
 
 class BaselineExecutor:
@@ -169,13 +166,6 @@ class BaselineExecutor:
             self.primary.close()
         finally:
             self.baseline.close()
-
-
-def _single(result: BatchResult, launch: Launch) -> Outcome:
-    if result.lost:
-        kind = result.lost.split(":", 1)[0]
-        return Outcome(runs=[RunResult(error=result.lost, error_type=kind)], device_lost=True)
-    return outcomes([launch], result)[0]
 
 
 def common_ground(primary: Executor, baseline: Executor, spec: str) -> tuple[dict, dict]:
