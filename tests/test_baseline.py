@@ -113,6 +113,18 @@ def test_a_saved_regression_replays_beside_its_baseline(tmp_path, device, capsys
     assert regression in capsys.readouterr().out
     # against the baseline itself there is nothing to compare: its own verdict (clean)
     assert main(["replay", str(tmp_path / "case"), "--device", device, "--in-process", "--target", "builtin"]) == 0
+    # the repro script shows the defect on the target and passes on the baseline's kernels
+    import subprocess
+    import sys
+
+    script = tmp_path / "repro.py"
+    assert main(["replay", str(tmp_path / "case"), "--device", device, "--in-process",
+                 "--emit-repro", str(script)]) == 1
+    kernels = Path(__file__).resolve().parent.parent / "kvfuzz" / "kernels"
+    runs = {k: subprocess.run([sys.executable, str(script), path, "--device", device], capture_output=True, text=True)
+            for k, path in (("target", MUTANT), ("baseline", str(kernels)))}
+    assert runs["target"].returncode == 1 and "input_modified" in runs["target"].stdout, runs["target"].stdout
+    assert runs["baseline"].returncode == 0, runs["baseline"].stdout + runs["baseline"].stderr
 
 
 def test_reports_list_regressions_fixes_and_changes_apart(tmp_path):
