@@ -62,13 +62,28 @@ def _binaries(cache: Path) -> int:
     return sum(1 for pattern in KERNEL_BINARIES for _ in cache.rglob(pattern))
 
 
+def _executor(target: str, device: str, isolate: bool, baseline: str | None):
+    """The checked loop's executor: the target's, paired with the baseline's where one is given
+    (each case then runs on both, as `kvfuzz fuzz --baseline` runs it)."""
+    executor = make_executor(target, device, isolate)
+    if not baseline:
+        return executor
+    from . import baseline as baseline_mod
+
+    try:
+        return baseline_mod.pair(executor, None, target, baseline, device, 60.0, isolate=isolate)
+    except BaseException:
+        executor.close()
+        raise
+
+
 def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_cases: int, isolate: bool,
-             rounds: int = 0) -> tuple[OpStats, int, list[OpStats], float]:
+             rounds: int = 0, baseline: str | None = None) -> tuple[OpStats, int, list[OpStats], float]:
     """(first pass's stats, its new variants, the later passes' stats, bare calls per second) of
     the campaign loop over the op's case stream in one worker: the first pass compiles (or
     loads) what it meets; then `rounds` times a pass over the same cases, warm, and right after
     it a bare pass over them in this process (0 for the bare figure with no rounds)."""
-    executor = make_executor(target, device, isolate)
+    executor = _executor(target, device, isolate, baseline)
     try:
         keys = set(executor.launch_keys)
         first = _run(op, executor, device, seed, (1, 1), max_cases, budget_s)
@@ -94,11 +109,11 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     and the seconds one job alone takes for the windows' cases (None without `alone`)."""
     os.environ.update(env)
     devmod.select(args[2])
-    op, target, device, seed, budget_s, max_cases, isolate, shard, alone = args
+    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline = args
     try:
         cases, windows, stages = 0, 0.0, Counter()
         one_job_s = 0.0 if alone else None
-        executor = make_executor(target, device, isolate)
+        executor = _executor(target, device, isolate, baseline)
         try:
             # compiles (or loads) what it meets; its cases are the ones each window's passes run
             n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS).cases
@@ -149,7 +164,7 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
-                  jobs: int) -> tuple[int, float, dict, float | None]:
+                  jobs: int, baseline: str | None = None) -> tuple[int, float, dict, float | None]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
     import multiprocessing as mp
@@ -162,7 +177,7 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     gpus = gpu_count() if device == "cuda" else 0
     alone = device == "cpu"
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
-                                                     (i, jobs), alone), shard_env(i, device, gpus), barrier, results))
+                                                     (i, jobs), alone, baseline), shard_env(i, device, gpus), barrier, results))
              for i in range(1, jobs + 1)]
     for p in procs:
         p.start()
@@ -227,7 +242,7 @@ class _Bare:
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
-              isolate: bool = True, jobs: int = 1) -> dict:
+              isolate: bool = True, jobs: int = 1, baseline: str | None = None) -> dict:
     from .errors import BadInput
     from .ops import get_contract
 
@@ -240,7 +255,15 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     device = devmod.select(device)
     from .targets import load_target
 
-    missing = load_target(target, device).missing  # ops an older release lacks are skipped
+    missing = dict(load_target(target, device).missing)  # ops an older release lacks are skipped
+    if baseline:  # and those the baseline lacks (each case runs on both)
+        from .errors import TargetLoadError
+
+        try:
+            missing.update({op: f"baseline {baseline}: {why}" for op, why in load_target(baseline, device).missing.items()
+                            if op not in missing})
+        except TargetLoadError as exc:
+            raise BadInput(f"--baseline {baseline}: {exc}") from None
     skipped = {op: missing[op] for op in ops if op in missing}
     ops = [op for op in ops if op not in missing]
     if not ops:
@@ -250,17 +273,18 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     cache = Path(tmp.name if tmp else os.environ["TRITON_CACHE_DIR"])
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
-                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "ops": {},
+                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "baseline": baseline, "ops": {},
                  "skipped": skipped, "notes": environment.notes()}
     try:
         per_op = budget_s / len(ops)
         for op in ops:
             before = _binaries(cache)
-            cold, variants, warm, bare = _checked(op, target, device, seed, per_op / 5, 1_000_000, isolate, ROUNDS)
+            cold, variants, warm, bare = _checked(op, target, device, seed, per_op / 5, 1_000_000, isolate, ROUNDS,
+                                                  baseline)
             n = max(cold.cases, 1)
             mid = _binaries(cache)
             # a new process on the cache the first one filled: it must compile nothing
-            fresh = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate)[0]
+            fresh = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate, baseline=baseline)[0]
             after = _binaries(cache)
             checked = sum(w.cases for w in warm) / max(sum(w.seconds for w in warm), 1e-9)
             stages: Counter = Counter()
@@ -270,7 +294,7 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
                 cases_j, seconds_j, stages, one_job_s = _checked_jobs(op, target, device, seed, per_op / 3,
-                                                                     isolate, jobs)
+                                                                     isolate, jobs, baseline)
                 checked = cases_j / max(seconds_j, 1e-9)
                 speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)
             out["ops"][op] = {
@@ -302,7 +326,8 @@ def _speedup(x: float | None) -> str:
 def render(result: dict) -> str:
     lines = [f"kvfuzz bench: target {result['target']} on {result['device_name']}"
              + (" (cold Triton cache)" if result["cold_cache"] else "")
-             + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else ""),
+             + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else "")
+             + (f"; each case also on the baseline {result['baseline']}" if result.get("baseline") else ""),
              f"{'op':<22}{'cases':>8}{'bare/s':>11}{'checked/s':>11}{'ratio':>8}"
              f"{'compiles/1000 cold':>20}{'warm':>7}{'variants/1000':>15}"]
     jobs = result.get("jobs", 1)

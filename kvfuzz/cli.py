@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--report", type=Path, metavar="FILE.json", help="write the figures as JSON")
     b.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="measure checked cases/s of N shards running at once (as `fuzz --jobs N`; default 1)")
+    b.add_argument("--baseline", metavar="TARGET",
+                   help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
     b.set_defaults(run=cmd_bench)
 
     r = sub.add_parser("replay", help="re-run one saved case")
@@ -377,7 +379,7 @@ def cmd_bench(args) -> int:
 
     _check_writable(args.report)
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
-                       isolate=not args.in_process, jobs=args.jobs)
+                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline)
     print(render(result))
     _say_notes(result)
     if args.report:

@@ -186,3 +186,14 @@ def read_case(path):
     from kvfuzz.corpus import read_case_dir
 
     return read_case_dir(path)
+
+
+def test_bench_measures_the_checked_loop_with_its_baseline(device, capsys):
+    from kvfuzz.bench import render, run_bench
+
+    r = run_bench(["num_kv_splits"], "builtin", device, 3.0, isolate=False, baseline="builtin")
+    assert r["baseline"] == "builtin" and r["ops"]["num_kv_splits"]["checked_per_s"] > 0
+    assert "each case also on the baseline builtin" in render(r)
+    assert main(["bench", "--baseline", "/nope/x.py", "--op", "num_kv_splits", "--budget", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--baseline /nope/x.py" in err[0]
