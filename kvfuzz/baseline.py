@@ -154,8 +154,8 @@ class BaselineExecutor:
 
     def fresh_many(self, n: int) -> list["BaselineExecutor"]:
         """`n` pairs of fresh processes, started together."""
-        mine = [self.fresh_primary() for _ in range(n)] if self.fresh_primary else self.primary.fresh_many(n)
-        theirs = [self.fresh_baseline() for _ in range(n)] if self.fresh_baseline else self.baseline.fresh_many(n)
+        mine = _many(self.fresh_primary, n) if self.fresh_primary else self.primary.fresh_many(n)
+        theirs = _many(self.fresh_baseline, n) if self.fresh_baseline else self.baseline.fresh_many(n)
         return [self._paired(a, b) for a, b in zip(mine, theirs)]
 
     def _paired(self, a: Executor, b: Executor) -> "BaselineExecutor":
@@ -166,6 +166,13 @@ class BaselineExecutor:
             self.primary.close()
         finally:
             self.baseline.close()
+
+
+def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:
+    """`n` fresh executors, started together where `fresh` is a worker's own `fresh` (on a GPU
+    each process takes seconds to start: one after the other, a pair's confirmation stalls)."""
+    many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)
+    return many(n) if many is not None else [fresh() for _ in range(n)]
 
 
 def common_ground(primary: Executor, baseline: Executor, spec: str) -> tuple[dict, dict]:
