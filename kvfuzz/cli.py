@@ -299,12 +299,15 @@ def cmd_fuzz(args) -> int:
 
 def fails_the_run(signatures: list[str], baseline: bool) -> list[str]:
     """The new findings' signatures that make a campaign exit 1: all of them, or against a
-    baseline only regressions and crashes (a fix, a change, a defect both share fail nothing)."""
+    baseline only regressions and new crashes: a crash the baseline does not share (a
+    regression, or a change whose target side crashes). A fix, another change, and a defect
+    both share, a crash included, fail nothing (a pull request is not failed for its base's)."""
     from .findings import defect_kind, kind_of
 
     if not baseline:
         return signatures
-    return [s for s in signatures if kind_of(s) == "regression" or defect_kind(s) == "crash"]
+    return [s for s in signatures
+            if kind_of(s) == "regression" or (kind_of(s) == "changed" and defect_kind(s) == "crash")]
 
 
 def _fuzz_jobs(args, cfg) -> int:
