@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from .corpus import SavedCase
 from .errors import BadInput
+from .findings import ordinary_signature
 from .targets.releases import file_release, known_releases, same_file_releases
 
 DEFECT, CLEAN, CANNOT = "defect", "clean", "-"
@@ -187,7 +188,9 @@ class Result:
 
     @property
     def signature(self) -> str:
-        return self.saved.finding.signature
+        """The defect looked for: the saved finding's, or for a regression, fix or change
+        found against a baseline the ordinary finding it stands on (a fix's: the baseline's)."""
+        return ordinary_signature(self.saved.finding.signature)
 
     def cell(self, release: str) -> str:
         return self.cells[f"sglang=={file_release(release)}"]
@@ -293,7 +296,7 @@ def judge_on(executor, spec: str, saved: SavedCase) -> tuple[str, str]:
     except Exception as exc:  # kvfuzz could not run it: said, never taken for clean
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return f"error: {text[:120]}", text
-    sig = saved.finding.signature
+    sig = ordinary_signature(saved.finding.signature)
     return (DEFECT if sig in got else CLEAN if not got else "other: " + ", ".join(sorted(got))), ""
 
 
@@ -333,7 +336,8 @@ def _run_target(spec: str, results: list[Result], device: str, make_executor, pr
 def render(r: Result) -> list[str]:
     """The lines `kvfuzz bisect` prints for one case."""
     s = r.saved
-    lines = [f"{r.path}  {r.signature}  (found with {s.target}, {s.expected})"]
+    saved_as = "" if r.signature == s.finding.signature else f"saved as {s.finding.signature}, "
+    lines = [f"{r.path}  {r.signature}  ({saved_as}found with {s.target}, {s.expected})"]
     rows = [(span_name(a, b), r.cells[f"sglang=={f}"], r.why.get(f"sglang=={f}", "")) for a, b, f in spans(r.releases)]
     rows.append((BUILTIN, r.builtin, r.why.get(BUILTIN, "")))
     width = max(len(name) for name, _, _ in rows)

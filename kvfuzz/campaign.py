@@ -186,6 +186,8 @@ class CampaignResult:
                 "confirmed": x.confirmation.describe() if x.confirmation else None,
                 "minimized_confirmed": x.minimized_confirmed,
                 "new": x.new,
+                "found_after_s": x.found.found_after_s,
+                "found_at_case": x.found.found_at_case,
                 "shrunk_by": x.found.shrunk_by,
                 "minimize_log": x.minimize_log,
                 "minimize_seconds": round(x.minimize_seconds, 2),

@@ -41,6 +41,17 @@ def defect_kind(signature: str) -> str:
     return parts[4].split(".", 1)[0] if parts[2] in CLASSES else parts[2]
 
 
+def ordinary_signature(signature: str) -> str:
+    """The ordinary finding a signature stands on: itself, or for a regression, fix or change
+    against a baseline (op:path:CLASS:TENSOR:KIND.WHERE) op:path:KIND:TENSOR:WHERE, what one
+    target run alone shows (a fix's: the baseline's defect)."""
+    parts = signature.split(":")
+    if len(parts) < 5 or parts[2] not in CLASSES:
+        return signature
+    kind, _, where = parts[4].partition(".")
+    return ":".join([*parts[:2], kind, parts[3], where, *parts[5:]])
+
+
 # kinds only a second run shows (the determinism re-run, from the alternate image)
 NEED_A_SECOND_RUN = ("nondeterministic", "out_of_bounds_read")
 

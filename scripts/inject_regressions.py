@@ -4,11 +4,12 @@ ones the same campaign without it misses (its findings are all signatures the re
 on its own in the same campaign).
 
 usage: python scripts/inject_regressions.py [--release-file PATH] [--budget S] [--device cpu|cuda]
-                                            [--only NAME,...] [--json FILE]
+                                            [--only NAME,...] [--parallel N] [--json FILE]
 
 Default release file: sglang==0.5.14's (kvfuzz's cache). Each campaign runs one op, in
-contract, seed 1, in worker processes (`kvfuzz fuzz`, a real subprocess each). docs/regressions.md
-keeps the table this prints.
+contract, seed 1, in worker processes (`kvfuzz fuzz`, a real subprocess each; `--parallel` of them
+at once). `found after` is when the regression was first seen, in seconds of fuzzing (the report's
+`found_after_s`). docs/regressions.md keeps the table this prints.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # name, op, the line as the release has it, its regressed form, which occurrence, whether the
@@ -55,8 +57,11 @@ def campaign(target: str, op: str, budget: float, device: str, baseline: str | N
     p = subprocess.run(cmd, capture_output=True, text=True)
     doc = json.loads(report.read_text()) if report.is_file() else {}
     sigs = sorted({s for f in doc.get("findings", []) for s in f.get("signatures") or [f["signature"]]})
+    after = {s: f.get("found_after_s") for f in doc.get("findings", [])
+             for s in f.get("signatures") or [f["signature"]]}
     return {"rc": p.returncode, "seconds": round(time.monotonic() - t0, 1), "cases": doc.get("cases"),
-            "signatures": sigs, "error": p.stderr.strip().splitlines()[-1:] if p.returncode == 2 else []}
+            "signatures": sigs, "found_after_s": after,
+            "error": p.stderr.strip().splitlines()[-1:] if p.returncode == 2 else []}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--only")
+    ap.add_argument("--parallel", type=int, default=1, help="campaigns at once (default 1)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.release_file is None:
@@ -74,25 +80,34 @@ def main(argv: list[str] | None = None) -> int:
     release = str(args.release_file.resolve())
     source = args.release_file.read_text()
     chosen = [r for r in REGRESSIONS if not args.only or r[0] in args.only.split(",")]
-    rows, own = [], {}
-    with tempfile.TemporaryDirectory(prefix="kvfuzz-inject-") as tmp:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kvfuzz-inject-") as tmp, ThreadPoolExecutor(max(1, args.parallel)) as pool:
         work = Path(tmp)
+
+        def run(target: str, op: str, baseline: str | None):
+            return pool.submit(campaign, target, op, args.budget, args.device, baseline, work)
+        # what the release shows on its own in the same campaign, per op
+        own = {op: run(release, op, None) for op in dict.fromkeys(r[1] for r in chosen)}
+        runs = []
         for name, op, old, new, nth, masked in chosen:
             target = work / f"{name}.py"
             target.write_text(inject(source, old, new, nth))
-            if op not in own:  # what the release shows on its own in the same campaign
-                own[op] = campaign(release, op, args.budget, args.device, None, work)["signatures"]
-            with_b = campaign(str(target), op, args.budget, args.device, release, work)
-            without = campaign(str(target), op, args.budget, args.device, None, work)
+            runs.append((name, op, old, new, masked, run(str(target), op, release), run(str(target), op, None)))
+        for name, op, old, new, masked, with_f, without_f in runs:
+            with_b, without, alone = with_f.result(), without_f.result(), own[op].result()["signatures"]
             regressions = [s for s in with_b["signatures"] if s.split(":")[2] == "regression"]
+            after = min((with_b["found_after_s"][s] for s in regressions if with_b["found_after_s"].get(s) is not None),
+                        default=None)
             row = {"name": name, "op": op, "masked": masked, "line": f"{old} -> {new}",
                    "with_baseline": with_b, "without": without, "regressions": regressions,
-                   "missed_without": not (set(without["signatures"]) - set(own[op])),
-                   "release_alone": own[op]}
+                   "found_after_s": after,
+                   "missed_without": not (set(without["signatures"]) - set(alone)),
+                   "release_alone": alone}
             rows.append(row)
             print(f"{name:22} {op:20} masked={masked!s:5} regression={'yes' if regressions else 'NO':3} "
-                  f"({with_b['seconds']} s, exit {with_b['rc']})  without --baseline: "
-                  f"{'missed' if row['missed_without'] else 'found'} (exit {without['rc']})", flush=True)
+                  f"(found after {after} s of fuzzing; {with_b['seconds']} s, exit {with_b['rc']})  "
+                  f"without --baseline: {'missed' if row['missed_without'] else 'found'} (exit {without['rc']})",
+                  flush=True)
     if args.json:
         args.json.write_text(json.dumps({"release": release, "budget_s": args.budget, "device": args.device,
                                          "rows": rows}, indent=1) + "\n")

@@ -285,6 +285,25 @@ def test_a_real_case_over_three_releases(tmp_path, device):
     assert (c["builtin"], c["introduced_in"], c["fixed_in"], c["affects"]) == ("clean", "0.5.23", None, ["sglang==0.5.23"])
 
 
+def test_a_regression_found_against_a_baseline_is_bisected_by_the_defect_it_stands_on(tmp_path, device):
+    """A case saved as a regression (op:path:regression:TENSOR:KIND.WHERE, found with a baseline)
+    is looked for as the ordinary finding one release run alone shows."""
+    case = tmp_path / TOMBSTONE.name
+    shutil.copytree(TOMBSTONE, case)
+    doc = json.loads((case / "case.json").read_text())
+    f = doc["finding"]
+    f.update(kind="regression", where=f"{f['kind']}.{f['where']}",
+             signature="decode_metadata:swa:regression:swa_page_table:mismatch.all")
+    doc["meta"]["baseline"] = "sglang==0.5.22"
+    (case / "case.json").write_text(json.dumps(doc))
+    p = run(str(case), "--releases", "0.5.22,0.5.23", "--device", device)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [line.split() for line in p.stdout.splitlines()]
+    assert ["0.5.22", "clean"] in lines and ["0.5.23", "defect"] in lines, p.stdout
+    assert "decode_metadata:swa:mismatch:swa_page_table:all" in p.stdout
+    assert "  introduced in 0.5.23; not fixed in the range (last bad 0.5.23)" in p.stdout
+
+
 def test_write_records_the_history_and_changes_nothing_else(tmp_path, device):
     case = tmp_path / "decode_metadata" / TOMBSTONE.name
     shutil.copytree(TOMBSTONE, case)

@@ -50,6 +50,9 @@ def test_one_defect_with_two_signatures_is_one_finding_and_one_case(tmp_path, de
     assert saved.case.meta["signatures"] == x.signatures
     [f] = result.report()["findings"]
     assert f["signatures"] == x.signatures and f["new"]
+    # when it was first seen: within the op's fuzzing, at one of the cases it ran
+    op = result.report()["ops"]["num_kv_splits"]
+    assert 0 <= f["found_after_s"] <= op["seconds"] and 1 <= f["found_at_case"] <= op["cases"]
     # a second campaign on the same corpus: both signatures are known, neither adds a case
     again = campaign(str(target), corpus, device)
     assert again.new == [] and {s for y in again.saved for s in y.signatures} == set(x.signatures)

@@ -120,7 +120,9 @@ class OpRun:
     def add(self, finding: Finding, case: Case) -> Found:
         """Record a new finding and hand it to the sink; the seconds that takes (confirmation)
         do not count as fuzzing."""
-        entry = self.found[finding.signature] = Found(finding, case, case)
+        entry = self.found[finding.signature] = Found(
+            finding, case, case, found_after_s=round(time.monotonic() - self.t0 - self.extended, 2),
+            found_at_case=self.stats.cases)
         if self.sink:
             t = time.monotonic()
             self.sink(entry)

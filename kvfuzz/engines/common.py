@@ -18,6 +18,10 @@ class Found:
     case: Case  # smallest case seen with this signature
     first: Case  # the case it was first seen on
     shrunk_by: list[str] = field(default_factory=list)
+    # when it was first seen: seconds of fuzzing into its op (confirming earlier findings not
+    # counted) and the op's cases run by then; how fast a campaign finds it
+    found_after_s: float | None = None
+    found_at_case: int | None = None
 
 
 @dataclass
