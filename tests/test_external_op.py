@@ -213,7 +213,7 @@ def test_an_external_op_is_fuzzed_minimized_confirmed_replayed_and_run_by_pytest
     tmp, env = ext
     corpus, report = tmp / "corpus", tmp / "r.json"
     p = run(env, "fuzz", "--target", str(tmp / "wrong_clamp.py"), "--op", "ext_clamp", "--device", DEVICE,
-            "--budget", "10", "--minimize-budget", "10", "--corpus", str(corpus), "--report", str(report))
+            "--budget", "6", "--minimize-budget", "6", "--corpus", str(corpus), "--report", str(report))
     assert p.returncode == 1, p.stderr[-2000:]
     findings = json.loads(report.read_text())["findings"]
     assert findings and {f["kind"] for f in findings} == {"mismatch"}, findings
