@@ -4,9 +4,11 @@ Standalone (the repro script embeds it: the standard library and kvfuzz's standa
 
 SGLang's FlashInfer backend launches it `kernel[(bs,)](req_to_token, req_pool_indices,
 paged_kernel_lens, kv_indptr, kv_start_idx, kv_indices, req_to_token.shape[1])` (0.5.13-0.5.18;
-0.5.19 on through its KV-index view, with the row stride and `ENTRY_PAGE_SIZE`; 0.5.20 on on a
-`(bs, num_token_blocks)` grid, 1 block there). kvfuzz launches `(bs,)`, passes the table's
-row stride, and leaves the later parameters at the defaults that keep 0.5.14's copy.
+0.5.19 through its KV-index view, with the view's row stride and `ENTRY_PAGE_SIZE`; 0.5.23 through
+the KV-index translator's `pack_read_stream`, grid `(bs, num_token_blocks)` with 1 block by
+default, `TOKEN_BLOCK_PARALLEL` then off; 0.5.20-0.5.22's launch sites were not read). kvfuzz
+launches `(bs,)`, passes the table's row stride, and leaves the later parameters at the
+defaults that keep 0.5.14's copy.
 """
 
 from __future__ import annotations
