@@ -31,7 +31,8 @@ __all__ = ["create_flashinfer_kv_indices_triton"]
 TILE = 1024  # tokens per program
 
 
-@triton.jit
+# the pool's rows and kv_indices' size vary within a compile class: no specialisation on them
+@triton.jit(do_not_specialize=["P", "out_n"])
 def _gather_kernel(table, P, C, row_stride, col_stride, rows, rows_s, lens, lens_s, starts, starts_s,
                    indptr, indptr_s, out, out_n, out_s, HAS_START: tl.constexpr, TILE: tl.constexpr):
     req = tl.program_id(0).to(tl.int64)

@@ -136,8 +136,8 @@ RELEASES: dict[str, Release] = {
 
 
 # Ops whose entry point lives outside the kernel file kvfuzz caches for a release (metadata.py): a
-# sglang==X target does not load them, so no release offers them (the op shows as missing, with
-# this reason). Target the release's file by path instead.
+# sglang==X target does not load them, so no release with a kernel file offers them (the op shows
+# as missing, with this reason). Target the release's file by path instead.
 NOT_LOADED = {
     "flashinfer_kv_indices": "kvfuzz loads only a release's metadata.py, and create_flashinfer_kv_indices_triton "
     "lives in its kv_indices.py (0.5.13-0.5.15: sglang/srt/layers/attention/triton_ops/, 0.5.16-0.5.22: "
@@ -145,7 +145,8 @@ NOT_LOADED = {
     "(--target PATH/kv_indices.py)",
 }
 for _release in RELEASES.values():
-    _release.not_offered.update(NOT_LOADED)
+    if _release.kernel_file:  # 0.5.13 on; before, the op's generations cover no release
+        _release.not_offered.update(NOT_LOADED)
 
 
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
