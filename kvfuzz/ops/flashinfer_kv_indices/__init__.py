@@ -12,6 +12,7 @@ RECORD = OpRecord(
     call=call.CALL,
     generations=call.GENERATIONS,
     builtin="kvfuzz.kernels.flashinfer_kv_indices:create_flashinfer_kv_indices_triton",
+    source_file="kv_indices.py",
     release_variants=call.RELEASE_VARIANTS,
     passes=minimize.PASSES,
     value_bound=minimize.value_bound,

@@ -104,7 +104,7 @@ CONTRACT = Contract(
     doc=__doc__,
     args=ARGS,
     scalars=(),
-    variants={"default": "SGLang 0.5.13-0.5.23 (the copy unchanged; 0.5.19-0.5.22's ENTRY_PAGE_SIZE, "
+    variants={"default": "SGLang 0.5.6-0.5.23 (the copy unchanged; 0.5.19-0.5.22's ENTRY_PAGE_SIZE, "
               "TOKEN_BLOCK_PARALLEL and token_mapping at the defaults that keep 0.5.14's behaviour): cells "
               "[kv_indptr[i], kv_indptr[i+1]) written, the rest of kv_indices untouched"},
     paths={"no_start": "kv_start_idx is None: each row copied from column 0",

@@ -1,6 +1,6 @@
 """Cases for `flashinfer_kv_indices` (create_flashinfer_kv_indices_triton).
 
-SGLang's kernel copies in 512-wide blocks, one program per request, and (0.5.13-0.5.18) takes
+SGLang's kernel copies in 512-wide blocks, one program per request, and (0.5.6-0.5.18) takes
 the table's row stride as a constexpr: a compile class fixes the table's width and layout (so
 its row stride exactly), whether `kv_start_idx` is given, the dtypes, the 1-D layouts and the
 batch's size class (one request, a few, a big batch). A case draws each request's length at
