@@ -242,3 +242,14 @@ def test_a_wheel_without_the_file_leaves_the_op_missing(cache, device):
     t = load_target("sglang==9.9.9", device)
     assert "decode_metadata" in t.bindings and "no kv_indices.py in the wheel" in t.missing[OP]
 
+
+def test_a_short_repro_imports_the_releases_kv_indices_module():
+    from kvfuzz.short_repro import _sglang_module
+
+    where = {v: _sglang_module(f"sglang=={v}", "kv_indices.py") for v in ("0.5.6", "0.5.13", "0.5.16", "0.5.23")}
+    assert where == {"0.5.6": "sglang.srt.layers.attention.utils",
+                     "0.5.13": "sglang.srt.layers.attention.triton_ops.kv_indices",
+                     "0.5.16": "sglang.kernels.ops.kvcache.kv_indices",
+                     "0.5.23": "sglang.kernels.ops.attention.kv_indices"}
+    assert _sglang_module("builtin", "kv_indices.py") == where["0.5.23"]
+    assert _sglang_module("sglang==0.5.14") == "sglang.srt.layers.attention.triton_ops.metadata"
