@@ -4,8 +4,12 @@ Each case is replayed on every release of a range of the releases kvfuzz knows
 (`targets.releases.known_releases`), and on `builtin`, through the checking path `kvfuzz replay
 --target` takes: a `Checker` on a `WorkerExecutor`, the case judged by the contract variant the
 release selects (its own variant on the release it was found with). A kernel file is run once,
-by one executor that every case goes through, and its result is given to every release that
-ships the same file (`file_release`, `same_file_releases`).
+by one executor that every case of its ops goes through, and its result is given to every release
+that ships the same file (`file_release`, `same_file_releases`). The file is the case op's
+(`OpRecord.source_file`): a decode case groups the releases sharing metadata.py, a
+flashinfer_kv_indices case those sharing kv_indices.py (0.5.20 - 0.5.22 share one metadata.py,
+0.5.22's kv_indices.py is its own), so one `sglang==X` target can stand for different release
+groups in different cases.
 
 A cell is `defect` (the saved signature shows), `clean` (nothing shows), `other: SIG` (another
 finding shows), `-` (the release cannot take the case: it has no such op, or the case uses an
@@ -29,7 +33,7 @@ from typing import Callable, Sequence
 from .corpus import SavedCase
 from .errors import BadInput
 from .findings import ordinary_signature
-from .targets.releases import file_release, known_releases, same_file_releases
+from .targets.releases import METADATA, file_release, known_releases, op_file, same_file_releases
 
 DEFECT, CLEAN, CANNOT = "defect", "clean", "-"
 DEFAULT_RANGE = "0.5.6..0.5.23"
@@ -72,16 +76,31 @@ def parse_releases(text: str) -> tuple[str, ...]:
     return tuple(v for v in known if v in chosen)
 
 
-def files_of(releases: Sequence[str]) -> tuple[str, ...]:
-    """The distinct kernel files of `releases`, each named by the release whose file it is."""
-    return tuple(dict.fromkeys(file_release(v) for v in releases))
+def files_of(releases: Sequence[str], file: str = METADATA) -> tuple[str, ...]:
+    """The distinct copies of the kernel file `file` in `releases`, each named by the release
+    whose copy it is."""
+    return tuple(dict.fromkeys(file_release(v, file) for v in releases))
 
 
-def spans(releases: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(first, last, file) of each run of consecutive releases that ship one kernel file."""
+def case_file(saved: SavedCase) -> str:
+    """The kernel file of the case's op (metadata.py, kv_indices.py)."""
+    return op_file(saved.case.op)
+
+
+def targets_of(releases: Sequence[str], saved: Sequence[SavedCase]) -> tuple[str, ...]:
+    """The releases whose kernel files the cases run on, in release order: for each kernel file
+    the cases' ops live in, each distinct copy of it in `releases`, named by the release whose
+    copy it is (metadata.py's for no case)."""
+    files = tuple(dict.fromkeys(case_file(s) for s in saved)) or (METADATA,)
+    return tuple(dict.fromkeys(file_release(v, f) for v in releases for f in files))
+
+
+def spans(releases: Sequence[str], file: str = METADATA) -> list[tuple[str, str, str]]:
+    """(first, last, release) of each run of consecutive releases that ship one copy of `file`
+    (named by the release whose copy it is)."""
     out: list[tuple[str, str, str]] = []
     for v in releases:
-        f = file_release(v)
+        f = file_release(v, file)
         if out and out[-1][2] == f:
             out[-1] = (out[-1][0], v, f)
         else:
@@ -192,8 +211,13 @@ class Result:
         found against a baseline the ordinary finding it stands on (a fix's: the baseline's)."""
         return ordinary_signature(self.saved.finding.signature)
 
+    @property
+    def file(self) -> str:
+        """The kernel file of the case's op: what groups its releases."""
+        return case_file(self.saved)
+
     def cell(self, release: str) -> str:
-        return self.cells[f"sglang=={file_release(release)}"]
+        return self.cells[f"sglang=={file_release(release, self.file)}"]
 
     @property
     def rows(self) -> list[tuple[str, str]]:
@@ -215,9 +239,10 @@ class Result:
     def affects(self) -> list[str]:
         """meta.affects after this run: the releases showing the defect, with every release that
         ships the same file; what the case recorded for releases this run did not cover is kept."""
-        covered = {f"sglang=={v}" for f in files_of(self.releases) for v in same_file_releases(f)}
-        bad = {f"sglang=={v}" for f in files_of(self.releases) if self.cells[f"sglang=={f}"] == DEFECT
-               for v in same_file_releases(f)}
+        own = files_of(self.releases, self.file)
+        covered = {f"sglang=={v}" for f in own for v in same_file_releases(f, self.file)}
+        bad = {f"sglang=={v}" for f in own if self.cells[f"sglang=={f}"] == DEFECT
+               for v in same_file_releases(f, self.file)}
         return sorted((set(self.recorded_affects or ()) - covered) | bad)
 
     def meta(self) -> dict:
@@ -302,20 +327,26 @@ def judge_on(executor, spec: str, saved: SavedCase) -> tuple[str, str]:
 
 def run(cases: Sequence[tuple[Path, SavedCase]], releases: Sequence[str], device: str,
         progress: Callable[[str], None] | None = None, make_executor=None) -> list[Result]:
-    """Every case on every distinct kernel file of `releases` and on builtin: one worker per
-    target, started once and given every case, then closed."""
+    """Every case on every distinct copy of its op's kernel file in `releases` (targets_of) and
+    on builtin: one worker per target, started once and given every case it stands for, then closed."""
     if make_executor is None:
         from .worker import WorkerExecutor as make_executor
     results = [Result(path, saved, tuple(releases)) for path, saved in cases]
-    for v in files_of(releases):
-        group = same_file_releases(v)
-        _run_target(f"sglang=={v}", results, device, make_executor, progress,
-                    f" (the file of {span_name(group[0], group[-1])})" if len(group) > 1 else "")
+    for v in targets_of(releases, [saved for _, saved in cases]):
+        mine = [r for r in results if v in files_of(releases, r.file)]
+        groups = {}  # file -> the releases this target's copy of it stands for, where more than itself
+        for r in mine:
+            group = same_file_releases(v, r.file)
+            if len(group) > 1:
+                groups[r.file] = span_name(group[0], group[-1])
+        label = "; ".join(f"the {f} of {span}" for f, span in groups.items())
+        _run_target(f"sglang=={v}", mine, device, make_executor, progress, f" ({label})" if label else "")
     _run_target(BUILTIN, results, device, make_executor, progress)
     return results
 
 
 def _run_target(spec: str, results: list[Result], device: str, make_executor, progress, label: str = "") -> None:
+    """The cells of `results` (the cases the target stands for) on one target."""
     t0 = time.monotonic()
     executor = make_executor(spec, device)
     try:
@@ -338,7 +369,8 @@ def render(r: Result) -> list[str]:
     s = r.saved
     saved_as = "" if r.signature == s.finding.signature else f"saved as {s.finding.signature}, "
     lines = [f"{r.path}  {r.signature}  ({saved_as}found with {s.target}, {s.expected})"]
-    rows = [(span_name(a, b), r.cells[f"sglang=={f}"], r.why.get(f"sglang=={f}", "")) for a, b, f in spans(r.releases)]
+    rows = [(span_name(a, b), r.cells[f"sglang=={f}"], r.why.get(f"sglang=={f}", ""))
+            for a, b, f in spans(r.releases, r.file)]
     rows.append((BUILTIN, r.builtin, r.why.get(BUILTIN, "")))
     width = max(len(name) for name, _, _ in rows)
     for name, cell, why in rows:

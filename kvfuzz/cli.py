@@ -533,7 +533,7 @@ def cmd_bisect(args) -> int:
     cases = _bisect_cases(args.cases)
     dev = devmod.select(args.device)
     t0 = time.monotonic()
-    files = bisect.files_of(releases)
+    files = bisect.targets_of(releases, [saved for _, saved in cases])
     print(f"kvfuzz: bisecting {len(cases)} case{'s' if len(cases) > 1 else ''} over "
           f"{bisect.span_name(releases[0], releases[-1])} ({len(releases)} releases, {len(files)} kernel files) "
           f"and builtin on {devmod.describe(dev)}", file=sys.stderr)

@@ -13,6 +13,8 @@ refuse, that it raises. No kvfuzz import, no memory image:
 
     python FILE.py [PATH/TO/metadata.py]     # without a path: the entry point from sglang
 
+(the path is the release file holding the op's entry point: kv_indices.py for flashinfer_kv_indices)
+
 Exit status: 0 clean, 1 the defect shows (an AssertionError saying which cells, or the
 target's own exception), 2 a kernel path that does not exist, or no path and no importable
 sglang.
@@ -54,6 +56,13 @@ UNTOUCHED_SHOWN = 64  # untouched cells checked (all of them for an untouched_wr
 
 # where the entry points live in an installed sglang (0.5.16 on; 0.5.13-0.5.15)
 SGLANG_MODULES = ("sglang.kernels.ops.attention.metadata", "sglang.srt.layers.attention.triton_ops.metadata")
+# a release's kernel file other than metadata.py -> (first release, the sglang module holding it), newest first
+SGLANG_FILE_MODULES = {
+    "kv_indices.py": (((0, 5, 23), "sglang.kernels.ops.attention.kv_indices"),
+                      ((0, 5, 16), "sglang.kernels.ops.kvcache.kv_indices"),
+                      ((0, 5, 13), "sglang.srt.layers.attention.triton_ops.kv_indices"),
+                      ((0, 0, 0), "sglang.srt.layers.attention.utils")),
+}
 
 
 def why_not_short(saved: SavedCase) -> str | None:
@@ -200,13 +209,18 @@ def load(path):
 HELPERS = {"swa_pool": SWA_POOL}  # what a record's ShortCall.helpers may name
 
 
-def _sglang_module(target: str) -> str:
+def _sglang_module(target: str, file: str = "metadata.py") -> str:
+    """The sglang module holding the entry point of kernel file `file` in the target's release
+    (the newest layout when the target names none)."""
     version = target.split("==", 1)[1] if target.startswith("sglang==") else ""
     try:
-        old = tuple(int(x) for x in version.split(".")[:3]) < (0, 5, 16)
+        v = tuple(int(x) for x in version.split(".")[:3]) if version else None
     except ValueError:
-        old = False
-    return SGLANG_MODULES[1] if version and old else SGLANG_MODULES[0]
+        v = None
+    if file in SGLANG_FILE_MODULES:
+        return next((m for first, m in SGLANG_FILE_MODULES[file] if v is None or v >= first),
+                    SGLANG_FILE_MODULES[file][-1][1])
+    return SGLANG_MODULES[1] if v is not None and v < (0, 5, 16) else SGLANG_MODULES[0]
 
 
 def render_short(saved: SavedCase, name: str | None = None) -> str:
@@ -228,7 +242,7 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
            f"{what}",
            f"Found with target {saved.target} on {saved.device}; {contract_status(case)}.",
            "",
-           f"Run: python {{this file}} [PATH/TO/metadata.py]  (no path: {entry} from sglang)",
+           f"Run: python {{this file}} [PATH/TO/{record(case.op).source_file}]  (no path: {entry} from sglang)",
            'Exit 0: clean; 1: the defect shows; 2: no such kernel file, or no sglang to import."""',
            "import importlib.util"] + [f"import {m}" for m in call.imports] + [
            "import os", "import sys"] + (["import types"] if "SWAKVPool" in helpers else []) + ["",
@@ -246,7 +260,7 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
             f"    {entry} = load(sys.argv[1]).{entry}",
             "else:",
             "    try:",
-            f"        from {_sglang_module(saved.target)} import {entry}",
+            f"        from {_sglang_module(saved.target, record(case.op).source_file)} import {entry}",
             "    except ImportError as exc:",
             '        print(f"cannot import sglang ({exc}): give the kernel file\'s path", file=sys.stderr)',
             "        sys.exit(2)",

@@ -40,12 +40,13 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILTIN = ROOT / "kvfuzz" / "kernels"
 
 
-def kernel_path(target: str, case_dir: Path) -> Path:
-    """The kernel file a case's target names: builtin, sglang==X (release cache), or a path."""
+def kernel_path(target: str, case_dir: Path, op: str) -> Path:
+    """The kernel file a case's target names: builtin, sglang==X (the release's file holding the
+    op's entry point, from the cache), or a path."""
     if target == "builtin":
         return BUILTIN
     if target.startswith("sglang=="):
-        return sglang_kernel_file(target.split("==", 1)[1])
+        return sglang_kernel_file(target.split("==", 1)[1], record(op).source_file)
     for base in (Path.cwd(), ROOT, case_dir):
         if (base / target).exists():
             return base / target
@@ -84,7 +85,7 @@ def check_one(case_dir: Path, device: str | None, timeout: float) -> dict:
             write_repro(saved, script, device=device or "cpu")
         row["script"] = "short" if why is None else "full"
         row["lines"] = len(script.read_text().splitlines())
-        row["target_rc"] = run_script(script, kernel_path(saved.target, case_dir), device, timeout)
+        row["target_rc"] = run_script(script, kernel_path(saved.target, case_dir, saved.case.op), device, timeout)
         row["builtin_rc"] = (row["target_rc"] if saved.target == "builtin"
                              else run_script(script, BUILTIN, device, timeout))
     row["builtin_expect"] = 0 if saved.target == "builtin" else builtin_expects(saved.case)

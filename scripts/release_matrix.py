@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = devmod.select(args.device)
     results = bisect.run(cases, releases, device, progress=lambda line: print(line, file=sys.stderr))
-    targets = [f"sglang=={f}" for f in bisect.files_of(releases)] + [bisect.BUILTIN]
+    # a case has a cell on the copies of its op's file only ('' elsewhere)
+    targets = [f"sglang=={f}" for f in bisect.targets_of(releases, [s for _, s in cases])] + [bisect.BUILTIN]
     for r in results:
-        print(r.signature, " ".join(f"{t.split('==')[-1]}={r.cells[t]}" for t in targets), flush=True)
+        print(r.signature, " ".join(f"{t.split('==')[-1]}={r.cells[t]}" for t in targets if t in r.cells), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"device": device, "targets": targets,
                                          "rows": [r.to_json() for r in results]}, indent=1))
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = ["| defect (signature) | case (found with) | " + " | ".join(t.split("==")[-1] for t in targets) + " |",
                  "|" + " --- |" * (len(targets) + 2)]
         for r in results:
-            cells = (f"**{c}**" if c == bisect.DEFECT else c for c in (r.cells[t] for t in targets))
+            cells = (f"**{c}**" if c == bisect.DEFECT else c for c in (r.cells.get(t, "") for t in targets))
             lines.append(f"| `{r.signature}` | `{r.path.name}` ({r.saved.target.split('==')[-1]}) | "
                          + " | ".join(cells) + " |")
         args.markdown.write_text("\n".join(lines) + "\n")

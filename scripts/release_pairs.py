@@ -1,5 +1,5 @@
-"""Every consecutive pair of distinct SGLang release kernel files, the newer fuzzed against the
-older as its baseline (`kvfuzz fuzz --target sglang==NEW --baseline sglang==OLD`): what each
+"""Every consecutive pair of SGLang releases with distinct kernel files (metadata.py or
+kv_indices.py differs), the newer fuzzed against the older as its baseline (`kvfuzz fuzz --target sglang==NEW --baseline sglang==OLD`): what each
 release introduced (regressions) and fixed, each case minimized, then bisected over every
 release (`kvfuzz bisect`).
 
@@ -26,8 +26,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kvfuzz.bisect import DEFAULT_RANGE, files_of, parse_releases  # noqa: E402
+from kvfuzz.bisect import DEFAULT_RANGE, parse_releases  # noqa: E402
 from kvfuzz.findings import CLASSES, kind_of  # noqa: E402
+from kvfuzz.targets.releases import file_release, kernel_files  # noqa: E402
+
+
+def distinct(releases: tuple[str, ...]) -> list[str]:
+    """The first release of each run of consecutive releases shipping the same kernel files."""
+    out, last = [], None
+    for v in releases:
+        files = tuple(file_release(v, f) for f in kernel_files())
+        if files != last:
+            out.append(v)
+            last = files
+    return out
 
 
 def kvfuzz(*args: str) -> subprocess.CompletedProcess:
@@ -99,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bisect", action="store_true")
     args = ap.parse_args(argv)
     args.out = args.out.resolve()
-    files = files_of(parse_releases(args.releases))
+    files = distinct(parse_releases(args.releases))
     pairs = list(zip(files, files[1:]))
-    print(f"release_pairs: {len(pairs)} pairs of distinct kernel files: {', '.join(files)}", flush=True)
+    print(f"release_pairs: {len(pairs)} pairs of releases with distinct kernel files: {', '.join(files)}", flush=True)
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
         rows = list(pool.map(lambda p: fuzz_pair(*p, args), pairs))
     for r in rows:

@@ -84,6 +84,72 @@ def test_each_kernel_file_runs_once_for_the_releases_that_ship_it():
         file_release("0.5.23.post2")
 
 
+def test_a_flashinfer_case_groups_the_releases_sharing_kv_indices():
+    """Release identity is per kernel file: 0.5.20 - 0.5.22 share metadata.py, but 0.5.22's
+    kv_indices.py is its own, and 0.5.16 ships 0.5.14's kv_indices.py in another place."""
+    kv = "kv_indices.py"
+    assert bisect.files_of(known_releases(), kv) == (
+        "0.5.6", "0.5.13", "0.5.14", "0.5.17", "0.5.19", "0.5.20", "0.5.22", "0.5.23")
+    assert same_file_releases("0.5.9", kv)[-1] == "0.5.12.post1" and same_file_releases("0.5.13", kv) == (
+        "0.5.13", "0.5.13.post1")
+    assert same_file_releases("0.5.16", kv) == ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
+    assert bisect.spans(parse_releases("0.5.19..0.5.23"), kv) == [
+        ("0.5.19", "0.5.19", "0.5.19"), ("0.5.20", "0.5.21", "0.5.20"), ("0.5.22", "0.5.22", "0.5.22"),
+        ("0.5.23", "0.5.23", "0.5.23")]
+    flash = flashinfer_saved()
+    assert bisect.case_file(flash) == kv and bisect.case_file(read_case_dir(TOMBSTONE)) == "metadata.py"
+    releases = parse_releases("0.5.20..0.5.23")
+    assert bisect.targets_of(releases, [read_case_dir(TOMBSTONE)]) == ("0.5.20", "0.5.23")
+    assert bisect.targets_of(releases, [flash, read_case_dir(TOMBSTONE)]) == ("0.5.20", "0.5.22", "0.5.23")
+
+
+def flashinfer_saved():
+    """The tombstone case's record around a flashinfer_kv_indices case (only its op matters here)."""
+    from kvfuzz.strategies import random_cases
+
+    (case,) = random_cases("flashinfer_kv_indices", 1, 1, True)
+    saved = read_case_dir(TOMBSTONE)
+    finding = dataclasses.replace(saved.finding, op=case.op, path="no_start", tensor="kv_indices")
+    return dataclasses.replace(saved, case=case, finding=finding)
+
+
+def test_bisect_runs_each_case_on_the_copies_of_its_ops_file(monkeypatch):
+    """A decode case and a flashinfer case over 0.5.20 - 0.5.23: sglang==0.5.22 runs the
+    flashinfer case alone (its metadata.py is 0.5.20's), and each case's rows, history and
+    meta.affects follow its own file's groups."""
+    class Idle:
+        def __init__(self, spec, device):
+            pass
+
+        def close(self):
+            pass
+
+    ran = []
+    defect_on = {("metadata.py", "sglang==0.5.23"), ("kv_indices.py", "sglang==0.5.22")}
+
+    def judge_on(executor, spec, saved):
+        ran.append((spec, saved.case.op))
+        return (DEFECT if (bisect.case_file(saved), spec) in defect_on else CLEAN), ""
+
+    monkeypatch.setattr(bisect, "judge_on", judge_on)
+    lines = []
+    decode, flash = bisect.run([(TOMBSTONE, read_case_dir(TOMBSTONE)), (TOMBSTONE, flashinfer_saved())],
+                               parse_releases("0.5.20..0.5.23"), "cpu", lines.append, make_executor=Idle)
+    assert ran == [("sglang==0.5.20", "decode_metadata"), ("sglang==0.5.20", "flashinfer_kv_indices"),
+                   ("sglang==0.5.22", "flashinfer_kv_indices"), ("sglang==0.5.23", "decode_metadata"),
+                   ("sglang==0.5.23", "flashinfer_kv_indices"), ("builtin", "decode_metadata"),
+                   ("builtin", "flashinfer_kv_indices")]
+    assert lines[0].startswith("sglang==0.5.20 (the metadata.py of 0.5.20 - 0.5.22; the kv_indices.py of "
+                               "0.5.20 - 0.5.21): 2 cases")
+    assert lines[1].startswith("sglang==0.5.22: 1 cases")
+    assert decode.rows == [("0.5.20", CLEAN), ("0.5.21", CLEAN), ("0.5.22", CLEAN), ("0.5.23", DEFECT)]
+    assert flash.rows == [("0.5.20", CLEAN), ("0.5.21", CLEAN), ("0.5.22", DEFECT), ("0.5.23", CLEAN)]
+    assert (flash.history.introduced_in, flash.history.fixed_in) == ("0.5.22", "0.5.23")
+    assert flash.affects() == ["sglang==0.5.22"] and decode.affects() == ["sglang==0.5.23"]
+    assert [line.split()[:2] for line in bisect.render(flash)[1:5]] == [
+        ["0.5.20", "-"], ["0.5.22", "defect"], ["0.5.23", "clean"], ["builtin", "clean"]]
+
+
 # ----------------------------------------------------------------------------- the history
 
 

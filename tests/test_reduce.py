@@ -22,7 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim
 
 OPS = sorted(GENERATORS)
 FIRST = {"decode_metadata": "cache_seqlens_int32", "draft_extend_metadata": "cache_seqlens_int32",
-         "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices"}
+         "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices",
+         "flashinfer_kv_indices": "req_pool_indices"}
 
 
 def recorded_stream(op: str, seed: int, n: int, in_contract_only: bool = False):
@@ -129,17 +130,18 @@ def test_a_case_without_choices_still_minimizes_with_the_passes():
 
 # kvfuzz's own kernels, each with one planted defect: with two rows or more, the last
 # element (2-D: first column of the last row) of the first output is one too high
+# (flashinfer_kv_indices: of kv_indices, its sixth argument)
 PLANTED = '''
 import functools
 
 from kvfuzz import kernels as _k
 
 
-def _planted(fn, returns=False):
+def _planted(fn, returns=False, arg=0):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         out = fn(*args, **kwargs)
-        t = out if returns else args[0]
+        t = out if returns else args[arg]
         if t.shape[0] >= 2 and (t.dim() == 1 or t.shape[1] > 0):
             if t.dim() == 1:
                 t[-1] += 1
@@ -154,6 +156,7 @@ draft_extend_set_metadata = _planted(_k.draft_extend_set_metadata)
 prepare_swa_spec_page_table_triton = _planted(_k.prepare_swa_spec_page_table_triton)
 get_num_kv_splits_triton = _planted(_k.get_num_kv_splits_triton)
 q8kv8_topk_length_from_indices = _planted(_k.q8kv8_topk_length_from_indices, returns=True)
+create_flashinfer_kv_indices_triton = _planted(_k.create_flashinfer_kv_indices_triton, arg=5)  # kv_indices
 '''
 
 

@@ -36,10 +36,14 @@ INSTRUMENTED = ("kvfuzz.strategies", "kvfuzz.ops", "kvfuzz.contract", "kvfuzz.or
 REPORT_EVERY_S = 0.5  # telemetry (launch keys, classes) at most this often
 
 
-def target_modules(module) -> list:
-    """The target's module and its submodules (kvfuzz's builtin kernels are a package)."""
-    name = module.__name__
-    return [module] + [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(name + ".")]
+def target_modules(*modules) -> list:
+    """The target's modules (a release's kernel files) and their submodules (kvfuzz's builtin
+    kernels are a package)."""
+    out = []
+    for module in modules:
+        name = module.__name__
+        out += [module] + [m for n, m in list(sys.modules.items()) if m is not None and n.startswith(name + ".")]
+    return list({id(m): m for m in out}.values())
 
 
 def instrument_target(modules: list, atheris, host_code: bool = True, kernel_code: bool = True) -> tuple[int, int]:
@@ -86,7 +90,7 @@ def main(argv: list[str]) -> None:
         from kvfuzz.strategies import GENERATORS
         from kvfuzz.worker import InProcessExecutor
     executor = InProcessExecutor(cfg["target"], device)
-    host, kernels = instrument_target(target_modules(executor.target.module), atheris,
+    host, kernels = instrument_target(target_modules(*executor.target.all_modules), atheris,
                                       "host" in cfg["instrument"], "kernels" in cfg["instrument"])
     gen = GENERATORS[cfg["op"]]
     op, rerun_every, variant = cfg["op"], cfg["rerun_every"], cfg["variant"]

@@ -35,6 +35,10 @@ class OpRecord:
     call: Any  # targets.calls.OpCall: what kvfuzz can pass to the entry point
     generations: tuple  # targets.calls.Generation per SGLang API generation, oldest first
     builtin: str  # "module:attribute" of kvfuzz's own kernel for the op (the `builtin` target)
+    # the SGLang release's kernel file holding the entry point, by its name in kvfuzz's cache
+    # (`sglang-X/<source_file>`): what a `sglang==X` target looks the entry up in, and which file's
+    # identity groups releases for the op's cases (targets.releases.file_release, kvfuzz bisect)
+    source_file: str = "metadata.py"
     release_variants: tuple[tuple[str, str], ...] = ()  # (first release, variant), oldest first
     builtin_variant: str | None = None  # the variant judging the builtin kernel (default: as any target)
     # minimizer: the op's passes in order, generic ones included (None: minimize.GENERIC)

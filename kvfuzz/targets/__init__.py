@@ -4,17 +4,21 @@ Spec forms:
   builtin                 kvfuzz's own kernels (kvfuzz.kernels)
   PATH.py                 a Python file, loaded under a private module name
   module:NAME / NAME      an importable module (e.g. an installed sglang's metadata module)
-  sglang==X.Y.Z           the kernel file inside that SGLang wheel from PyPI (downloaded once
-                          into the cache, loaded without importing sglang/__init__.py)
-  sglang                  the kernel file of the installed sglang distribution (loaded the same way)
+  sglang==X.Y.Z           the kernel files inside that SGLang wheel from PyPI (metadata.py and
+                          kv_indices.py, downloaded once into the cache, each loaded as a module
+                          without importing sglang/__init__.py)
+  sglang                  the kernel files of the installed sglang distribution (loaded the same way)
   git:REV:PATH            the file PATH as it is at revision REV of the git repository holding it
                           (split at the first ':' after 'git:'; PATH relative to the working
                           directory or absolute, and may be gone from the work tree; REV anything
                           `git rev-parse` resolves to a commit). The blob is cached by content in
                           cache_dir()/git/ and loaded as a file (gitrev.py)
 
-The loader finds the three entry points by SGLang's names; a missing one is reported for
-its op only. Kernels defined in the wrong Triton mode for the selected device are refused.
+The loader finds each op's entry point by SGLang's name; a missing one is reported for its op
+only. A release (`sglang==X`, `sglang`) is a set of kernel files, one module each
+(`Target.modules`): an op's entry point is looked up in the file its record names
+(`OpRecord.source_file`), and a file the release lacks, or that cannot be fetched, leaves that
+file's ops missing with the reason. Every other target is one module, where every op is looked up. Kernels defined in the wrong Triton mode for the selected device are refused.
 Each entry point is bound by parameter name when the target loads (`calls.bind`): a signature
 kvfuzz cannot call is refused then, in one line, before any case runs. The target also
 selects, per op, the contract variant it is judged by (`Target.variants`, see `releases.py`);
@@ -38,7 +42,7 @@ from ..errors import BadInput, TargetLoadError
 from ..ops import CONTRACTS, OpRecord, record, records
 from .calls import Binding
 from .gitrev import git_kernel_file
-from .releases import module_release, release_entry, select_variant
+from .releases import METADATA, module_release, release_entry, select_variant
 from .sglang_shim import ensure_swa_pool_type
 from .wheels import installed_kernel_file, sglang_kernel_file
 
@@ -47,13 +51,21 @@ from .wheels import installed_kernel_file, sglang_kernel_file
 class Target:
     spec: str
     description: str
-    module: ModuleType
+    module: ModuleType  # a release's metadata.py; the one module of any other target
     entries: dict[str, Any] = field(default_factory=dict)  # op -> entry point object
     missing: dict[str, str] = field(default_factory=dict)  # op -> why it cannot be run
     release: str | None = None  # the SGLang version, when the spec tells it (sglang==X, installed sglang)
     bindings: dict[str, Binding] = field(default_factory=dict)  # op -> how its entry point is called
     variants: dict[str, str] = field(default_factory=dict)  # op -> the contract variant it is judged by
     variant_reasons: dict[str, str] = field(default_factory=dict)  # op -> why that variant
+    # a release's kernel files: name (metadata.py, kv_indices.py) -> its module; empty for a target
+    # of one module
+    modules: dict[str, ModuleType] = field(default_factory=dict)
+
+    @property
+    def all_modules(self) -> list[ModuleType]:
+        """Every module the target's entry points come from (`module` first)."""
+        return list({id(m): m for m in (self.module, *self.modules.values())}.values())
 
     @property
     def lacks(self) -> dict[str, tuple[str, ...]]:
@@ -125,23 +137,31 @@ def load_target(spec: str, device: str) -> Target:
     device = devmod.select(device)
     key = (spec, device)
     if key not in _cache:
-        module, description, release = _load_module(spec)
-        _check_triton_mode(module, device, spec)
-        target = Target(spec, description, module, release=release)
+        loaded = _load_module(spec)
+        for module in {id(m): m for m in loaded.modules.values()}.values():
+            _check_triton_mode(module, device, spec)
+        release = loaded.release
+        target = Target(spec, loaded.description, loaded.modules[loaded.primary], release=release,
+                        modules=dict(loaded.modules) if loaded.primary else {})
         for op, rec in records().items():
             contract = rec.contract
-            entry = _builtin_entry(rec, device, spec) if spec == "builtin" else getattr(module, contract.entry, None)
+            if spec == "builtin":
+                entry = _builtin_entry(rec, device, spec)
+            else:
+                module = loaded.modules.get(rec.source_file if loaded.primary else "")
+                entry = getattr(module, contract.entry, None) if module is not None else None
             if entry is None:
                 why = getattr(release_entry(release or ""), "not_offered", {}).get(op)  # an old release's reason
-                target.missing[op] = f"not offered by sglang {release}: {why}" if why else \
-                    f"{description} has no {contract.entry}"
+                unfetched = loaded.unavailable.get(rec.source_file) if loaded.primary else None
+                target.missing[op] = (f"not offered by sglang {release}: {why}" if why else unfetched or
+                                      f"{loaded.description} has no {contract.entry}")
                 continue
             # or TargetLoadError
             target.bindings[op] = binding = rec.bind(entry, where=f"target {spec}")
             target.entries[op] = entry
             target.variants[op], target.variant_reasons[op] = select_variant(op, release, binding, spec == "builtin")
         if not target.entries:
-            raise TargetLoadError(f"{description} provides none of "
+            raise TargetLoadError(f"{loaded.description} provides none of "
                                   f"{', '.join(c.entry for c in CONTRACTS.values())}")
         _cache[key] = target
     return _cache[key]
@@ -158,23 +178,57 @@ def _builtin_entry(rec: OpRecord, device: str, spec: str) -> Any:
     return entry
 
 
-def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:
-    """(module, description, SGLang version if the spec tells it)."""
+@dataclass
+class _Loaded:
+    """What a spec names: its modules, a description, the SGLang version if the spec tells it."""
+
+    modules: dict[str, ModuleType]  # kernel file name -> module; {"": module} for a target of one module
+    description: str
+    release: str | None = None
+    primary: str = ""  # the release's metadata.py; "" for a target of one module
+    unavailable: dict[str, str] = field(default_factory=dict)  # a release's file -> why it is not loaded
+
+
+def _release_files() -> tuple[str, ...]:
+    """The kernel files a release target loads: metadata.py and each op's file."""
+    return tuple(dict.fromkeys([METADATA] + [rec.source_file for rec in records().values()]))
+
+
+def _load_release(spec: str, version: str | None, fetch) -> tuple[_Loaded, dict[str, Path]]:
+    """A release's kernel files (`fetch(name)`: (path, version)) and their paths: metadata.py must
+    load; another file that cannot be had leaves its ops missing, with the one-line reason."""
+    modules, unavailable, paths = {}, {}, {}
+    for name in _release_files():
+        try:
+            path, version = fetch(name)
+        except TargetLoadError as exc:
+            if name == METADATA:
+                raise
+            unavailable[name] = str(exc)
+            continue
+        paths[name] = path
+        modules[name] = _load_file(path, spec)
+    return _Loaded(modules, "", version, METADATA, unavailable), paths
+
+
+def _load_module(spec: str) -> _Loaded:
     ensure_swa_pool_type()  # before the target's code runs: its SWA path imports the type
     if spec == "builtin":
-        return importlib.import_module("kvfuzz.kernels"), "kvfuzz builtin kernels", None
+        return _Loaded({"": importlib.import_module("kvfuzz.kernels")}, "kvfuzz builtin kernels")
     if spec.startswith("sglang=="):
         version = spec.split("==", 1)[1]
-        path = sglang_kernel_file(version)
+        loaded, paths = _load_release(spec, version, lambda name: (sglang_kernel_file(version, name), version))
         old = release_entry(version) is not None and release_entry(version).backends
-        how = "extracted from the PyPI wheel's attention backends" if old else "from the PyPI wheel"
-        return _load_file(path, spec), f"{spec} ({path.name} {how})", version
+        how = "extracted from the PyPI wheel's modules" if old else "from the PyPI wheel"
+        loaded.description = f"{spec} ({', '.join(paths)} {how})"
+        return loaded
     if spec.startswith("git:"):
         path, description = git_kernel_file(spec)
-        return _load_file(path, spec), description, None
+        return _Loaded({"": _load_file(path, spec)}, description)
     if spec == "sglang":
-        path, version = installed_kernel_file()
-        return _load_file(path, spec), f"installed sglang {version} ({path})", version
+        loaded, paths = _load_release(spec, None, installed_kernel_file)
+        loaded.description = f"installed sglang {loaded.release} ({', '.join(str(p) for p in paths.values())})"
+        return loaded
     if spec.startswith("module:") or (not spec.endswith(".py") and "/" not in spec and os.sep not in spec):
         name = spec.removeprefix("module:")
         try:
@@ -182,11 +236,11 @@ def _load_module(spec: str) -> tuple[ModuleType, str, str | None]:
         except Exception as exc:
             raise TargetLoadError(f"cannot import target module {name!r}: {type(exc).__name__}: {exc}") from None
         release = module_release(module)
-        return module, f"module {name}" + (f" (sglang {release})" if release else ""), release
+        return _Loaded({"": module}, f"module {name}" + (f" (sglang {release})" if release else ""), release)
     path = Path(spec.removeprefix("file:")).expanduser()
     if not path.is_file():
         raise TargetLoadError(f"target file {str(path)!r} does not exist")
-    return _load_file(path, spec), f"file {path}", None
+    return _Loaded({"": _load_file(path, spec)}, f"file {path}")
 
 
 def _load_file(path: Path, spec: str) -> ModuleType:

@@ -27,6 +27,9 @@ its value comes from.
 * An entry point that returns its output instead of writing one (0.5.23's
   `q8kv8_topk_length_from_indices`, `OpCall.returns`) has the result copied into the case's
   tensor; a result of another shape or dtype raises `WrongResult`, the target's crash.
+* A bare `@triton.jit` entry point is launched on one program, `entry[(1,)]`, unless its op's
+  `OpCall.grid` builds the grid from the case (flashinfer_kv_indices: `(bs,)`, as SGLang's
+  FlashInfer backend launches it).
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -119,6 +122,8 @@ class OpCall:
     # such an argument -> a parameter every release has that passes it in some releases only (0.5.18's
     # swa_v2p inside token_to_kv_pool): only the release tells whether it is taken (Target.takes)
     rides: Mapping[str, str] = field(default_factory=dict)
+    # a bare @triton.jit entry point's launch grid, from the case (None: one program, (1,))
+    grid: Getter | None = None
 
     def canonical(self, name: str) -> str:
         return self.aliases.get(name, name)
@@ -140,7 +145,7 @@ class Binding:
 
     op: str
     entry: Any
-    bare: bool  # a @triton.jit kernel, launched as entry[(1,)](...)
+    bare: bool  # a @triton.jit kernel, launched as entry[grid](...) (OpCall.grid; default (1,))
     by_name: bool  # False: positionally, in 0.5.14's order
     generation: str | None  # the SGLang API generation the signature equals, if any
     closest: str  # the generation sharing most parameter names with it (the newest on a tie)
@@ -154,6 +159,7 @@ class Binding:
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
     takes: tuple[str, ...] = ()  # the later releases' optional arguments its parameters pass (OpCall.carries)
+    grid: Getter | None = field(default=None, repr=False)  # a bare kernel's grid from the case (None: (1,))
 
     def arguments(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> tuple[list, dict]:
         unsupported = [name for name in self.lacks if name in t]
@@ -168,7 +174,11 @@ class Binding:
     def __call__(self, t: Mapping[str, Any], s: Mapping[str, Any]) -> None:
         args, kwargs = self.arguments(t, s)
         if self.bare:
-            self.entry[(1,)](*args, **kwargs)
+            try:
+                grid = self.grid(t, s) if self.grid else (1,)
+            except Exception as exc:  # kvfuzz's case lacks what its own grid asks for
+                raise HarnessError(f"building the {self.op} grid: {type(exc).__name__}: {exc}") from exc
+            self.entry[grid](*args, **kwargs)
         elif self.returns:
             store_result(t[self.returns], self.entry(*args, **kwargs))
         else:
@@ -239,13 +249,13 @@ def bind(op: str, entry: Any, call: OpCall, generations: Sequence[Generation], w
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       _lacks(call, supplied), call.returns, positional, keywords, _takes(call, supplied))
+                       _lacks(call, supplied), call.returns, positional, keywords, _takes(call, supplied), call.grid)
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
-                       call.returns, positional, keywords, _takes(call, supplied))
+                       call.returns, positional, keywords, _takes(call, supplied), call.grid)
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in generations)} signatures; see docs/releases.md)")
 

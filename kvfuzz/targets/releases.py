@@ -16,11 +16,18 @@ judged by when the user gives no `--variant`:
 Both agree on every release 0.5.13-0.5.23 (tests/test_releases.py). Releases 0.5.6 - 0.5.12 have
 no kernel file: `backends` names the modules their entry points are extracted from (extract.py).
 
-Which releases ship the same kernel file is data too: `posts` (a release's .postN releases, the
-same definitions) and `same_file` (the release whose file this one ships byte for byte, the cache
-header of an extracted file aside). `known_releases` lists every release kvfuzz knows, in order,
-and `file_release` names the one whose file stands for a release's (`kvfuzz bisect` runs each
-distinct file once).
+A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py) and each op's
+entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
+metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (FlashInfer's
+create_flashinfer_kv_indices_triton; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
+
+Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
+releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
+one ships byte for byte, the cache header of an extracted file aside; metadata.py's is
+`Release.same_file`). Two releases can share one file and not the other (0.5.22's metadata.py is
+0.5.20's, its kv_indices.py is its own). `known_releases` lists every release kvfuzz knows, in
+order, and `file_release(version, file)` names the one whose copy of `file` stands for a release's
+(`kvfuzz bisect` runs each distinct file once, the file of the case's op).
 """
 
 from __future__ import annotations
@@ -36,8 +43,19 @@ OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
 FA_BACKEND = "sglang/srt/layers/attention/flashattention_backend.py"
 TRITON_BACKEND = "sglang/srt/layers/attention/triton_backend.py"
+UTILS = "sglang/srt/layers/attention/utils.py"
+METADATA, KV_INDICES = "metadata.py", "kv_indices.py"  # kernel files by their name in kvfuzz's cache
 FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
 FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
+
+
+@dataclass(frozen=True)
+class KernelFile:
+    """One kernel file of one release: where it is in the wheel, and which release's copy it is."""
+
+    member: str | None  # its path inside the wheel; None: generated from `backends` (extract.py)
+    backends: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (module inside the wheel, entry points taken from it)
+    same_as: str | None = None  # the release whose copy this one ships (identical); None: its own
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,14 @@ class Release:
     not_offered: dict = field(default_factory=dict)
     posts: tuple[str, ...] = ()  # its .postN releases on PyPI: the same definitions
     same_file: str | None = None  # the release whose kernel file this one ships (identical); None: its own
+
+    @property
+    def files(self) -> dict[str, KernelFile]:
+        """Its kernel files by name: metadata.py (this entry's `kernel_file`, `backends`,
+        `same_file`), then those `OTHER_FILES` lists for it."""
+        out = {METADATA: KernelFile(self.kernel_file, self.backends, self.same_file)}
+        out.update({name: table[self.version] for name, table in OTHER_FILES.items() if self.version in table})
+        return out
 
     @property
     def api(self) -> dict[str, str]:
@@ -135,6 +161,46 @@ RELEASES: dict[str, Release] = {
 }
 
 
+_KV_ENTRY = ("create_flashinfer_kv_indices_triton",)
+_KV_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
+_KV_KVCACHE = "sglang/kernels/ops/kvcache/kv_indices.py"
+_KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
+
+# The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
+# docs/releases.md). kv_indices.py: before 0.5.13 the kernel sits in the attention backends'
+# utils.py, which imports sglang.srt from 0.5.12 on, so it is extracted (0.5.6 - 0.5.12 extract to
+# one text); 0.5.13's file lacks 0.5.14's create_chunked_prefix_cache_kv_indices; 0.5.16 moved
+# 0.5.14's file unchanged; 0.5.17 added an MLA v2p path, 0.5.19 ENTRY_PAGE_SIZE, 0.5.20
+# TOKEN_BLOCK_PARALLEL, 0.5.22 token_mapping; 0.5.23 moved it and added launch helpers.
+OTHER_FILES: dict[str, dict[str, KernelFile]] = {
+    KV_INDICES: {
+        **{v: KernelFile(None, ((UTILS, _KV_ENTRY),), None if v == "0.5.6" else "0.5.6")
+           for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
+        "0.5.13": KernelFile(_KV_TRITON_OPS),
+        "0.5.14": KernelFile(_KV_TRITON_OPS),
+        "0.5.15": KernelFile(_KV_TRITON_OPS, same_as="0.5.14"),
+        "0.5.16": KernelFile(_KV_KVCACHE, same_as="0.5.14"),
+        "0.5.17": KernelFile(_KV_KVCACHE),
+        "0.5.18": KernelFile(_KV_KVCACHE, same_as="0.5.17"),
+        "0.5.19": KernelFile(_KV_KVCACHE),
+        "0.5.20": KernelFile(_KV_KVCACHE),
+        "0.5.21": KernelFile(_KV_KVCACHE, same_as="0.5.20"),
+        "0.5.22": KernelFile(_KV_KVCACHE),
+        "0.5.23": KernelFile(_KV_ATTENTION),
+    },
+}
+
+
+def kernel_files() -> tuple[str, ...]:
+    """Every kernel file kvfuzz keeps of a release, by name: metadata.py first."""
+    return (METADATA, *OTHER_FILES)
+
+
+def op_file(op: str) -> str:
+    """The kernel file holding `op`'s entry point in an SGLang release (its record's `source_file`)."""
+    return record(op).source_file
+
+
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """(major, minor, micro) of a version string; post, pre and local parts are ignored."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
@@ -147,19 +213,22 @@ def known_releases() -> tuple[str, ...]:
     return tuple(v for r in ordered for v in (r, *RELEASES[r].posts))
 
 
-def file_release(version: str) -> str:
-    """The release whose kernel file `version` ships: its own release's, or the one that release
-    names in `same_file` (a .postN release ships its release's). KeyError for an unknown release."""
+def file_release(version: str, file: str = METADATA) -> str:
+    """The release whose copy of the kernel file `file` (a name in the cache: metadata.py,
+    kv_indices.py) `version` ships: its own release's, or the one its `KernelFile.same_as` names
+    (a .postN release ships its release's; a release without the file stands for itself).
+    KeyError for an unknown release."""
     entry = RELEASES[version] if version in RELEASES else release_entry(version)
     if entry is None or version not in (entry.version, *entry.posts):
         raise KeyError(version)
-    return entry.same_file or entry.version
+    own = entry.files.get(file)
+    return (own.same_as if own else None) or entry.version
 
 
-def same_file_releases(version: str) -> tuple[str, ...]:
-    """Every known release whose kernel file is `version`'s (itself included), oldest first."""
-    own = file_release(version)
-    return tuple(v for v in known_releases() if file_release(v) == own)
+def same_file_releases(version: str, file: str = METADATA) -> tuple[str, ...]:
+    """Every known release whose copy of `file` is `version`'s (itself included), oldest first."""
+    own = file_release(version, file)
+    return tuple(v for v in known_releases() if file_release(v, file) == own)
 
 
 def release_entry(version: str) -> Release | None:

@@ -1,0 +1,30 @@
+"""How `kvfuzz replay` (show.py) and the short repro script (short_repro.py) present a
+flashinfer_kv_indices case: the input rows an output cell is computed from, and the call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...case import Case
+from ..record import ShortCall
+
+
+def _requests(case: Case, cells: list[int]) -> list[int]:
+    ptr = np.asarray(case.values["kv_indptr"], np.int64)
+    return sorted({int(np.searchsorted(ptr, c, side="right")) - 1 for c in cells} & set(range(ptr.size - 1)))
+
+
+def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
+    """For the kv_indices cells `rows`, the requests they belong to, and their table rows."""
+    reqs = _requests(case, rows)
+    out = {name: reqs for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx") if name in case.tensors}
+    pool = np.asarray(case.values["req_pool_indices"]).tolist()
+    out["req_to_token"] = sorted({pool[i] for i in reqs})
+    return out
+
+
+def short_call(case: Case, entry: str) -> ShortCall:
+    start = "kv_start_idx" if "kv_start_idx" in case.tensors else "None"
+    return ShortCall((f"{entry}[(req_pool_indices.shape[0],)](req_to_token, req_pool_indices, paged_kernel_lens, "
+                      f"kv_indptr, {start}, kv_indices, req_to_token.stride(0))"
+                      "  # SGLang's FlashInfer backend: grid (bs,)",))
