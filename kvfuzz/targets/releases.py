@@ -64,8 +64,8 @@ class Release:
     kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
     unchecked: str = ""  # what this release added that kvfuzz does not check yet
     note: str = ""
-    # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it), and the
-    # ops whose entry point it does not extract -> why (docs/releases.md)
+    # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it); and the
+    # ops whose entry point it does not extract, or whose kernel file lacks it -> why (docs/releases.md)
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     not_offered: dict = field(default_factory=dict)
     posts: tuple[str, ...] = ()  # its .postN releases on PyPI: the same definitions
@@ -107,6 +107,12 @@ _NOT_OFFERED = {
 }
 
 
+# 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
+_CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
+                   "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py (0.5.14's text), which kvfuzz "
+                   "does not read for a release with a kv_indices.py of its own")
+
+
 _OLD_POSTS = {"0.5.6": ("0.5.6.post1", "0.5.6.post2"), "0.5.8": ("0.5.8.post1",), "0.5.10": ("0.5.10.post1",),
               "0.5.12": ("0.5.12.post1",)}
 
@@ -132,6 +138,7 @@ def _old(version: str) -> Release:
 RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
     "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)",
+                      not_offered={"chunked_prefix_kv_indices": _CHUNKED_0_5_13},
                       posts=("0.5.13.post1",), same_file="0.5.14"),
     "0.5.14": Release("0.5.14", OLD_PATH, note="the seed"),
     "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)",
