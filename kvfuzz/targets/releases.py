@@ -92,10 +92,14 @@ class Release:
 
 
 def _covers(releases: str, version: str) -> bool:
-    """Whether a Generation's `releases` ("0.5.6-0.5.22", "0.5.23") hold `version`."""
-    first, _, last = releases.partition("-")
+    """Whether a Generation's `releases` ("0.5.6-0.5.22", "0.5.23", or ranges joined by commas
+    when a later release went back to an earlier signature) hold `version`."""
     v = parse_version(version)
-    return v is not None and parse_version(first) <= v <= parse_version(last or first)
+    for span in releases.split(","):
+        first, _, last = span.strip().partition("-")
+        if v is not None and parse_version(first) <= v <= parse_version(last or first):
+            return True
+    return False
 
 _TORCH_DECODE = ("normal_decode_set_metadata is plain torch (no Triton kernel): it leaves cu_seqlens_k[0] to the "
                  "caller and does not refuse a page_size that is not a power of two, both of which 0.5.14's "
