@@ -122,7 +122,7 @@ def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version
 
 def test_the_release_file_by_path_offers_the_kv_indices_ops_alone(device):
     t = load_target(str(release_file("0.5.14")), device)
-    assert set(t.bindings) == {OP, "chunked_prefix_kv_indices"}
+    assert set(t.bindings) == {OP, "chunked_prefix_kv_indices", "flashmla_kv_indices"}
     assert t.bindings[OP].generation == "0.5.14" and t.modules == {}
 
 
