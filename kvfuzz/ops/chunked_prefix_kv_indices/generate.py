@@ -7,7 +7,7 @@ exactly), the dtypes, the 1-D layouts, whether `chunk_cu_seq_lens` has bs + 1 en
 (every request starts at the chunk's start, idx * chunk_len, and takes what is left of its
 prefix, at most chunk_len: zero for a request whose prefix ended) or freely: each request's
 length at the block edges (0, 1, 511, 512, 513, 1024, 1025) and up to the row's end, its start,
-its pool row; then a base and a tail for the flat output.
+its pool row (the pool's first and last rows among them); then a base and a tail for the flat output.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def chunk_in_class(d: Draw, k: CompileClass) -> Case:
     if k["cu"] == "bs":
         cu = cu[:-1]
     table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, 1 << 20, size=(P, C))
-    values = {"req_to_token": table, "req_pool_indices": g.integers(0, P, size=bs), "chunk_start_idx": starts,
+    rows = np.array([d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)], np.int64)  # the pool's ends
+    values = {"req_to_token": table, "req_pool_indices": rows, "chunk_start_idx": starts,
               "chunk_seq_lens": lens, "chunk_cu_seq_lens": cu}
     shapes = {"req_to_token": ("int32", (P, C)), "chunk_cu_seq_lens": ("int32", cu.shape),
               "chunk_kv_indices": ("int32", (N,)), **{name: (k[f"dtype:{name}"], (bs,)) for name in INDEX}}
@@ -159,6 +160,10 @@ def chunk_features(case: Case) -> set[str]:
     table = case.tensors.get("req_to_token")
     if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and table.strides[0] != table.shape[1]:
         out.add("strided_rows")
+    rows = case.values.get("req_pool_indices")
+    if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and rows is not None and \
+            table.shape[0] - 1 in np.asarray(rows).tolist():
+        out.add("pool:last_row")
     starts = case.values.get("chunk_start_idx")
     if starts is not None:
         s = np.asarray(starts)
@@ -174,7 +179,7 @@ def chunk_features(case: Case) -> set[str]:
 
 def required_features() -> set[str]:
     return ({"cu_bs", "cu_bs_plus_1", "start:nonzero", "chunk:prefix_ended", "row_end", "big_batch", "cu_base",
-             "output_tail", "strided_rows", "len:three_blocks"} | {f"edge:len:{n}" for n in EDGES})
+             "output_tail", "strided_rows", "pool:last_row", "len:three_blocks"} | {f"edge:len:{n}" for n in EDGES})
 
 
 # Generic features (strategies.coverage.generic_features) every campaign must reach
