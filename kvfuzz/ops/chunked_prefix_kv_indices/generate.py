@@ -42,7 +42,8 @@ def chunk_class(d: Draw) -> CompileClass:
         "layout:req_to_token": table,
     }
     for name in ONE_D:
-        p[f"layout:{name}"] = layout_class(d, "out" if name == "chunk_kv_indices" else "in", 1, ("contiguous", "offset"))
+        role = "out" if name == "chunk_kv_indices" else "in"
+        p[f"layout:{name}"] = layout_class(d, role, 1, ("contiguous", "offset"))
     return CompileClass.of(OP, p)
 
 
