@@ -18,8 +18,11 @@ no kernel file: `backends` names the modules their entry points are extracted fr
 
 A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py) and each op's
 entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
-metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (FlashInfer's
-create_flashinfer_kv_indices_triton; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
+metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (the KV-index
+kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
+create_chunked_prefix_cache_kv_indices; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
+A release whose file lacks an op's entry point says why in `not_offered` (0.5.13's kv_indices.py
+and the chunked-prefix kernel).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -172,21 +175,31 @@ RELEASES: dict[str, Release] = {
 }
 
 
-_KV_ENTRY = ("create_flashinfer_kv_indices_triton",)
+# before 0.5.13: the KV-index kernels, extracted from the attention utils.py (FlashInfer's, FlashMLA's)
+# and from ForwardBatch's module (the chunked-prefix kernel: forward_batch_info.py in 0.5.6 - 0.5.7,
+# its DeepSeek MHA mixin from 0.5.8 on)
+_KV_ENTRY = ("create_flashinfer_kv_indices_triton", "create_flashmla_kv_indices_triton")
+_CHUNKED_ENTRY = ("create_chunked_prefix_cache_kv_indices",)
+FORWARD_BATCH = "sglang/srt/model_executor/forward_batch_info.py"
+MHA_MIXIN = "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py"
 _KV_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
 _KV_KVCACHE = "sglang/kernels/ops/kvcache/kv_indices.py"
 _KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
-# docs/releases.md). kv_indices.py: before 0.5.13 the kernel sits in the attention backends'
-# utils.py, which imports sglang.srt from 0.5.12 on, so it is extracted (0.5.6 - 0.5.12 extract to
-# one text); 0.5.13's file lacks 0.5.14's create_chunked_prefix_cache_kv_indices; 0.5.16 moved
+# docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
+# utils.py, which imports sglang.srt from 0.5.12 on, and in ForwardBatch's modules, so they are
+# extracted (the kernels' text is the same in 0.5.6 - 0.5.12; the files are two, 0.5.6 - 0.5.7's
+# and 0.5.8 - 0.5.12's, as the chunked-prefix kernel moved into the MHA mixin); 0.5.13's file lacks
+# 0.5.14's create_chunked_prefix_cache_kv_indices (still in the mixin: not offered); 0.5.16 moved
 # 0.5.14's file unchanged; 0.5.17 added an MLA v2p path, 0.5.19 ENTRY_PAGE_SIZE, 0.5.20
 # TOKEN_BLOCK_PARALLEL, 0.5.22 token_mapping; 0.5.23 moved it and added launch helpers.
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
-        **{v: KernelFile(None, ((UTILS, _KV_ENTRY),), None if v == "0.5.6" else "0.5.6")
-           for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
+        **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
+           for v in ("0.5.6", "0.5.7")},
+        **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (MHA_MIXIN, _CHUNKED_ENTRY)), None if v == "0.5.8" else "0.5.8")
+           for v in ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
         "0.5.13": KernelFile(_KV_TRITON_OPS),
         "0.5.14": KernelFile(_KV_TRITON_OPS),
         "0.5.15": KernelFile(_KV_TRITON_OPS, same_as="0.5.14"),

@@ -4,11 +4,14 @@ Standalone (the repro script embeds it: the standard library and kvfuzz's standa
 
 Every SGLang caller launches it `kernel[(bs,)](req_to_token, req_pool_indices, chunk_starts,
 chunk_seq_lens, chunk_cu_seq_lens, chunk_kv_indices, req_to_token.shape[1])`: ForwardBatch's
-prepare_chunked_kv_indices (0.5.13-0.5.23, grid `(self.batch_size,)`), the prefill CUDA-graph
+prepare_chunked_kv_indices (0.5.6-0.5.23, grid `(self.batch_size,)`), the prefill CUDA-graph
 runner (0.5.17-0.5.23, grid `(bs,)` over its slot-padded batch), the DCP planner (0.5.16-0.5.23,
 grid `(len(seq_lens),)`, `extend_cu_prefix_lens[:-1]`: bs offsets). The kernel and its
-signature are the same text in every release; 0.5.13 keeps it in
-sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py, 0.5.14 on in kv_indices.py.
+signature are the same text in every release 0.5.6-0.5.23: 0.5.6-0.5.7 keep it in
+sglang/srt/model_executor/forward_batch_info.py, 0.5.8-0.5.13 in its DeepSeek MHA mixin
+(forward_batch_deepseek_mha_mixin.py; kvfuzz extracts it from either into 0.5.6-0.5.12's
+kv_indices.py, but reads 0.5.13's own kv_indices.py, which lacks it: not offered), 0.5.14 on in
+kv_indices.py.
 kvfuzz launches `(bs,)` and passes the table's row stride (`shape[1]` for SGLang's contiguous
 table).
 """
@@ -45,9 +48,10 @@ CALL = OpCall(
 )
 
 GENERATIONS = (
-    Generation("0.5.14", "0.5.13-0.5.23", CALL.legacy,
-               "unchanged in every release (0.5.13: in forward_batch_deepseek_mha_mixin.py, not kv_indices.py)"),
+    Generation("0.5.14", "0.5.6-0.5.23", CALL.legacy,
+               "unchanged in every release (before 0.5.14 in ForwardBatch's module, not kv_indices.py: "
+               "extracted for 0.5.6-0.5.12, not offered by 0.5.13)"),
 )
 
 # (first release, variant): the kernel is the same in every release
-RELEASE_VARIANTS = (("0.5.13", "default"),)
+RELEASE_VARIANTS = (("0.5.6", "default"),)

@@ -115,7 +115,7 @@ CONTRACT = Contract(
     doc=__doc__,
     args=ARGS,
     scalars=(),
-    variants={"default": "SGLang 0.5.13-0.5.23 (the kernel unchanged): cells [cu[i], cu[i] + n[i]) of "
+    variants={"default": "SGLang 0.5.6-0.5.23 (the kernel unchanged): cells [cu[i], cu[i] + n[i]) of "
               "chunk_kv_indices written, the rest untouched"},
     paths={"cu_bs_plus_1": "chunk_cu_seq_lens has bs + 1 entries (ForwardBatch's chunks, the prefill CUDA-graph "
            "runner)",

@@ -20,6 +20,13 @@ kvfuzz launches `(bs, ceil(W / (4096 // ps)))` with W = kv_indices.shape[1], pas
 `kv_indices.stride(0)` and `req_to_token.stride(0)` as the two strides, PAGED_SIZE = the case's
 page_size, and leaves 0.5.17-0.5.18's `v2p_ptr`, `PAGE_MULT` at the defaults that keep the
 static pool's copy.
+
+0.5.6-0.5.12 keep the kernel in sglang/srt/layers/attention/utils.py (extracted into their
+kv_indices.py) with the same signature, but one program per request loops over every block
+(`for i in range(num_pages_loop)`), and the backends launch it `(bs,)`. kvfuzz launches it with
+the grid above too: each program of a request's row then computes and writes the same cells with
+the same values as the first, so what it writes is what SGLang's `(bs,)` launch writes (the
+copies are redundant work, not a different result).
 """
 
 from __future__ import annotations
@@ -62,12 +69,13 @@ CALL = OpCall(
 )
 
 GENERATIONS = (
-    Generation("0.5.14", "0.5.13-0.5.16,0.5.19-0.5.23", CALL.legacy,
-               "the seed's kernel (both strides and PAGED_SIZE constexprs); 0.5.19 went back to it"),
+    Generation("0.5.14", "0.5.6-0.5.16,0.5.19-0.5.23", CALL.legacy,
+               "the seed's kernel (both strides and PAGED_SIZE constexprs); 0.5.19 went back to it; 0.5.6-0.5.12's "
+               "(attention/utils.py) the same signature, one program per request looping over the blocks"),
     Generation("0.5.17", "0.5.17-0.5.18", CALL.legacy + ("v2p_ptr", "PAGE_MULT"),
                "v2p_ptr, PAGE_MULT (unified memory: virtual page -> physical page, times the MLA layer count): "
                "left None and 1, the static pool's copy"),
 )
 
-# (first release, variant): the copy is the same in every release
-RELEASE_VARIANTS = (("0.5.13", "default"),)
+# (first release, variant): the copy is the same in every release (0.5.6-0.5.12: the same cells written)
+RELEASE_VARIANTS = (("0.5.6", "default"),)

@@ -127,7 +127,7 @@ CONTRACT = Contract(
     doc=__doc__,
     args=ARGS,
     scalars=SCALARS,
-    variants={"default": "SGLang 0.5.13-0.5.23 (the copy unchanged; 0.5.17-0.5.18's v2p_ptr and PAGE_MULT at the "
+    variants={"default": "SGLang 0.5.6-0.5.23 (the copy unchanged; 0.5.6-0.5.12 loop over the blocks in one program; 0.5.17-0.5.18's v2p_ptr and PAGE_MULT at the "
               "defaults that keep 0.5.14's behaviour): cells [i, p < ceil(n[i] / ps)) of kv_indices written, the "
               "rest untouched"},
     paths={"no_start": "kv_start_idx is None (every SGLang backend): pages from column 0",
