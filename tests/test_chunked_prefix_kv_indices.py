@@ -161,3 +161,16 @@ def test_sglang_releases_load_the_op_from_kv_indices(device):
     assert b.bare and b.generation == "0.5.14" and not b.defaulted, b.describe()
     t = load_target("sglang==0.5.13", device)
     assert OP not in t.bindings and t.missing[OP].startswith("not offered by sglang 0.5.13: "), t.missing
+
+
+def test_a_short_repro_imports_the_kernel_from_where_the_release_keeps_it():
+    from kvfuzz.short_repro import _sglang_module
+
+    entry = record(OP).contract.entry
+    where = {v: _sglang_module(f"sglang=={v}", "kv_indices.py", entry) for v in ("0.5.6", "0.5.8", "0.5.14", "0.5.23")}
+    assert where == {"0.5.6": "sglang.srt.model_executor.forward_batch_info",
+                     "0.5.8": "sglang.srt.model_executor.forward_batch_deepseek_mha_mixin",
+                     "0.5.14": "sglang.srt.layers.attention.triton_ops.kv_indices",
+                     "0.5.23": "sglang.kernels.ops.attention.kv_indices"}
+    assert _sglang_module("sglang==0.5.6", "kv_indices.py", "create_flashmla_kv_indices_triton") == \
+        "sglang.srt.layers.attention.utils"
