@@ -1,14 +1,14 @@
 """create_chunked_prefix_cache_kv_indices (SGLang's MLA chunked-prefix KV-index gather) as the op
 `chunked_prefix_kv_indices`: the builtin kernel against its contract (a short campaign and a
 seeded stream), the two oracles on generated cases, seeded defects in a copy of the builtin
-found, and SGLang 0.5.14's and 0.5.23's kv_indices.py (by path) run without findings, and
-sglang==X loads the op from the release's kv_indices.py."""
+found, and SGLang releases: `sglang==X` loads the kernel from the release's kv_indices.py (0.5.10's
+extracted from ForwardBatch's DeepSeek MHA mixin, 0.5.14's and 0.5.23's the wheel's file) and a
+short in-contract stream runs clean; 0.5.13, whose kv_indices.py lacks it, does not offer the op
+and says why. The release files come from the PyPI wheels through kvfuzz's cache, as in
+tests/test_releases.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,6 @@ from kvfuzz.targets import load_target
 
 OP = "chunked_prefix_kv_indices"
 KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "chunked_prefix_kv_indices.py"
-RELEASE_FILES = {"0.5.14": "sglang/srt/layers/attention/triton_ops/kv_indices.py",
-                 "0.5.23": "sglang/kernels/ops/attention/kv_indices.py"}
 
 
 def stream_findings(target, device, seed=3, n=30, in_contract_only=False, first=False):
@@ -98,69 +96,57 @@ def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, devic
     assert any(s.startswith(f"{OP}:") for s in found), found
 
 
-@pytest.fixture(scope="module")
-def release_files(tmp_path_factory):
-    """version -> SGLang's kv_indices.py from its wheel (pip download), or why it cannot be fetched."""
-    out = {}
-    for version, inside in RELEASE_FILES.items():
-        where = tmp_path_factory.mktemp(f"sglang_{version.replace('.', '_')}")
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               "--quiet", "--dest", str(where), f"sglang=={version}"], capture_output=True, text=True)
-        wheels = list(where.glob("sglang-*.whl"))
-        if proc.returncode or not wheels:
-            out[version] = f"sglang=={version} cannot be fetched: {proc.stderr.strip()[-200:]}"
-            continue
-        path = where / "kv_indices.py"
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            path.write_bytes(wheel.read(inside))
-        out[version] = path
-    return out
+def release_file(version: str) -> Path:
+    """SGLang `version`'s kv_indices.py from kvfuzz's cache (fetched once), or skip."""
+    from test_releases import kernel_file
+
+    return kernel_file(version, "kv_indices.py")
 
 
-@pytest.mark.parametrize("version", list(RELEASE_FILES))
-def test_the_release_file_runs_without_findings(version, release_files, device):
-    path = release_files[version]
-    if isinstance(path, str):
-        pytest.skip(path)
-    t = load_target(str(path), device)
+# 0.5.10: extracted (0.5.8 - 0.5.12's file, the kernel from forward_batch_deepseek_mha_mixin.py);
+# 0.5.14: the kernel's first kv_indices.py; 0.5.23: moved to sglang/kernels/ops/attention/
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.14", "0.5.23"])
+def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, device):
+    release_file(version)
+    t = load_target(f"sglang=={version}", device)
     b = t.bindings[OP]
     assert b.bare and b.generation == "0.5.14" and not b.defaulted, b.describe()
-    assert t.variants[OP] == "default"
-    assert stream_findings(t, device, seed=4, n=40, in_contract_only=True) == set()
+    assert t.variants[OP] == "default" and "kv_indices.py" in t.description
+    assert t.entries[OP] is t.modules["kv_indices.py"].__dict__["create_chunked_prefix_cache_kv_indices"]
+    assert stream_findings(t, device, seed=4, n=20, in_contract_only=True) == set()
 
 
-def test_sglang_writes_past_a_too_short_output(release_files, device):
+def test_0_5_13_does_not_offer_the_op_and_says_why(device):
+    """0.5.13's kv_indices.py predates the kernel's move into it (it is still in the MHA mixin):
+    the op is missing, not broken, and the file's other ops load."""
+    release_file("0.5.13")
+    t = load_target("sglang==0.5.13", device)
+    assert OP not in t.bindings and "flashmla_kv_indices" in t.bindings and "flashinfer_kv_indices" in t.bindings
+    why = t.missing[OP]
+    assert why.startswith("not offered by sglang 0.5.13: ") and "forward_batch_deepseek_mha_mixin.py" in why, why
+    assert "\n" not in why
+
+
+def test_the_release_file_by_path_offers_the_op(device):
+    t = load_target(str(release_file("0.5.14")), device)
+    assert t.bindings[OP].generation == "0.5.14" and t.modules == {}
+    assert set(t.bindings) == {"flashinfer_kv_indices", "chunked_prefix_kv_indices", "flashmla_kv_indices"}
+
+
+def test_sglang_writes_past_a_too_short_output(device):
     """Out of contract: SGLang's kernel takes no size of chunk_kv_indices, so offsets past it are
     written there (what kvfuzz reports for any out-of-contract case); the builtin masks them."""
     from kvfuzz.strategies.draw import RandomDraw
 
-    if isinstance(release_files["0.5.14"], str):
-        pytest.skip(release_files["0.5.14"])
     g = record(OP).generator
     d = RandomDraw("too short")
     k = g.compile_class(d)
     case = g.violation(d, g.in_class(d, k), k, "kv_indices_too_short")
-    t = load_target(str(release_files["0.5.14"]), device)
+    release_file("0.5.14")
+    t = load_target("sglang==0.5.14", device)
     sigs = judge(case, run_case(t, case, device)).signatures()
     assert any(s.endswith("out_of_bounds_write:chunk_kv_indices:after") for s in sigs), sigs
     assert judge(case, run_case(load_target("builtin", device), case, device)).signatures() == []
-
-
-def test_sglang_releases_load_the_op_from_kv_indices(device):
-    """sglang==0.5.14 loads the op from its kv_indices.py; 0.5.13's kv_indices.py lacks the kernel
-    (still in forward_batch_deepseek_mha_mixin.py): not offered, with the reason."""
-    from kvfuzz.errors import TargetLoadError
-    from kvfuzz.targets.wheels import sglang_kernel_file
-
-    try:
-        for version in ("0.5.13", "0.5.14"):
-            sglang_kernel_file(version, "kv_indices.py")
-    except TargetLoadError as exc:
-        pytest.skip(str(exc))
-    b = load_target("sglang==0.5.14", device).bindings[OP]
-    assert b.bare and b.generation == "0.5.14" and not b.defaulted, b.describe()
-    t = load_target("sglang==0.5.13", device)
-    assert OP not in t.bindings and t.missing[OP].startswith("not offered by sglang 0.5.13: "), t.missing
 
 
 def test_a_short_repro_imports_the_kernel_from_where_the_release_keeps_it():

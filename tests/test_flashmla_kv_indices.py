@@ -2,15 +2,14 @@
 TRT-LLM MLA, AITER) as the op `flashmla_kv_indices`: the builtin kernel against its contract (a
 short campaign and a seeded stream), the two oracles on generated cases, the launch grid as
 SGLang's get_num_kv_index_blocks_flashmla gives it, seeded defects in a copy of the builtin
-found, and SGLang 0.5.14's and 0.5.23's kv_indices.py (by path) run without findings, and
-sglang==X loads the op from the release's kv_indices.py."""
+found, and SGLang releases: `sglang==X` loads the kernel from the release's kv_indices.py (0.5.10's
+extracted from the attention utils.py, 0.5.13's, 0.5.14's and 0.5.23's the wheel's file) and a
+short in-contract stream runs clean. The release files come from the PyPI wheels through kvfuzz's
+cache, as in tests/test_releases.py."""
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +23,6 @@ from kvfuzz.targets import load_target
 
 OP = "flashmla_kv_indices"
 KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "flashmla_kv_indices.py"
-RELEASE_FILES = {"0.5.14": "sglang/srt/layers/attention/triton_ops/kv_indices.py",
-                 "0.5.23": "sglang/kernels/ops/attention/kv_indices.py"}
 
 
 def stream_findings(target, device, seed=3, n=30, in_contract_only=False, first=False):
@@ -100,37 +97,18 @@ def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, devic
     assert any(s.startswith(f"{OP}:") for s in found), found
 
 
-@pytest.fixture(scope="module")
-def release_files(tmp_path_factory):
-    """version -> SGLang's kv_indices.py from its wheel (pip download), or why it cannot be fetched."""
-    out = {}
-    for version, inside in RELEASE_FILES.items():
-        where = tmp_path_factory.mktemp(f"sglang_{version.replace('.', '_')}")
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               "--quiet", "--dest", str(where), f"sglang=={version}"], capture_output=True, text=True)
-        wheels = list(where.glob("sglang-*.whl"))
-        if proc.returncode or not wheels:
-            out[version] = f"sglang=={version} cannot be fetched: {proc.stderr.strip()[-200:]}"
-            continue
-        path = where / "kv_indices.py"
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            path.write_bytes(wheel.read(inside))
-        out[version] = path
-    return out
+def release_file(version: str) -> Path:
+    """SGLang `version`'s kv_indices.py from kvfuzz's cache (fetched once), or skip."""
+    from test_releases import kernel_file
+
+    return kernel_file(version, "kv_indices.py")
 
 
-def _release(release_files, version):
-    path = release_files[version]
-    if isinstance(path, str):
-        pytest.skip(path)
-    return path
-
-
-@pytest.mark.parametrize("version", list(RELEASE_FILES))
-def test_the_grid_is_sglangs(version, release_files):
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_the_grid_is_sglangs(version):
     """kvfuzz's grid is (bs, get_num_kv_index_blocks_flashmla(W, page_size)), SGLang's helper."""
     spec = importlib.util.spec_from_file_location(f"kv_indices_{version.replace('.', '_')}",
-                                                  _release(release_files, version))
+                                                  release_file(version))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     grid = record(OP).call.grid
@@ -141,22 +119,40 @@ def test_the_grid_is_sglangs(version, release_files):
                                          module.get_num_kv_index_blocks_flashmla(W, ps)), (W, ps)
 
 
-@pytest.mark.parametrize("version", list(RELEASE_FILES))
-def test_the_release_file_runs_without_findings(version, release_files, device):
-    t = load_target(str(_release(release_files, version)), device)
+# (release, the API generation of its kernel): 0.5.10's extracted from utils.py (one program per
+# request looping over the blocks, launched on kvfuzz's grid: the same cells), 0.5.14's the seed's,
+# 0.5.23's moved to sglang/kernels/ops/attention/ (0.5.19 went back to 0.5.14's signature)
+RELEASES = [("0.5.10", "0.5.14"), ("0.5.14", "0.5.14"), ("0.5.23", "0.5.14")]
+
+
+@pytest.mark.parametrize("version,generation", RELEASES)
+def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, generation, device):
+    release_file(version)
+    t = load_target(f"sglang=={version}", device)
     b = t.bindings[OP]
-    assert b.bare and b.generation == "0.5.14" and not b.defaulted, b.describe()
-    assert t.variants[OP] == "default"
-    assert stream_findings(t, device, seed=4, n=40, in_contract_only=True) == set()
+    assert b.bare and b.generation == generation and not b.defaulted, b.describe()
+    assert t.variants[OP] == "default" and "kv_indices.py" in t.description
+    assert t.entries[OP] is t.modules["kv_indices.py"].__dict__["create_flashmla_kv_indices_triton"]
+    assert stream_findings(t, device, seed=4, n=20, in_contract_only=True) == set()
 
 
-def test_sglang_writes_past_a_kv_indices_with_too_few_rows(release_files, device):
+def test_0_5_13_and_0_5_17_offer_the_op_by_their_generations(device):
+    """0.5.13's kv_indices.py lacks the chunked-prefix kernel, not this one; 0.5.17 added v2p_ptr
+    and PAGE_MULT (left at their defaults)."""
+    for version, generation in (("0.5.13", "0.5.14"), ("0.5.17", "0.5.17")):
+        release_file(version)
+        b = load_target(f"sglang=={version}", device).bindings[OP]
+        assert b.generation == generation and not b.defaulted, (version, b.describe())
+
+
+def test_sglang_writes_past_a_kv_indices_with_too_few_rows(device):
     """Out of contract: SGLang's kernel takes no row count of kv_indices, so request bs - 1 writes
     past it (what kvfuzz reports for any out-of-contract case); the builtin masks it."""
     from kvfuzz.strategies.draw import RandomDraw
 
     g = record(OP).generator
-    t = load_target(str(_release(release_files, "0.5.14")), device)
+    release_file("0.5.14")
+    t = load_target("sglang==0.5.14", device)
     for i in range(20):  # the first such case whose last request has a page to write
         d = RandomDraw(f"too few rows {i}")
         k = g.compile_class(d)
@@ -166,17 +162,3 @@ def test_sglang_writes_past_a_kv_indices_with_too_few_rows(release_files, device
     sigs = judge(case, run_case(t, case, device)).signatures()
     assert any(s.endswith("out_of_bounds_write:kv_indices:after") for s in sigs), sigs
     assert judge(case, run_case(load_target("builtin", device), case, device)).signatures() == []
-
-
-def test_sglang_releases_load_the_op_from_kv_indices(device):
-    from kvfuzz.errors import TargetLoadError
-    from kvfuzz.targets.wheels import sglang_kernel_file
-
-    try:
-        for version in ("0.5.13", "0.5.17"):
-            sglang_kernel_file(version, "kv_indices.py")
-    except TargetLoadError as exc:
-        pytest.skip(str(exc))
-    for version, generation in (("0.5.13", "0.5.14"), ("0.5.17", "0.5.17")):
-        b = load_target(f"sglang=={version}", device).bindings[OP]
-        assert b.bare and b.generation == generation and not b.defaulted, b.describe()
