@@ -63,6 +63,13 @@ SGLANG_FILE_MODULES = {
                       ((0, 5, 13), "sglang.srt.layers.attention.triton_ops.kv_indices"),
                       ((0, 0, 0), "sglang.srt.layers.attention.utils")),
 }
+# an entry point that earlier releases keep outside its file's module -> (first release, the sglang
+# module holding it; None: its file's), newest first
+SGLANG_ENTRY_MODULES = {
+    "create_chunked_prefix_cache_kv_indices": (((0, 5, 14), None),
+                                               ((0, 5, 8), "sglang.srt.model_executor.forward_batch_deepseek_mha_mixin"),
+                                               ((0, 0, 0), "sglang.srt.model_executor.forward_batch_info")),
+}
 
 
 def why_not_short(saved: SavedCase) -> str | None:
@@ -209,14 +216,17 @@ def load(path):
 HELPERS = {"swa_pool": SWA_POOL}  # what a record's ShortCall.helpers may name
 
 
-def _sglang_module(target: str, file: str = "metadata.py") -> str:
-    """The sglang module holding the entry point of kernel file `file` in the target's release
-    (the newest layout when the target names none)."""
+def _sglang_module(target: str, file: str = "metadata.py", entry: str | None = None) -> str:
+    """The sglang module holding the entry point `entry` of kernel file `file` in the target's
+    release (the newest layout when the target names none)."""
     version = target.split("==", 1)[1] if target.startswith("sglang==") else ""
     try:
         v = tuple(int(x) for x in version.split(".")[:3]) if version else None
     except ValueError:
         v = None
+    own = next((m for first, m in SGLANG_ENTRY_MODULES.get(entry, ()) if v is None or v >= first), None)
+    if own is not None:
+        return own
     if file in SGLANG_FILE_MODULES:
         return next((m for first, m in SGLANG_FILE_MODULES[file] if v is None or v >= first),
                     SGLANG_FILE_MODULES[file][-1][1])
@@ -260,7 +270,7 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
             f"    {entry} = load(sys.argv[1]).{entry}",
             "else:",
             "    try:",
-            f"        from {_sglang_module(saved.target, record(case.op).source_file)} import {entry}",
+            f"        from {_sglang_module(saved.target, record(case.op).source_file, entry)} import {entry}",
             "    except ImportError as exc:",
             '        print(f"cannot import sglang ({exc}): give the kernel file\'s path", file=sys.stderr)',
             "        sys.exit(2)",

@@ -86,12 +86,15 @@ def test_each_kernel_file_runs_once_for_the_releases_that_ship_it():
 
 def test_a_flashinfer_case_groups_the_releases_sharing_kv_indices():
     """Release identity is per kernel file: 0.5.20 - 0.5.22 share metadata.py, but 0.5.22's
-    kv_indices.py is its own, and 0.5.16 ships 0.5.14's kv_indices.py in another place."""
+    kv_indices.py is its own, and 0.5.16 ships 0.5.14's kv_indices.py in another place; the
+    extracted kv_indices.py are two (the chunked-prefix kernel moved modules in 0.5.8) where
+    metadata.py's split at 0.5.10."""
     kv = "kv_indices.py"
     assert bisect.files_of(known_releases(), kv) == (
-        "0.5.6", "0.5.13", "0.5.14", "0.5.17", "0.5.19", "0.5.20", "0.5.22", "0.5.23")
-    assert same_file_releases("0.5.9", kv)[-1] == "0.5.12.post1" and same_file_releases("0.5.13", kv) == (
-        "0.5.13", "0.5.13.post1")
+        "0.5.6", "0.5.8", "0.5.13", "0.5.14", "0.5.17", "0.5.19", "0.5.20", "0.5.22", "0.5.23")
+    assert same_file_releases("0.5.9", kv) == ("0.5.8", "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1", "0.5.11",
+                                               "0.5.12", "0.5.12.post1")
+    assert same_file_releases("0.5.13", kv) == ("0.5.13", "0.5.13.post1")
     assert same_file_releases("0.5.16", kv) == ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
     assert bisect.spans(parse_releases("0.5.19..0.5.23"), kv) == [
         ("0.5.19", "0.5.19", "0.5.19"), ("0.5.20", "0.5.21", "0.5.20"), ("0.5.22", "0.5.22", "0.5.22"),

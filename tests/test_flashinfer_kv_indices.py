@@ -120,9 +120,10 @@ def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version
     assert stream_findings(t, device, seed=4, n=30, in_contract_only=True) == set()
 
 
-def test_the_release_file_by_path_offers_the_op_alone(device):
+def test_the_release_file_by_path_offers_the_kv_indices_ops_alone(device):
     t = load_target(str(release_file("0.5.14")), device)
-    assert set(t.bindings) == {OP} and t.bindings[OP].generation == "0.5.14" and t.modules == {}
+    assert set(t.bindings) == {OP, "chunked_prefix_kv_indices", "flashmla_kv_indices"}
+    assert t.bindings[OP].generation == "0.5.14" and t.modules == {}
 
 
 def test_sglang_writes_past_a_too_short_kv_indices(device):

@@ -114,8 +114,10 @@ def test_the_release_table_says_which_releases_ship_one_kernel_file():
     # per file: 0.5.22 ships 0.5.20's metadata.py and a kv_indices.py of its own
     assert same_file_releases("0.5.22", KV_INDICES) == ("0.5.22",)
     assert same_file_releases("0.5.16", KV_INDICES) == ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
-    assert file_release("0.5.13.post1", KV_INDICES) == "0.5.13" and file_release("0.5.12.post1", KV_INDICES) == "0.5.6"
+    assert file_release("0.5.13.post1", KV_INDICES) == "0.5.13" and file_release("0.5.12.post1", KV_INDICES) == "0.5.8"
+    assert same_file_releases("0.5.7", KV_INDICES) == ("0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7")
     assert op_file("flashinfer_kv_indices") == KV_INDICES and op_file("decode_metadata") == METADATA
+    assert op_file("chunked_prefix_kv_indices") == op_file("flashmla_kv_indices") == KV_INDICES
     for name in kernel_files():
         for v in known_releases():  # one file is judged alike, whichever release ships it (kvfuzz bisect runs it once)
             f = file_release(v, name)
@@ -150,6 +152,30 @@ def test_releases_said_to_ship_their_own_file_differ_from_the_one_before(name, v
     i = own.index(version)
     if i:
         assert generated_body(kernel_file(version, name)) != generated_body(kernel_file(own[i - 1], name))
+
+
+# one release per distinct kv_indices.py (0.5.6 - 0.5.7's and 0.5.8 - 0.5.12's extracted, 0.5.13's, ...)
+KV_DISTINCT = tuple(dict.fromkeys(file_release(v, KV_INDICES) for v in ("0.5.6", "0.5.10") + LOADABLE))
+
+
+@pytest.mark.parametrize("version", KV_DISTINCT)
+def test_each_kv_indices_file_offers_the_ops_its_release_has(version, device):
+    """The ops of kv_indices.py a release offers are those RELEASES gives an API generation, each
+    bound to it from the release's kv_indices.py; the others say why (0.5.13: the chunked-prefix
+    kernel is not in its kv_indices.py)."""
+    kv_ops = {op for op in records() if op_file(op) == KV_INDICES}
+    assert kv_ops == {"flashinfer_kv_indices", "chunked_prefix_kv_indices", "flashmla_kv_indices"}
+    kernel_file(version, KV_INDICES)
+    t = release_target(version, device)
+    api = RELEASES[version].api
+    assert {op for op in kv_ops if op in t.bindings} == kv_ops & set(api), t.missing
+    for op in kv_ops & set(api):
+        b = t.bindings[op]
+        assert b.by_name and b.generation == api[op] and not b.defaulted, (op, b.describe())
+        assert t.entries[op] is getattr(t.modules[KV_INDICES], CONTRACTS[op].entry)
+    for op in kv_ops - set(api):
+        assert t.missing[op] == f"not offered by sglang {version}: {RELEASES[version].not_offered[op]}"
+    assert (version == "0.5.13") == (kv_ops - set(api) == {"chunked_prefix_kv_indices"})
 
 
 @pytest.mark.parametrize("version", DISTINCT)

@@ -123,7 +123,8 @@ def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     # takes 0.5.23's arguments: its `strict` variant
     assert t.variants == {"decode_metadata": "strict", "swa_spec_page_table": "default", "num_kv_splits": "default",
                           "draft_extend_metadata": "default", "q8kv8_topk_length": "default",
-                          "flashinfer_kv_indices": "default"}
+                          "flashinfer_kv_indices": "default", "chunked_prefix_kv_indices": "default",
+                          "flashmla_kv_indices": "default"}
 
 
 def test_ops_with_a_target_says_how_it_is_called_and_judged(capsys, device):

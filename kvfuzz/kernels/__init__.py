@@ -7,15 +7,19 @@ reads of tensor values). kvfuzz uses them as its reference target; SGLang can ca
 place of its own (``metadata_kernels.py``).
 """
 
+from .chunked_prefix_kv_indices import create_chunked_prefix_cache_kv_indices
 from .decode_metadata import normal_decode_set_metadata
 from .draft_extend_metadata import draft_extend_set_metadata
 from .flashinfer_kv_indices import create_flashinfer_kv_indices_triton
+from .flashmla_kv_indices import create_flashmla_kv_indices_triton
 from .num_kv_splits import get_num_kv_splits, get_num_kv_splits_triton, sglang_max_num_seq
 from .q8kv8_topk_length import q8kv8_topk_length_from_indices
 from .swa_spec_page_table import prepare_swa_spec_page_table_triton
 
 __all__ = [
+    "create_chunked_prefix_cache_kv_indices",
     "create_flashinfer_kv_indices_triton",
+    "create_flashmla_kv_indices_triton",
     "draft_extend_set_metadata",
     "get_num_kv_splits",
     "get_num_kv_splits_triton",

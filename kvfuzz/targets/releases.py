@@ -18,8 +18,11 @@ no kernel file: `backends` names the modules their entry points are extracted fr
 
 A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py) and each op's
 entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
-metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (FlashInfer's
-create_flashinfer_kv_indices_triton; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
+metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (the KV-index
+kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
+create_chunked_prefix_cache_kv_indices; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
+A release whose file lacks an op's entry point says why in `not_offered` (0.5.13's kv_indices.py
+and the chunked-prefix kernel).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -64,8 +67,8 @@ class Release:
     kernel_file: str | None  # inside the wheel; None: the kernels live in the attention backends
     unchecked: str = ""  # what this release added that kvfuzz does not check yet
     note: str = ""
-    # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it), and the
-    # ops whose entry point it does not extract -> why (docs/releases.md)
+    # before 0.5.13: (module inside the wheel, the entry points kvfuzz extracts from it); and the
+    # ops whose entry point it does not extract, or whose kernel file lacks it -> why (docs/releases.md)
     backends: tuple[tuple[str, tuple[str, ...]], ...] = ()
     not_offered: dict = field(default_factory=dict)
     posts: tuple[str, ...] = ()  # its .postN releases on PyPI: the same definitions
@@ -92,10 +95,14 @@ class Release:
 
 
 def _covers(releases: str, version: str) -> bool:
-    """Whether a Generation's `releases` ("0.5.6-0.5.22", "0.5.23") hold `version`."""
-    first, _, last = releases.partition("-")
+    """Whether a Generation's `releases` ("0.5.6-0.5.22", "0.5.23", or ranges joined by commas
+    when a later release went back to an earlier signature) hold `version`."""
     v = parse_version(version)
-    return v is not None and parse_version(first) <= v <= parse_version(last or first)
+    for span in releases.split(","):
+        first, _, last = span.strip().partition("-")
+        if v is not None and parse_version(first) <= v <= parse_version(last or first):
+            return True
+    return False
 
 _TORCH_DECODE = ("normal_decode_set_metadata is plain torch (no Triton kernel): it leaves cu_seqlens_k[0] to the "
                  "caller and does not refuse a page_size that is not a power of two, both of which 0.5.14's "
@@ -105,6 +112,12 @@ _NOT_OFFERED = {
     **{v: _TORCH_DECODE + "; SWA through SWAKVPool.translate_loc_from_full_to_swa (a token id of -1 "
        "indexes the mapping's last entry)" for v in ("0.5.8", "0.5.9")},
 }
+
+
+# 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
+_CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
+                   "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py (0.5.14's text), which kvfuzz "
+                   "does not read for a release with a kv_indices.py of its own")
 
 
 _OLD_POSTS = {"0.5.6": ("0.5.6.post1", "0.5.6.post2"), "0.5.8": ("0.5.8.post1",), "0.5.10": ("0.5.10.post1",),
@@ -132,6 +145,7 @@ def _old(version: str) -> Release:
 RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
     "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)",
+                      not_offered={"chunked_prefix_kv_indices": _CHUNKED_0_5_13},
                       posts=("0.5.13.post1",), same_file="0.5.14"),
     "0.5.14": Release("0.5.14", OLD_PATH, note="the seed"),
     "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)",
@@ -161,21 +175,31 @@ RELEASES: dict[str, Release] = {
 }
 
 
-_KV_ENTRY = ("create_flashinfer_kv_indices_triton",)
+# before 0.5.13: the KV-index kernels, extracted from the attention utils.py (FlashInfer's, FlashMLA's)
+# and from ForwardBatch's module (the chunked-prefix kernel: forward_batch_info.py in 0.5.6 - 0.5.7,
+# its DeepSeek MHA mixin from 0.5.8 on)
+_KV_ENTRY = ("create_flashinfer_kv_indices_triton", "create_flashmla_kv_indices_triton")
+_CHUNKED_ENTRY = ("create_chunked_prefix_cache_kv_indices",)
+FORWARD_BATCH = "sglang/srt/model_executor/forward_batch_info.py"
+MHA_MIXIN = "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py"
 _KV_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
 _KV_KVCACHE = "sglang/kernels/ops/kvcache/kv_indices.py"
 _KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
-# docs/releases.md). kv_indices.py: before 0.5.13 the kernel sits in the attention backends'
-# utils.py, which imports sglang.srt from 0.5.12 on, so it is extracted (0.5.6 - 0.5.12 extract to
-# one text); 0.5.13's file lacks 0.5.14's create_chunked_prefix_cache_kv_indices; 0.5.16 moved
+# docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
+# utils.py, which imports sglang.srt from 0.5.12 on, and in ForwardBatch's modules, so they are
+# extracted (the kernels' text is the same in 0.5.6 - 0.5.12; the files are two, 0.5.6 - 0.5.7's
+# and 0.5.8 - 0.5.12's, as the chunked-prefix kernel moved into the MHA mixin); 0.5.13's file lacks
+# 0.5.14's create_chunked_prefix_cache_kv_indices (still in the mixin: not offered); 0.5.16 moved
 # 0.5.14's file unchanged; 0.5.17 added an MLA v2p path, 0.5.19 ENTRY_PAGE_SIZE, 0.5.20
 # TOKEN_BLOCK_PARALLEL, 0.5.22 token_mapping; 0.5.23 moved it and added launch helpers.
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
-        **{v: KernelFile(None, ((UTILS, _KV_ENTRY),), None if v == "0.5.6" else "0.5.6")
-           for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
+        **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
+           for v in ("0.5.6", "0.5.7")},
+        **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (MHA_MIXIN, _CHUNKED_ENTRY)), None if v == "0.5.8" else "0.5.8")
+           for v in ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
         "0.5.13": KernelFile(_KV_TRITON_OPS),
         "0.5.14": KernelFile(_KV_TRITON_OPS),
         "0.5.15": KernelFile(_KV_TRITON_OPS, same_as="0.5.14"),

@@ -2,12 +2,14 @@
 
 The cache (`$KVFUZZ_CACHE`, default `~/.cache/kvfuzz`) holds, per release, `sglang-X.Y.Z/` with
 each kernel file kvfuzz keeps (`releases.kernel_files()`): `metadata.py` (the metadata kernels)
-and `kv_indices.py` (FlashInfer's KV-index kernel), and `SOURCE`, where each came from. One
-download writes every file; a folder an older kvfuzz wrote (metadata.py only) gets the missing
-file on demand, with one more download. Copy the folder to a machine without network (e.g. a
+and `kv_indices.py` (the KV-index kernels: FlashInfer's, FlashMLA's, the chunked prefix's), and
+`SOURCE`, where each came from. One download writes every file; a folder an older kvfuzz wrote
+(metadata.py only) gets the missing file on demand, with one more download. Copy the folder to a machine without network (e.g. a
 GPU box) to use the target there. Releases before 0.5.13 have no such files: their `RELEASES`
 entry names the modules that hold the entry points, and the file is generated from them
-(`extract.py`).
+(`extract.py`); a generated file whose header names other entry points than `RELEASES` takes now
+(an older kvfuzz's) is generated again, with one more download (without network the old file is
+kept: the entry points it has still load).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ BACKEND_PATHS = (
     "sglang/srt/layers/attention/triton_backend.py",
 )
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+-]*$")
+_HEADER_ENTRY = re.compile(r"^#   (\S+) \(sha256 [0-9a-f]+\): (.+)$")  # a module line of `_generated`'s header
 
 
 def cache_dir() -> Path:
@@ -64,15 +67,17 @@ def sglang_kernel_file(version: str, name: str = METADATA) -> Path:
         raise TargetLoadError(f"kvfuzz keeps no {name} of an SGLang release (it keeps {', '.join(kernel_files())})")
     folder = cache_dir() / f"sglang-{version}"
     dest = folder / name
-    if dest.is_file():
+    if _current(dest, version, name):
         return dest
     with tempfile.TemporaryDirectory() as tmp:
         wheel_path = _pip_download(version, Path(tmp))
         if isinstance(wheel_path, str):  # why it could not
+            if dest.is_file():  # extracted by an older kvfuzz: its entry points still load, the others are missing
+                return dest
             raise TargetLoadError(_unfetched(version, name, folder, wheel_path))
         with zipfile.ZipFile(wheel_path) as wheel:
             for other in kernel_files():
-                if other != name and (folder / other).is_file():
+                if other != name and _current(folder / other, version, other):
                     continue
                 try:
                     data, member = _from_wheel(version, other, wheel, wheel_path)
@@ -82,6 +87,33 @@ def sglang_kernel_file(version: str, name: str = METADATA) -> Path:
                     continue  # said when that file is asked for
                 _store(folder / other, data, f"sglang=={version} {member}")
     return dest
+
+
+def _current(path: Path, version: str, name: str) -> bool:
+    """Whether the cached kernel file `path` is there and is what this kvfuzz writes: a file
+    `RELEASES` says is extracted must name in its header the modules and entry points `RELEASES`
+    takes now (an older kvfuzz took fewer: 0.5.6 - 0.5.12's kv_indices.py held FlashInfer's kernel
+    alone), else it is extracted again from the wheel."""
+    if not path.is_file():
+        return False
+    release = release_entry(version)
+    own = release.files.get(name) if release is not None else None
+    if own is None or own.member is not None or not own.backends:
+        return True
+    return extracted_from(path.read_text(errors="replace")) == tuple((m, tuple(e)) for m, e in own.backends)
+
+
+def extracted_from(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(module, entry points) of each module an extracted kernel file's header names (`_generated`);
+    () for a file that is not extracted."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        m = _HEADER_ENTRY.match(line)
+        if m:
+            out.append((m[1], tuple(m[2].split(", "))))
+    return tuple(out)
 
 
 def _pip_download(version: str, into: Path) -> Path | str:

@@ -1,0 +1,142 @@
+"""`create_flashmla_kv_indices_triton`: each request's page table for SGLang's MLA decode backends
+(FlashMLA, CUTLASS MLA, TRT-LLM MLA, and AITER's unified attention with pages of one token):
+row `i` of `kv_indices` gets the page of every `page_size`-th token of the request's
+`req_to_token` row.
+
+For every request i < bs, with r = req_pool_indices[i], s = kv_start_idx[i] (0 when
+`kv_start_idx` is None), n = paged_kernel_lens[i] and ps = PAGED_SIZE (`page_size`):
+
+    kv_indices[i, p] = req_to_token[r, s + p * ps] // ps    for 0 <= p < ceil(n / ps)
+
+Those cells must be written; every other cell of `kv_indices` (the columns past a request's
+pages, which SGLang fills with -1 before the call, and the rows past bs of a CUDA-graph buffer)
+must stay as it was, and no input is written. It is a bare `@triton.jit` kernel: kvfuzz launches
+it as SGLang's backends do, grid `(bs, get_num_kv_index_blocks_flashmla(W, ps))` =
+`(bs, ceil(W / (4096 // ps)))` with W = kv_indices' width (one program per block of 4096 tokens,
+`NUM_PAGE_PER_BLOCK` = 4096 // ps pages), the row strides of `req_to_token` and `kv_indices` as
+the constexprs `req_to_token_ptr_stride` and `kv_indices_ptr_stride`, and `PAGED_SIZE` = ps (a
+constexpr; 0.5.17-0.5.18's `v2p_ptr=None`, `PAGE_MULT=1` left at their defaults, the static
+pool's path: the unified-memory page remap is not checked).
+
+The backends' page sizes: FlashMLA 64 (its default PAGED_SIZE), CUTLASS MLA 128 (0.5.13-0.5.19),
+TRT-LLM MLA the server's page size, 32 or 64, AITER 1 (its positional 8th argument); the
+generator draws those, and 16 and 4096 as edges. Every backend passes `kv_start_idx=None`; the
+`start` path is the kernel's own (kvfuzz reads it as above: the pages of the tokens from s on).
+
+In contract (where SGLang leaves intent open, kvfuzz assumes):
+
+* `page_size` is a power of two from 1 to 4096 (the kernel's `tl.arange(0, 4096 // ps)` needs a
+  power of two; others are out of contract, and SGLang's kernel then fails to compile);
+* `req_to_token` is int32 [pool rows, max context] with unit column stride; any row stride
+  (padded rows, or one row repeated by stride 0). SGLang passes `req_to_token.stride(0)`;
+* `kv_indices` is int32 [R, W] with R >= bs (SGLang's CUDA-graph buffers hold max_bs rows) and
+  unit column stride; any row stride, passed as `kv_indices_ptr_stride` (SGLang passes
+  `stride(0)` or `shape[1]`, the same for its contiguous buffers; kvfuzz passes `stride(0)`,
+  and builds the grid from the width W = `shape[1]`);
+* `req_pool_indices`, `paged_kernel_lens` and `kv_start_idx` (int32 or int64, lengths and starts
+  within int32: the kernel casts them to int32) are [bs] with unit stride; bs >= 1;
+* 0 <= r < pool rows, n >= 0, s >= 0, s + n <= max context, and ceil(n / ps) <= W (SGLang sizes
+  W as ceil(max seq_len / ps), (max_context_len + ps) // ps for its graph buffers, or TRT-LLM's
+  block count padded to a multiple of lcm(128 / ps, 4096 // ps));
+* every token id the kernel reads (req_to_token[r, s + p * ps]) is >= 0: ids are KV-pool slots.
+  A negative one is out of contract: Triton's `//` truncates toward zero (-1 // 64 is 0 there,
+  -1 in Python), so its page is not well defined.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...case import Case
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
+from . import oracle
+
+BLOCK_TOKENS = 4096  # SGLang's _FLASHMLA_CREATE_KV_BLOCK_SIZE: one program per 4096 tokens of a request
+
+I32, I32_64 = ("int32",), ("int32", "int64")
+ARGS = (
+    Arg("req_to_token", "in", I32, "P,C", doc="token ids (KV-pool slots, >= 0 where read) per request-pool row"),
+    Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)"),
+    Arg("paged_kernel_lens", "in", I32_64, "bs", doc="n: the request's tokens, >= 0, ceil(n / ps) <= W"),
+    Arg("kv_start_idx", "in", I32_64, "bs", optional=True, doc="s: first column read (absent: None, 0)"),
+    Arg("kv_indices", "out", I32, "R,W", doc="R >= bs; cells [i, p < ceil(n[i] / ps)) written, the rest untouched"),
+)
+SCALARS = (Scalar("page_size", doc="PAGED_SIZE: tokens per page, a power of two <= 4096"),)
+ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
+
+
+def kernel_path(case: Case) -> str:
+    return "start" if "kv_start_idx" in case.tensors else "no_start"
+
+
+def must_refuse(case: Case) -> list[str]:
+    return []
+
+
+def structural_reasons(case: Case) -> list[str]:
+    ps = case.scalars.get("page_size")
+    if not (is_power_of_two(ps) and ps <= BLOCK_TOKENS):
+        return [f"page_size {ps!r} is not a power of two from 1 to {BLOCK_TOKENS}"]
+    reasons = dtype_and_layout_reasons(CONTRACT, case)
+    if reasons:
+        return reasons
+    t = case.tensors
+    for name in ("req_to_token", "kv_indices"):
+        spec = t[name]
+        if len(spec.shape) != 2:
+            reasons.append(f"{name} must be 2-D, got shape {spec.shape}")
+        elif spec.shape[1] > 1 and spec.strides[1] != 1:
+            reasons.append(f"{name} must have unit column stride, got strides {spec.strides}")
+    for name in ONE_D:
+        spec = t.get(name)
+        if spec is None:
+            continue
+        if len(spec.shape) != 1:
+            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
+        elif spec.shape[0] > 1 and spec.strides[0] != 1:
+            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
+                           f"got stride {spec.strides[0]}")
+    if reasons:
+        return reasons
+    bs = t["req_pool_indices"].shape[0]
+    if bs < 1:
+        return ["bs = 0: no request (SGLang never launches an empty grid)"]
+    for name in ("paged_kernel_lens", "kv_start_idx"):
+        if name in t and t[name].shape[0] != bs:
+            reasons.append(f"{name} has {t[name].shape[0]} elements, expected {bs} (bs = {bs})")
+    if t["kv_indices"].shape[0] < bs:
+        reasons.append(f"kv_indices has {t['kv_indices'].shape[0]} rows, fewer than bs = {bs} (the kernel writes "
+                       "row i for request i)")
+    return reasons
+
+
+def cells(case: Case) -> dict[str, Cells]:
+    out = case.tensors["kv_indices"]
+    ps = case.scalars["page_size"]
+    lens = np.asarray(case.values["paged_kernel_lens"], dtype=np.int64)
+    pages = np.zeros(out.shape[0], np.int64)
+    k = min(lens.shape[0], out.shape[0])
+    pages[:k] = -(-np.maximum(lens[:k], 0) // ps)
+    required = np.arange(out.shape[1])[None, :] < pages[:, None]
+    return {"kv_indices": Cells(required, np.zeros_like(required))}
+
+
+CONTRACT = Contract(
+    name="flashmla_kv_indices",
+    entry="create_flashmla_kv_indices_triton",
+    doc=__doc__,
+    args=ARGS,
+    scalars=SCALARS,
+    variants={"default": "SGLang 0.5.6-0.5.23 (the copy unchanged; 0.5.6-0.5.12 loop over the blocks in one program; 0.5.17-0.5.18's v2p_ptr and PAGE_MULT at the "
+              "defaults that keep 0.5.14's behaviour): cells [i, p < ceil(n[i] / ps)) of kv_indices written, the "
+              "rest untouched"},
+    paths={"no_start": "kv_start_idx is None (every SGLang backend): pages from column 0",
+           "start": "kv_start_idx given: pages of the tokens from column kv_start_idx[i]"},
+    kernel_path=kernel_path,
+    structural_reasons=structural_reasons,
+    must_refuse=must_refuse,
+    cells=cells,
+    numpy_ref=oracle.numpy_ref,
+    torch_ref=oracle.torch_ref,
+    block_sizes=(BLOCK_TOKENS,),
+)

@@ -1,0 +1,238 @@
+"""Cases for `flashmla_kv_indices` (create_flashmla_kv_indices_triton).
+
+SGLang's kernel runs one program per (request, block of 4096 tokens = 4096 // ps pages) and takes
+the page size, the table's row stride and kv_indices' row stride as constexprs: a compile class
+fixes the page size (the backends' 64, 1, 32, 128, and 16 and 4096 as edges), the table's width
+and layout, kv_indices' width W (as the backends size it: the row's pages, SGLang's graph buffer
+(C + ps) // ps, TRT-LLM's padded block count, or fewer pages than the row holds) and layout,
+whether `kv_start_idx` is given, the dtypes, and the batch's size class. A case draws each
+request's length at the page edges (0, 1, ps - 1, ps, ps + 1), the block edges (4095, 4096,
+4097, 8193), the last page kv_indices holds and the row's end; its start; its pool row (the
+first and last rows of the pool among them); kv_indices' spare rows (a graph buffer's rows past
+bs); and token ids up to int32's largest, negative ones only in cells the kernel does not read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...case import Case
+from ...strategies import OpGenerator
+from ...strategies.draw import CompileClass, Draw
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import rng
+
+OP = "flashmla_kv_indices"
+BLOCK = 4096  # tokens per program
+PAGE_SIZES = (64, 1, 32, 128, 16, 4096)  # FlashMLA, AITER, TRT-LLM, CUTLASS; edges
+PRODUCTION = (64, 1, 32, 128)
+WIDTHS = (1, 63, 64, 65, 200, 4095, 4096, 4097, 8193)  # C: the table's width (max context)
+BLOCK_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 1)
+OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "kv_indices_too_narrow", "kv_indices_too_few_rows",
+                   "negative_len", "negative_token_id")
+ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
+
+
+def _pages(n: int, ps: int) -> int:
+    return -(-n // ps)
+
+
+def _width(mode: str, C: int, ps: int) -> int:
+    """kv_indices' width W, as a backend sizes it for a table of width C."""
+    row = _pages(C, ps)
+    if mode == "graph":  # FlashMLA's / CUTLASS's CUDA-graph buffer: (max_context_len + PAGE_SIZE) // PAGE_SIZE
+        return (C + ps) // ps
+    if mode == "trtllm":  # TRT-LLM's _calc_padded_blocks: a multiple of lcm(128 / ps, 4096 / ps)
+        m = math.lcm(max(128 // ps, 1), BLOCK // ps)
+        return -(-max(row, 1) // m) * m
+    if mode == "short":  # fewer pages than the row holds: lengths stop at W * ps
+        return max(1, row // 2)
+    return max(row, 1)  # "row": the eager buffer of a batch whose longest request fills the row
+
+
+def mla_class(d: Draw) -> CompileClass:
+    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
+    if table.kind == "broadcast":  # one row repeated (row stride 0); a zero column stride is out of contract
+        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    ps, C = d.choice(PAGE_SIZES), d.choice(WIDTHS)
+    p = {
+        "page_size": ps,
+        "C": C,
+        "W": _width(d.choice(("row", "graph", "trtllm", "short")), C, ps),
+        "start": d.choice((False, True)),
+        "bs": d.choice(("one", "few", "big")),
+        "dtype:req_pool_indices": d.choice(("int32", "int64")),
+        "dtype:paged_kernel_lens": d.choice(("int32", "int64")),
+        "dtype:kv_start_idx": d.choice(("int32", "int64")),
+        "layout:req_to_token": table,
+        "layout:kv_indices": layout_class(d, "out", 2, ("contiguous", "offset", "padded")),
+    }
+    for name in ONE_D:
+        p[f"layout:{name}"] = layout_class(d, "in", 1, ("contiguous", "offset"))
+    return CompileClass.of(OP, p)
+
+
+def _length(d: Draw, limit: int, ps: int, W: int) -> int:
+    """A length at most `limit`: at a page or block edge, in kv_indices' last page, or any."""
+    edges = [e for e in (0, 1, ps - 1, ps, ps + 1, *BLOCK_EDGES) if 0 <= e <= limit]
+    last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))  # the last page kv_indices holds
+    return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
+
+
+def mla_in_class(d: Draw, k: CompileClass) -> Case:
+    ps, C, W = k["page_size"], k["C"], k["W"]
+    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 24)}[k["bs"]]
+    R = bs + d.choice((0, 0, 1, 3))  # a CUDA-graph buffer holds rows past bs
+    P = 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+    g = rng(d.seed())
+    cap = min(C, W * ps)  # a request holds at most W pages and C tokens
+    lens, starts = [], []
+    for i in range(bs):
+        n = _length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
+        lens.append(n)
+        if k["start"]:
+            starts.append(d.choice((0, C - n, int(g.integers(0, C - n + 1)))))
+    rows = [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+    top = d.choice((1 << 20, 2**31))  # token ids up to int32's largest
+    table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, top, size=(P, C))
+    read = sorted({s + p * ps for n, s in zip(lens, starts or [0] * bs) for p in range(_pages(n, ps))})
+    if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
+        table[:, read] = g.integers(0, top, size=(P, len(read)))
+        if d.boolean():
+            table[:, read[-1]] = top - 1  # the largest id (int32's largest when top is 2**31)
+    values = {
+        "req_to_token": table,
+        "req_pool_indices": np.array(rows, np.int64),
+        "paged_kernel_lens": np.array(lens, np.int64),
+    }
+    shapes = {"req_to_token": ("int32", (P, C)), "req_pool_indices": (k["dtype:req_pool_indices"], (bs,)),
+              "paged_kernel_lens": (k["dtype:paged_kernel_lens"], (bs,)), "kv_indices": ("int32", (R, W))}
+    if k["start"]:
+        values["kv_start_idx"] = np.array(starts, np.int64)
+        shapes["kv_start_idx"] = (k["dtype:kv_start_idx"], (bs,))
+    tensors = {}
+    for name, (dt, shape) in shapes.items():
+        tensors[name], bcast = class_layout(k, name, dt, shape)
+        if name in values:
+            values[name] = apply_broadcast(values[name], bcast)
+    return Case(OP, {"page_size": ps}, tensors, values)
+
+
+def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
+    t, v = dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+    ps = case.scalars["page_size"]
+    P, C = t["req_to_token"].shape
+    R, W = t["kv_indices"].shape
+    bs = t["req_pool_indices"].shape[0]
+    kind = kind or d.choice(OUT_OF_CONTRACT)
+    i = d.integer(0, bs - 1)
+    lens, rows = v["paged_kernel_lens"], v["req_pool_indices"]
+    start = int(v["kv_start_idx"][i]) if "kv_start_idx" in v else 0
+    if kind == "pool_index_out_of_range":
+        rows[i] = d.choice((P, P + 1, -1))
+    elif kind == "past_row":  # start + length past the row (into the next row, or past the table)
+        lens[i] = C - start + d.choice((1, ps, BLOCK))
+        W = max(W, _pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
+    elif kind == "kv_indices_too_narrow":  # more pages than kv_indices' rows hold: written into the next row
+        lens[i] = max(int(lens[i]), 1)
+        W = _pages(int(lens.max()), ps) - d.integer(1, max(1, min(_pages(int(lens.max()), ps), 3)))
+    elif kind == "kv_indices_too_few_rows":
+        R = bs - 1
+    elif kind == "negative_len":
+        lens[i] = -d.choice((1, ps + 1))
+    elif kind == "negative_token_id":
+        lens[i] = max(int(lens[i]), 1)
+        if start + lens[i] > C:  # a table of one column
+            lens[i], start = 1, 0
+            if "kv_start_idx" in v:
+                v["kv_start_idx"][i] = 0
+        W = max(W, _pages(int(lens[i]), ps))
+        r = int(rows[i])
+        table = v["req_to_token"]
+        table[:, start + ps * d.integer(0, _pages(int(lens[i]), ps) - 1)] = -d.choice((1, ps + 1, 2**31))
+        if k["layout:req_to_token"].kind == "broadcast":
+            table[:] = table[0]
+        assert 0 <= r < P
+    t["kv_indices"] = relayout(k.get("layout:kv_indices", LayoutClass()), "int32", (R, W))
+    for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx", "req_to_token"):
+        if name in v:
+            t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+    return Case(OP, case.scalars, t, v, meta={"violation": kind})
+
+
+def mla_features(case: Case) -> set[str]:
+    lens = case.values.get("paged_kernel_lens")
+    ps = case.scalars.get("page_size")
+    out_spec = case.tensors.get("kv_indices")
+    if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
+        return set()
+    out = {"start" if "kv_start_idx" in case.tensors else "no_start", f"page_size:{ps}"}
+    R, W = out_spec.shape
+    ls = np.asarray(lens).tolist()
+    for n in ls:
+        if n < 0:
+            continue
+        if n == 0:
+            out.add("len:zero")
+        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
+            if n == e and e > 0:
+                out.add(f"edge:len:{name}")
+        for e in BLOCK_EDGES:
+            if n == e:
+                out.add(f"edge:len:{e}")
+        if n > BLOCK:
+            out.add("len:two_blocks")
+        if n > 0 and _pages(n, ps) == W:
+            out.add("width:full")  # the request's pages fill kv_indices' row
+    if ls and max(ls) >= 0 and _pages(max(ls), ps) < W:
+        out.add("width:spare")
+    if len(ls) >= 17:
+        out.add("big_batch")
+    if R > len(ls):
+        out.add("rows:spare")
+    if R > 1 and out_spec.strides[0] != W:
+        out.add("kv_indices:padded_rows")
+    table = case.tensors.get("req_to_token")
+    if table is not None and len(table.shape) == 2:
+        P, C = table.shape
+        if P > 1 and table.strides[0] != C:
+            out.add("strided_rows")
+        rows = np.asarray(case.values.get("req_pool_indices", [])).tolist()
+        if P > 1 and P - 1 in rows:
+            out.add("pool:last_row")
+        starts = np.asarray(case.values.get("kv_start_idx", np.zeros(len(ls), np.int64))).tolist()
+        if any(n > 0 and s + n == C for s, n in zip(starts, ls)):
+            out.add("row_end")
+        if any(s > 0 for s in starts):
+            out.add("start:nonzero")
+        if any(s % ps for s in starts):
+            out.add("start:unaligned")
+        vals = case.values.get("req_to_token")
+        if vals is not None and np.asarray(vals).size and int(np.asarray(vals).max()) == 2**31 - 1:
+            out.add("id:int32_max")
+    return out
+
+
+def required_features() -> set[str]:
+    return ({"start", "no_start", "start:nonzero", "start:unaligned", "len:zero", "len:two_blocks", "width:full",
+             "width:spare", "big_batch", "rows:spare", "kv_indices:padded_rows", "strided_rows", "pool:last_row",
+             "row_end", "id:int32_max"}
+            | {f"page_size:{ps}" for ps in PRODUCTION}
+            | {f"edge:len:{e}" for e in ("page-1", "page", "page+1", *BLOCK_EDGES)})
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "broadcast:req_to_token",
+                    *(f"dtype:{n}:{dt}" for n in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
+                      for dt in ("int32", "int64"))}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for flashmla_kv_indices."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, mla_class, mla_in_class, mla_violation, OUT_OF_CONTRACT, mla_features,
+                        all_required_features)

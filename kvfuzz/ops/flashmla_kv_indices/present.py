@@ -1,0 +1,28 @@
+"""How `kvfuzz replay` (show.py) and the short repro script (short_repro.py) present a
+flashmla_kv_indices case: the input rows an output row is computed from, and the call."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...case import Case
+from ..record import ShortCall
+
+
+def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
+    """For the kv_indices rows `rows` (request i writes row i), the requests and their table rows."""
+    bs = case.tensors["req_pool_indices"].shape[0]
+    reqs = sorted({r for r in rows if 0 <= r < bs})
+    out = {name: reqs for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx") if name in case.tensors}
+    pool = np.asarray(case.values["req_pool_indices"]).tolist()
+    out["req_to_token"] = sorted({pool[i] for i in reqs})
+    return out
+
+
+def short_call(case: Case, entry: str) -> ShortCall:
+    start = "kv_start_idx" if "kv_start_idx" in case.tensors else "None"
+    ps = case.scalars["page_size"]
+    return ShortCall((f"{entry}[(req_pool_indices.shape[0], -(-kv_indices.shape[1] // (4096 // {ps})))]"
+                      f"(req_to_token, req_pool_indices, paged_kernel_lens, {start}, kv_indices, "
+                      f"req_to_token.stride(0), kv_indices.stride(0), PAGED_SIZE={ps})"
+                      "  # SGLang's MLA backends: grid (bs, get_num_kv_index_blocks_flashmla(W, page_size))",))
