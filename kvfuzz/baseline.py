@@ -40,8 +40,11 @@ from .judge import Verdict, judge, quick_verdict
 from .targets import variant_lacks
 from .worker import Executor, InProcessExecutor, WorkerExecutor
 
-# kinds that are kvfuzz's own or the machine's, never a difference between two targets
-NOT_COMPARED = ("oracle_disagreement", "backend_divergence") + CLASSES
+# kinds that are kvfuzz's own or the machine's, never a difference between two targets; and a
+# race, which shows on some runs only: one side showing it on a case and the other not says
+# nothing about a change (the seed against itself on the H200 gave such pairs), so it stays the
+# target's ordinary finding
+NOT_COMPARED = ("oracle_disagreement", "backend_divergence", "nondeterministic") + CLASSES
 
 
 def compare(target: Verdict, base: Verdict, baseline: str) -> list[Finding]:

@@ -108,6 +108,11 @@ class Contract:
     # contract variant -> the later releases' optional arguments its cases may carry; a target must
     # take them all to be judged by it (targets.variant_lacks); a variant absent here has none
     variant_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # output -> the cells more than one program writes on this case (only an out-of-contract
+    # case can have them: overlapping CSR ranges); a second run may leave either program's
+    # value there, so a difference confined to them is the input's race, not nondeterminism
+    # of the kernel (judge._reruns). None: no op program shares a cell with another
+    racy: Callable[[Case], dict[str, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
         if not self.args or not self.variants or not self.paths:
@@ -234,3 +239,17 @@ def fits_int32(x: Any) -> bool:
     if arr.size == 0:
         return True
     return bool(arr.min() >= INT32_MIN and arr.max() <= INT32_MAX)
+
+
+def written_more_than_once(size: int, starts, lens) -> np.ndarray:
+    """[size] bool: the cells of a flat output that two or more of the ranges [starts[i],
+    starts[i] + lens[i]) cover (each range cut to the output; an empty or negative one covers
+    nothing): where programs writing one range each race."""
+    count = np.zeros(size + 1, np.int64)
+    for a, n in zip(np.asarray(starts, np.int64).tolist(), np.asarray(lens, np.int64).tolist()):
+        lo, hi = min(max(a, 0), size), min(max(a + max(n, 0), 0), size)
+        if lo < hi:
+            count[lo] += 1
+            count[hi] -= 1
+    return np.cumsum(count)[:size] >= 2
+

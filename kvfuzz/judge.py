@@ -108,14 +108,15 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
                 if broken is not None:
                     kind, where, message, hit = broken
                     verdict.findings.append(finding(kind, name, where, message, _cells(hit, got=got)))
-    verdict.findings += _reruns(contract, p, first, outcome.runs[1:], finding)
+    verdict.findings += _reruns(contract, case, p, first, outcome.runs[1:], finding)
     if outcome.cross is not None and status == "in_contract":
         verdict.findings += _divergence(contract, case, p, first, outcome.cross, outcome.cross_backend or "?",
                                         prepared.expected, finding)
     return verdict
 
 
-def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult], finding) -> list[Finding]:
+def _reruns(contract: Contract, case: Case, p: Plan, first: RunResult, later: list[RunResult],
+            finding) -> list[Finding]:
     """The runs after the first, by rules.rerun_rules: `nondeterministic`, or an
     `out_of_bounds_read` where a differing value was read from the fill (decoded from it), or
     else where the fill in one input's guard band or gap alone (a probe run, run_case) changes
@@ -147,10 +148,30 @@ def _reruns(contract: Contract, p: Plan, first: RunResult, later: list[RunResult
         _, seen, diff = compare(run)
         return _reads(contract, p, first.after, seen, diff)
 
+    racy = contract.racy(case) if contract.racy is not None else {}
+    racy = {name: cells for name, cells in racy.items() if cells.any()}
+
+    def only_racy(run: RunResult) -> bool:
+        """Whether `run` differs from the first only in cells two programs of this
+        (out-of-contract) case write: either program's value may be left there."""
+        _, seen, diff = compare(run)
+        if not racy or run.error != first.error or diff.size == 0 or seen.shape != first.after.shape:
+            return False
+        owners = set(np.unique(p.owner_of(diff)).tolist())
+        if NOBODY in owners or not {p.names[o] for o in owners} <= set(racy):
+            return False
+        for name in {p.names[o] for o in owners}:
+            region = p.regions[name]
+            if ((region.elements(first.after) != region.elements(seen)) & ~racy[name]).any():
+                return False
+        return True
+
     # "*": all of an input's bands at once (run_case's first probe); its bands, one by one, tell where
     banded = [r for r in later if r.probe is None or not r.probe.endswith(":*")]
     for kind, run, places in rerun_rules(banded, first.error, lambda r: compare(r)[0], decoded, same):
         diff = compare(run)[2]
+        if kind == "nondeterministic" and only_racy(run):
+            continue
         if kind == "nondeterministic":
             owners = sorted({p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff))})
             fill = " (from the alternate image: not explained by the fill)" if run.alt else ""

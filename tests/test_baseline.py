@@ -70,6 +70,10 @@ def test_compare_tells_regressions_fixes_and_changes_apart():
     # kvfuzz's own failures and its oracles' disagreements compare nothing
     assert compare(_v(wrong), _v(not_target="no worker"), "B") == []
     assert compare(_v(_f("oracle_disagreement")), _v(), "B") == []
+    # a race shows on some runs only: one side showing it says nothing about a change
+    race = _f("nondeterministic", where="rerun")
+    assert compare(_v(race), _v(), "B") == [] and compare(_v(), _v(race), "B") == []
+    assert [f.kind for f in compare(_v(race, wrong), _v(), "B")] == ["regression"]  # the rest still compares
 
 
 def test_a_class_keeps_the_runs_and_strictness_of_the_defect_it_stands_on():

@@ -136,3 +136,44 @@ def test_a_clean_rerun_from_the_alternate_image_is_clean_on_both_paths():
     damaged[p.plan.regions["page_table_dst"].start] ^= 1  # one output byte differs in the re-run
     assert quick_verdict(p, _runs(p, first, damaged)) is None
     assert [f.kind for f in judge(p.case, _runs(p, first, damaged), prepared=p).findings] == ["nondeterministic"]
+
+
+# races an out-of-contract input makes: not the kernel's nondeterminism -----------------------
+
+
+def _overlapping_kv_indptr():
+    """flashinfer_kv_indices with kv_indptr out of step with the lengths (out of contract):
+    request 0 writes cells 0-2, request 1 cells 2-4, so cell 2 is written by both programs."""
+    from kvfuzz.case import Case
+
+    i32 = lambda *shape: TensorSpec.contiguous("int32", shape)  # noqa: E731
+    values = {"req_to_token": np.arange(16, dtype=np.int32).reshape(2, 8), "req_pool_indices": np.array([0, 1]),
+              "paged_kernel_lens": np.array([3, 3]), "kv_indptr": np.array([0, 2, 5])}
+    case = Case("flashinfer_kv_indices", {}, {"req_to_token": i32(2, 8), "req_pool_indices": i32(2),
+                                              "paged_kernel_lens": i32(2), "kv_indptr": i32(3),
+                                              "kv_indices": i32(6)}, values)
+    p = prepare(case)
+    assert p.status == "out_of_contract"
+    return p
+
+
+def test_a_second_run_differing_only_where_two_programs_write_is_not_nondeterministic():
+    p = _overlapping_kv_indptr()
+    out = p.plan.regions["kv_indices"]
+    first, again = p.plan.image.copy(), p.plan.image.copy()
+    for arena, order in ((first, (0, 1)), (again, (1, 0))):  # the two programs' stores land in either order
+        for i in order:
+            out.view(arena)[[0, 1, 2] if i == 0 else [2, 3, 4]] = [0, 1, 2] if i == 0 else [8, 9, 10]
+    runs = Outcome([RunResult(after=first), RunResult(after=again)])
+    assert judge(p.case, runs, prepared=p).findings == []
+    out.view(again)[4] = 99  # a cell only request 1 writes: that difference is the kernel's
+    v = judge(p.case, Outcome([RunResult(after=first), RunResult(after=again)]), prepared=p)
+    assert v.signatures() == ["flashinfer_kv_indices:no_start:nondeterministic:kv_indices:rerun"]
+
+
+def test_written_more_than_once_counts_the_ranges_cut_to_the_output():
+    from kvfuzz.contract import written_more_than_once
+
+    got = written_more_than_once(6, [0, 2, 5, -3, 4], [3, 3, 4, 2, 0])
+    assert got.tolist() == [False, False, True, False, False, False]
+    assert not written_more_than_once(4, [0, 2], [2, 2]).any()

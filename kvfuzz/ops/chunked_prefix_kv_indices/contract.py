@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons
+from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons, written_more_than_once
 from . import oracle
 
 BLOCK = 512  # SGLang's copy block: lengths around its edges take different loop counts
@@ -109,6 +109,17 @@ def cells(case: Case) -> dict[str, Cells]:
     return {"chunk_kv_indices": Cells(required, np.zeros_like(required))}
 
 
+def racy(case: Case) -> dict[str, np.ndarray]:
+    """Cells two programs write: program i writes chunk_seq_lens[i] cells from chunk_cu_seq_lens[i], so
+    offsets out of step with the lengths (out of contract) overlap two requests' ranges."""
+    out = case.tensors["chunk_kv_indices"]
+    if len(out.shape) != 1:
+        return {}
+    lens = np.asarray(case.values["chunk_seq_lens"], dtype=np.int64)
+    starts = np.asarray(case.values["chunk_cu_seq_lens"], dtype=np.int64)[:lens.shape[0]]
+    return {"chunk_kv_indices": written_more_than_once(out.shape[0], starts, lens)}
+
+
 CONTRACT = Contract(
     name="chunked_prefix_kv_indices",
     entry="create_chunked_prefix_cache_kv_indices",
@@ -124,6 +135,7 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
+    racy=racy,
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),

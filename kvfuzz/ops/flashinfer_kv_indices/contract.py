@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons
+from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons, written_more_than_once
 from . import oracle
 
 BLOCK = 512  # SGLang's copy block: lengths around its edges take different loop counts
@@ -98,6 +98,17 @@ def cells(case: Case) -> dict[str, Cells]:
     return {"kv_indices": Cells(required, np.zeros_like(required))}
 
 
+def racy(case: Case) -> dict[str, np.ndarray]:
+    """Cells two programs write: program i writes paged_kernel_lens[i] cells from kv_indptr[i], so
+    offsets out of step with the lengths (out of contract) overlap two requests' ranges."""
+    out = case.tensors["kv_indices"]
+    if len(out.shape) != 1:
+        return {}
+    lens = np.asarray(case.values["paged_kernel_lens"], dtype=np.int64)
+    starts = np.asarray(case.values["kv_indptr"], dtype=np.int64)[:lens.shape[0]]
+    return {"kv_indices": written_more_than_once(out.shape[0], starts, lens)}
+
+
 CONTRACT = Contract(
     name="flashinfer_kv_indices",
     entry="create_flashinfer_kv_indices_triton",
@@ -113,6 +124,7 @@ CONTRACT = Contract(
     structural_reasons=structural_reasons,
     must_refuse=must_refuse,
     cells=cells,
+    racy=racy,
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
