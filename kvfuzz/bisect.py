@@ -11,7 +11,8 @@ flashinfer_kv_indices case those sharing kv_indices.py (0.5.20 - 0.5.22 share on
 0.5.22's kv_indices.py is its own), so one `sglang==X` target can stand for different release
 groups in different cases.
 
-A cell is `defect` (the saved signature shows), `clean` (nothing shows), `other: SIG` (another
+A cell is `defect` (the saved signature shows; a memory-fault crash under either backend's
+name, SIGSEGV under the interpreter or cuda_fault on a GPU, is the same defect), `clean` (nothing shows), `other: SIG` (another
 finding shows), `-` (the release cannot take the case: it has no such op, or the case uses an
 argument the release does not take) or `error: ...` (kvfuzz could not run it). `history` reads a
 case's cells in release order: the first release showing the defect, the last clean one before
@@ -32,7 +33,7 @@ from typing import Callable, Sequence
 
 from .corpus import SavedCase
 from .errors import BadInput
-from .findings import ordinary_signature
+from .findings import backend_neutral, ordinary_signature
 from .targets.releases import METADATA, file_release, known_releases, op_file, same_file_releases
 
 DEFECT, CLEAN, CANNOT = "defect", "clean", "-"
@@ -322,6 +323,8 @@ def judge_on(executor, spec: str, saved: SavedCase) -> tuple[str, str]:
         text = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return f"error: {text[:120]}", text
     sig = ordinary_signature(saved.finding.signature)
+    if sig not in got and backend_neutral(sig) in {backend_neutral(s) for s in got}:
+        sig = next(s for s in got if backend_neutral(s) == backend_neutral(sig))  # the other backend's name
     return (DEFECT if sig in got else CLEAN if not got else "other: " + ", ".join(sorted(got))), ""
 
 

@@ -52,6 +52,21 @@ def ordinary_signature(signature: str) -> str:
     return ":".join([*parts[:2], kind, parts[3], where, *parts[5:]])
 
 
+# how a wild memory access ends, by backend: the interpreter's process dies (a signal), a GPU
+# kernel faults the device; one defect, two crash names
+MEMORY_FAULTS = ("SIGSEGV", "SIGBUS", "cuda_fault")
+
+
+def backend_neutral(signature: str) -> str:
+    """`signature` with a memory-fault crash's backend-specific name made one
+    (op:path:crash:-:memory_fault): the same wild access is SIGSEGV under the interpreter and
+    cuda_fault on a GPU."""
+    parts = signature.split(":")
+    if len(parts) == 5 and parts[2] == "crash" and parts[4] in MEMORY_FAULTS:
+        return ":".join([*parts[:4], "memory_fault"])
+    return signature
+
+
 # kinds only a second run shows (the determinism re-run, from the alternate image)
 NEED_A_SECOND_RUN = ("nondeterministic", "out_of_bounds_read")
 

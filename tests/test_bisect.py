@@ -399,3 +399,35 @@ def test_the_release_matrix_script_is_kvfuzz_bisect_underneath():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "release_matrix.py"), "--releases", "0.5.5"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "'0.5.5' is not an SGLang release kvfuzz knows" in p.stderr, p.stderr
+
+
+def test_a_memory_fault_is_the_same_defect_under_either_backends_crash_name(monkeypatch):
+    """A case saved on the CPU as crash:-:SIGSEGV is `defect` where a GPU run faults the device
+    (crash:-:cuda_fault), and not where another crash shows."""
+    from types import SimpleNamespace
+
+    from kvfuzz import check
+    from kvfuzz.corpus import read_case_dir
+    from kvfuzz.findings import backend_neutral
+
+    assert backend_neutral("op:p:crash:-:SIGSEGV") == backend_neutral("op:p:crash:-:cuda_fault")
+    assert backend_neutral("op:p:crash:-:timeout") == "op:p:crash:-:timeout"
+    saved = read_case_dir(REPO / "corpora" / "decode_metadata" / "c70f6d25eb4ddafb")
+    assert saved.finding.signature == "decode_metadata:swa:crash:-:SIGSEGV"
+    shown: list[str] = []
+
+    class Fixed:
+        variant = None
+
+        def adopt(self, case):
+            return case
+
+        def check(self, case, repeats=1):
+            return SimpleNamespace(signatures=lambda: list(shown))
+    monkeypatch.setattr(check.Checker, "for_saved", classmethod(lambda cls, *a, **k: Fixed()))
+    ex = SimpleNamespace(missing={}, lacks={}, takes={"decode_metadata": ()})
+    for got, cell in ((["decode_metadata:swa:crash:-:cuda_fault"], DEFECT),
+                      (["decode_metadata:swa:crash:-:timeout"], "other: decode_metadata:swa:crash:-:timeout"),
+                      ([], "clean")):
+        shown[:] = got
+        assert bisect.judge_on(ex, "sglang==0.5.14", saved)[0] == cell
