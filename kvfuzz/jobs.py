@@ -136,7 +136,8 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
         out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0)
         return out
     first = reports[0]
-    for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check"):
+    for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check",
+                "baseline"):
         out[key] = first.get(key)
     out["seconds"] = max(r["seconds"] for r in reports)
     for key in ("startup_s", "since_import_s"):  # the job starts when its slowest shard has

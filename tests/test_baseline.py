@@ -158,6 +158,12 @@ def test_reports_list_regressions_fixes_and_changes_apart(tmp_path):
     text = markdown(report, [])
     assert "## Against the baseline B" in text and "1 regressions, 1 fixed, 0 changed." in text
     assert text.index("### Regressions") < text.index("### Fixed") < text.index("## Findings")
+    # --jobs: the merged report keeps the baseline and lists the classes of every shard
+    from kvfuzz.jobs import merge_reports
+
+    shard = dict(report, flaky=[], not_target=0, interrupted=False, notes=[], seed=0, versions={})
+    merged = merge_reports([dict(shard, findings=findings[:1]), dict(shard, findings=findings[1:])], 2)
+    assert merged["baseline"] == "B" and merged["against_baseline"] == classes
 
 
 REGRESSION = "num_kv_splits:splits:regression:num_kv_splits:mismatch.all"
