@@ -1,0 +1,184 @@
+"""What the three kv_indices ops (flashinfer_kv_indices, chunked_prefix_kv_indices,
+flashmla_kv_indices) share. Each runs one program per request i: it reads the token ids of
+request-pool row r = req_pool_indices[i] of `req_to_token`, from a start s for a length n, and
+writes them (or, flashmla's, the pages of every page_size-th one) into `kv_indices`. The first
+two write one flat CSR stream (request i's range from an offset: kv_indptr, chunk_cu_seq_lens);
+flashmla writes row i of a 2-D page table. What differs stays in each op's folder; here are the
+pieces whose logic is the same:
+
+* contract: the shared arguments, kernel path, structural checks, written and racy cells;
+* oracles: reading the requests and their value rules (NumPy), the CSR gather (torch).
+
+Not a standalone module: the full repro script embeds each op's call.py only (its shared
+getters are in `kvfuzz.targets.calls`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..case import Case, TensorSpec
+from ..contract import Arg, Cells, Contract, OutOfContract, dtype_and_layout_reasons, fits_int32, \
+    written_more_than_once
+from ..oracles.torch_ref import Inputs, input_tensor
+
+# the contract ----------------------------------------------------------------------------
+
+I32, I32_64 = ("int32",), ("int32", "int64")
+BLOCK = 512  # the CSR gathers' copy block (SGLang's): lengths around its edges take different loop counts
+TABLE = Arg("req_to_token", "in", I32, "P,C", doc="token ids per request-pool row; unit column stride")
+POOL_INDICES = Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)")
+NO_REQUEST = "bs = 0: no request (SGLang never launches an empty grid)"
+
+
+def start_path(case: Case) -> str:
+    """The kernel path of an op with an optional `kv_start_idx`."""
+    return "start" if "kv_start_idx" in case.tensors else "no_start"
+
+
+def refuses_nothing(case: Case) -> list[str]:
+    """must_refuse: the bare kernels check nothing before they launch."""
+    return []
+
+
+def matrix_reasons(t: Mapping[str, TensorSpec], name: str) -> list[str]:
+    """Tensor `name` is 2-D with unit column stride (its row stride is passed, not its column's)."""
+    spec = t[name]
+    if len(spec.shape) != 2:
+        return [f"{name} must be 2-D, got shape {spec.shape}"]
+    if spec.shape[1] > 1 and spec.strides[1] != 1:
+        return [f"{name} must have unit column stride, got strides {spec.strides}"]
+    return []
+
+
+def vector_reasons(t: Mapping[str, TensorSpec], names: tuple[str, ...]) -> list[str]:
+    """Each of the tensors `names` present is 1-D with unit stride."""
+    reasons = []
+    for name in names:
+        spec = t.get(name)
+        if spec is None:
+            continue
+        if len(spec.shape) != 1:
+            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
+        elif spec.shape[0] > 1 and spec.strides[0] != 1:
+            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
+                           f"got stride {spec.strides[0]}")
+    return reasons
+
+
+def size_reasons(t: Mapping[str, TensorSpec], bs: int, want: Mapping[str, int]) -> list[str]:
+    """Each tensor of `want` present has its number of elements."""
+    return [f"{name} has {t[name].shape[0]} elements, expected {n} (bs = {bs})"
+            for name, n in want.items() if name in t and t[name].shape[0] != n]
+
+
+def gather_reasons(contract: Contract, case: Case, vectors: tuple[str, ...],
+                   sizes: Callable[[Mapping[str, TensorSpec], int], list[str]]) -> list[str]:
+    """structural_reasons of a CSR gather (flashinfer's, chunked prefix's): the dtypes, a 2-D
+    req_to_token with unit column stride, the 1-D `vectors` with unit stride, bs >= 1, then
+    `sizes(tensors, bs)`."""
+    reasons = dtype_and_layout_reasons(contract, case)
+    if reasons:
+        return reasons
+    t = case.tensors
+    if len(t["req_to_token"].shape) != 2:  # the table's rank alone
+        return matrix_reasons(t, "req_to_token")
+    reasons = matrix_reasons(t, "req_to_token") + vector_reasons(t, vectors)
+    if reasons:
+        return reasons
+    bs = t["req_pool_indices"].shape[0]
+    if bs < 1:
+        return [NO_REQUEST]
+    return sizes(t, bs)
+
+
+def span_cells(spec: TensorSpec, lo: int, hi: int) -> Cells:
+    """Cells [lo, hi) of a flat output written, the rest untouched."""
+    required = np.zeros(spec.shape, bool)
+    required[lo:hi] = True
+    return Cells(required, np.zeros_like(required))
+
+
+def csr_racy(out: str, offsets: str, lengths: str) -> Callable[[Case], dict[str, np.ndarray]]:
+    """Contract.racy of a CSR gather: program i writes `lengths`[i] cells of `out` from
+    `offsets`[i], so offsets out of step with the lengths (out of contract) overlap two
+    requests' ranges."""
+
+    def racy(case: Case) -> dict[str, np.ndarray]:
+        spec = case.tensors[out]
+        if len(spec.shape) != 1:
+            return {}
+        lens = np.asarray(case.values[lengths], dtype=np.int64)
+        starts = np.asarray(case.values[offsets], dtype=np.int64)[:lens.shape[0]]
+        return {out: written_more_than_once(spec.shape[0], starts, lens)}
+
+    return racy
+
+
+# the oracles -----------------------------------------------------------------------------
+
+
+def request_values(case: Case, lengths: str, starts: str) -> tuple[np.ndarray, int, int, np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
+    """(req_to_token as int64, its P and C, each request's pool row, length and start, int64;
+    zero starts where the optional `starts` is absent)."""
+    v = case.values
+    table = np.asarray(v["req_to_token"], dtype=np.int64)
+    P, C = case.tensors["req_to_token"].shape
+    rows = np.asarray(v["req_pool_indices"], dtype=np.int64)
+    lens = np.asarray(v[lengths], dtype=np.int64)
+    if starts in v:
+        first = np.asarray(v[starts], dtype=np.int64)
+    else:
+        first = np.zeros(rows.shape[0], np.int64)
+    return table, P, C, rows, lens, first
+
+
+def check_int32(case: Case, names: tuple[str, ...]) -> None:
+    """OutOfContract for the first of `names` (those present) holding a value past int32."""
+    for name in names:
+        if name in case.values and not fits_int32(case.values[name]):
+            raise OutOfContract(f"{name} has a value outside int32 (the kernel casts it to int32)")
+
+
+def check_request(i: int, r: int, s: int, n: int, P: int, C: int, lengths: str, starts: str) -> None:
+    """OutOfContract unless request i's pool row is in the table and its columns [s, s + n) in the row."""
+    if not 0 <= r < P:
+        raise OutOfContract(f"req_pool_indices[{i}] = {r} outside [0, {P})")
+    if n < 0:
+        raise OutOfContract(f"{lengths}[{i}] = {n} < 0")
+    if s < 0:
+        raise OutOfContract(f"{starts}[{i}] = {s} < 0")
+    if s + n > C:
+        raise OutOfContract(f"request {i}: start + length = {s} + {n} > req_to_token width {C}")
+
+
+def torch_requests(case: Case, device, inputs: Inputs, lengths: str, starts: str):
+    """The torch oracles' (req_to_token, pool rows, lengths, starts) as int64 tensors on
+    `device`; zero starts where the optional `starts` is absent."""
+    import torch
+
+    table = input_tensor(case, "req_to_token", device, inputs).long()
+    rows = input_tensor(case, "req_pool_indices", device, inputs).long()
+    lens = input_tensor(case, lengths, device, inputs).long()
+    if starts in case.tensors:
+        first = input_tensor(case, starts, device, inputs).long()
+    else:
+        first = torch.zeros_like(lens)
+    return table, rows, lens, first
+
+
+def torch_csr_gather(table, rows, starts, lens, offsets, size: int, device):
+    """out[offsets[i] + j] = table[rows[i], starts[i] + j] for j < lens[i], as one gather over the
+    flat stream (repeat_interleave of the request ids); zeros elsewhere. int64, `size` cells."""
+    import torch
+
+    out = torch.zeros(size, dtype=torch.int64, device=device)
+    total = int(lens.sum())
+    if total:
+        req = torch.repeat_interleave(torch.arange(lens.shape[0], device=device), lens)
+        j = torch.arange(total, device=device) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+        out[offsets[req] + j] = table[rows[req], starts[req] + j]
+    return out
