@@ -7,7 +7,9 @@ flashmla writes row i of a 2-D page table. What differs stays in each op's folde
 pieces whose logic is the same:
 
 * contract: the shared arguments, kernel path, structural checks, written and racy cells;
-* oracles: reading the requests and their value rules (NumPy), the CSR gather (torch).
+* oracles: reading the requests and their value rules (NumPy), the CSR gather (torch);
+* generator: the draws the ops make alike, each in its fixed order of Draw calls (the ops'
+  case streams for a seed depend on it: `scripts/stream_digest.py` checks a change keeps them).
 
 Not a standalone module: the full repro script embeds each op's call.py only (its shared
 getters are in `kvfuzz.targets.calls`).
@@ -23,6 +25,8 @@ from ..case import Case, TensorSpec
 from ..contract import Arg, Cells, Contract, OutOfContract, dtype_and_layout_reasons, fits_int32, \
     written_more_than_once
 from ..oracles.torch_ref import Inputs, input_tensor
+from ..strategies.draw import CompileClass, Draw
+from ..strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
 
 # the contract ----------------------------------------------------------------------------
 
@@ -182,3 +186,142 @@ def torch_csr_gather(table, rows, starts, lens, offsets, size: int, device):
         j = torch.arange(total, device=device) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
         out[offsets[req] + j] = table[rows[req], starts[req] + j]
     return out
+
+
+# the generators: draws every op makes alike (the order of the Draw calls is the stream's) ---
+
+WIDTHS = (1, 16, 100, 511, 512, 513, 1024, 1100, 2049)  # C: the table's width (max context), CSR gathers
+EDGES = (0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK, 2 * BLOCK + 1)
+
+
+def table_layout(d: Draw) -> LayoutClass:
+    """req_to_token's layout class: contiguous, offset, padded rows, or one row repeated (row
+    stride 0; a zero column stride is out of contract)."""
+    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
+    if table.kind == "broadcast":
+        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    return table
+
+
+def batch_size(d: Draw, k: CompileClass, big: int = 40) -> int:
+    """bs for the class's size class (one request, a few, a big batch up to `big`)."""
+    return {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, big)}[k["bs"]]
+
+
+def pool_size(d: Draw, k: CompileClass) -> int:
+    """P: the pool's rows (one, sometimes, under a repeated row)."""
+    return 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+
+
+def block_length(d: Draw, C: int) -> int:
+    """A length at most C: at a block edge, the row's end, or any."""
+    edges = [e for e in EDGES if e <= C]
+    return d.one_of(lambda: d.choice(edges), lambda: C, lambda: d.integer(0, C))
+
+
+def free_lengths(d: Draw, g, C: int, bs: int) -> np.ndarray:
+    """Each request's length: drawn at the edges (every one of a small batch, one in eight of a
+    big one), else small, from the case's RNG `g`."""
+    return np.array([block_length(d, C) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(C, 40) + 1))
+                     for _ in range(bs)], dtype=np.int64)
+
+
+def start_in_row(d: Draw, g, C: int, n: int) -> int:
+    """A start for a length n in a row of C: the row's first column, its last start, or any."""
+    return d.choice((0, C - n, int(g.integers(0, C - n + 1))))
+
+
+def free_starts(d: Draw, g, C: int, lens: np.ndarray) -> np.ndarray:
+    return np.array([start_in_row(d, g, C, n) for n in lens.tolist()], np.int64)
+
+
+def pool_rows(d: Draw, g, P: int, bs: int) -> list[int]:
+    """Each request's pool row, the pool's first and last rows among them."""
+    return [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+
+
+def token_table(d: Draw, g, P: int, C: int, top: int = 1 << 20) -> np.ndarray:
+    """req_to_token's values: any int32, or ids in [0, top)."""
+    return g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, top, size=(P, C))
+
+
+def csr_offsets(d: Draw, lens: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the bs + 1 offsets of a flat output from a base, its size with a tail past the last)."""
+    base = d.choice((0, 0, 0, 1, 7, BLOCK))
+    offsets = base + np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    return offsets, int(offsets[-1]) + d.choice((0, 0, 1, 5, BLOCK))
+
+
+def laid_out(k: CompileClass, shapes: Mapping[str, tuple[str, tuple[int, ...]]],
+             values: dict[str, np.ndarray]) -> dict[str, TensorSpec]:
+    """Each tensor of `shapes` (name -> (dtype, shape)) in the class's layout; the values of a
+    broadcast one made constant along its stride-0 axis (in `values`)."""
+    tensors = {}
+    for name, (dt, shape) in shapes.items():
+        tensors[name], bcast = class_layout(k, name, dt, shape)
+        if name in values:
+            values[name] = apply_broadcast(values[name], bcast)
+    return tensors
+
+
+def editable(case: Case) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:
+    """A violation's working copy: the specs, and every value array as an int64 copy."""
+    return dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+
+
+def relength(lens: np.ndarray, offsets: np.ndarray, i: int, n: int) -> None:
+    """Request i's length n, the later CSR offsets kept consistent."""
+    offsets[i + 1:] += n - lens[i]
+    lens[i] = n
+
+
+def flat_size(d: Draw, kind: str, needed: int, size: int) -> int:
+    """A flat output's size after a violation: short of the last write for
+    kv_indices_too_short, else room for every write (one broken rule at a time)."""
+    if kind == "kv_indices_too_short":
+        return max(needed - d.integer(1, max(1, min(needed, 5))), 0)
+    return max(size, needed)
+
+
+def relaid(k: CompileClass, t: dict[str, TensorSpec], v: Mapping[str, np.ndarray], names: tuple[str, ...]) -> None:
+    """The specs of the inputs `names` (those with values) for their edited values, in the class's layouts."""
+    for name in names:
+        if name in v:
+            t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+
+
+def length_features(ls: list[int]) -> set[str]:
+    """A CSR gather's length features: the block edges, three blocks, a big batch."""
+    out = set()
+    for n in ls:
+        if n in EDGES:
+            out.add(f"edge:len:{n}")
+        if n > 2 * BLOCK:
+            out.add("len:three_blocks")
+    if len(ls) >= 17:
+        out.add("big_batch")
+    return out
+
+
+def strided_rows(case: Case) -> set[str]:
+    """strided_rows: req_to_token's rows are not back to back."""
+    table = case.tensors.get("req_to_token")
+    if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and table.strides[0] != table.shape[1]:
+        return {"strided_rows"}
+    return set()
+
+
+def last_pool_row(case: Case) -> set[str]:
+    """pool:last_row: a request reads the pool's last row."""
+    table, rows = case.tensors.get("req_to_token"), case.values.get("req_pool_indices")
+    if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and rows is not None and \
+            table.shape[0] - 1 in np.asarray(rows).tolist():
+        return {"pool:last_row"}
+    return set()
+
+
+def generic_required(index_inputs: tuple[str, ...]) -> set[str]:
+    """The generic features (strategies.coverage.generic_features) every campaign must reach:
+    a misaligned tensor, the repeated table row, both dtypes of each index input."""
+    return {"misaligned", "broadcast:req_to_token", *(f"dtype:{n}:{dt}" for n in index_inputs
+                                                      for dt in ("int32", "int64"))}
