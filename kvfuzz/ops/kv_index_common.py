@@ -9,7 +9,8 @@ pieces whose logic is the same:
 * contract: the shared arguments, kernel path, structural checks, written and racy cells;
 * oracles: reading the requests and their value rules (NumPy), the CSR gather (torch);
 * generator: the draws the ops make alike, each in its fixed order of Draw calls (the ops'
-  case streams for a seed depend on it: `scripts/stream_digest.py` checks a change keeps them).
+  case streams for a seed depend on it: `scripts/stream_digest.py` checks a change keeps them);
+* minimizer, presentation and the op record.
 
 Not a standalone module: the full repro script embeds each op's call.py only (its shared
 getters are in `kvfuzz.targets.calls`).
@@ -17,16 +18,19 @@ getters are in `kvfuzz.targets.calls`).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
 from ..case import Case, TensorSpec
 from ..contract import Arg, Cells, Contract, OutOfContract, dtype_and_layout_reasons, fits_int32, \
     written_more_than_once
+from ..minimize import Candidate, _chunks, _fmt
+from ..minimize import relayout as reshaped
 from ..oracles.torch_ref import Inputs, input_tensor
 from ..strategies.draw import CompileClass, Draw
 from ..strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from .record import OpRecord
 
 # the contract ----------------------------------------------------------------------------
 
@@ -325,3 +329,64 @@ def generic_required(index_inputs: tuple[str, ...]) -> set[str]:
     a misaligned tensor, the repeated table row, both dtypes of each index input."""
     return {"misaligned", "broadcast:req_to_token", *(f"dtype:{n}:{dt}" for n in index_inputs
                                                       for dt in ("int32", "int64"))}
+
+
+# the minimizer and presentation ----------------------------------------------------------
+
+
+def value_bound(case: Case, name: str) -> int | None:
+    """The exclusive bound of an index-valued input: a pool index below the table's rows."""
+    if name == "req_pool_indices":
+        return case.tensors["req_to_token"].shape[0]
+    return None
+
+
+def request_drops(bs: int, build: Callable[[list[int]], Case]) -> Iterator[Candidate]:
+    """The requests pass's candidates: ddmin subsets of the bs requests dropped, each built by
+    `build(the requests kept)`."""
+    for drop in _chunks(bs):
+        dropped = frozenset(drop)
+        keep = [i for i in range(bs) if i not in dropped]
+        yield (f"dropped request{'s' if len(drop) > 1 else ''} {_fmt(drop)} (bs {bs} -> {len(keep)})",
+               lambda keep=keep: build(keep))
+
+
+def kept(case: Case, names: tuple[str, ...], keep: list[int]) -> tuple[dict, dict]:
+    """(specs, values) of the per-request inputs `names` present, cut to the requests `keep`."""
+    specs, values = {}, {}
+    for name in names:
+        if name in case.tensors:
+            values[name] = np.asarray(case.values[name])[keep]
+            specs[name] = reshaped(case.tensors[name], (len(keep),))
+    return specs, values
+
+
+def request_rows(case: Case, reqs: list[int], names: tuple[str, ...]) -> dict[str, list[int]]:
+    """related_rows: the requests `reqs` in each per-request input `names` present, and the
+    req_to_token rows they read."""
+    out = {name: reqs for name in names if name in case.tensors}
+    pool = np.asarray(case.values["req_pool_indices"]).tolist()
+    out["req_to_token"] = sorted({pool[i] for i in reqs if i < len(pool)})
+    return out
+
+
+def kv_index_record(contract: Contract, call, generate, minimize, present, order: int) -> OpRecord:
+    """The op record of a kv_indices op from its folder's modules: the builtin kernel
+    `kvfuzz.kernels.<op>:<entry>`, the release file kv_indices.py, the full repro script
+    embedding its call.py."""
+    return OpRecord(
+        name=contract.name,
+        contract=contract,
+        generator=generate.GENERATOR,
+        call=call.CALL,
+        generations=call.GENERATIONS,
+        builtin=f"kvfuzz.kernels.{contract.name}:{contract.entry}",
+        source_file="kv_indices.py",
+        release_variants=call.RELEASE_VARIANTS,
+        passes=minimize.PASSES,
+        value_bound=value_bound,
+        related_rows=present.related_rows,
+        short_call=present.short_call,
+        standalone=(call.__name__,),
+        order=order,
+    )
