@@ -9,72 +9,32 @@ tests/test_releases.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 
-from kvfuzz.execute import run_case
-from kvfuzz.judge import judge
 from kvfuzz.ops import record
-from kvfuzz.strategies import random_cases
 from kvfuzz.targets import load_target
 
+from kv_index_ops import builtin_finds_nothing, oracles_agree, release_file, release_target_runs_clean, \
+    seeded_defect_found, short_campaign, violation, violations_leave_contract, writes_past_on_0_5_14
+
 OP = "chunked_prefix_kv_indices"
-KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "chunked_prefix_kv_indices.py"
-
-
-def stream_findings(target, device, seed=3, n=30, in_contract_only=False, first=False):
-    """The signatures a seeded stream of n cases (one in five out of contract) finds (first:
-    those of the first case that finds any)."""
-    out = set()
-    for case in random_cases(OP, seed, n, in_contract_only):
-        v = judge(case, run_case(target, case, device))
-        assert v.not_target is None, (case.describe(), v.not_target)
-        out |= set(v.signatures())
-        if first and out:
-            break
-    return out
 
 
 def test_the_builtin_passes_a_short_campaign(device):
-    from kvfuzz.campaign import CampaignConfig, run_campaign
-
-    res = run_campaign(CampaignConfig(ops=[OP], ops_named=True, device=device, budget_s=2, isolate=False, seed=5,
-                                      minimize_budget_s=0))
-    (stats,) = res.stats
-    assert stats.cases > 10 and res.saved == [], (stats, res.saved)
+    short_campaign(OP, device, budget_s=2, min_cases=10)
 
 
 def test_the_builtin_finds_nothing_on_a_seeded_stream(builtin_target, device):
-    b = builtin_target.bindings[OP]
-    assert b.generation == "0.5.14" and not b.bare
-    assert stream_findings(builtin_target, device) == set()
+    builtin_finds_nothing(OP, builtin_target, device)
 
 
 def test_the_oracles_agree_on_generated_cases():
-    rec = record(OP)
-    seen = set()
-    for case in random_cases(OP, 11, 80, in_contract_only=True):
-        status, reasons, expected = rec.contract.assess(case)
-        assert status == "in_contract", reasons
-        req = rec.contract.cells(case)["chunk_kv_indices"].required
-        got = rec.torch_ref(case, "cpu")["chunk_kv_indices"].numpy()
-        assert np.array_equal(got[req], expected.values["chunk_kv_indices"][req]), case.describe()
-        seen |= rec.generator.features(case)
+    seen = oracles_agree(OP, 80)
     assert {"cu_bs", "cu_bs_plus_1", "chunk:prefix_ended", "edge:len:512", "edge:len:513"} <= seen
 
 
 def test_each_violation_leaves_the_contract():
-    rec = record(OP)
-    from kvfuzz.strategies.draw import RandomDraw
-
-    for kind in rec.generator.violations:
-        for i in range(6):
-            d = RandomDraw(f"violation:{kind}:{i}")
-            k = rec.generator.compile_class(d)
-            case = rec.generator.violation(d, rec.generator.in_class(d, k), k, kind)
-            assert rec.contract.classify(case)[0] == "out_of_contract", (kind, case.describe())
+    violations_leave_contract(OP)
 
 
 MUTANTS = {
@@ -86,34 +46,14 @@ MUTANTS = {
 
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, device):
-    old, new = MUTANTS[name]
-    src = KERNEL.read_text()
-    assert src.count(old) == 1, old
-    src = src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import")
-    path = tmp_path / f"mutant_{name.replace(' ', '_')}.py"
-    path.write_text(src)
-    found = stream_findings(load_target(str(path), device), device, seed=7, n=40, in_contract_only=True, first=True)
-    assert any(s.startswith(f"{OP}:") for s in found), found
-
-
-def release_file(version: str) -> Path:
-    """SGLang `version`'s kv_indices.py from kvfuzz's cache (fetched once), or skip."""
-    from test_releases import kernel_file
-
-    return kernel_file(version, "kv_indices.py")
+    seeded_defect_found(OP, *MUTANTS[name], tmp_path, device, name, seed=7, n=40, in_contract_only=True, first=True)
 
 
 # 0.5.10: extracted (0.5.8 - 0.5.12's file, the kernel from forward_batch_deepseek_mha_mixin.py);
 # 0.5.14: the kernel's first kv_indices.py; 0.5.23: moved to sglang/kernels/ops/attention/
 @pytest.mark.parametrize("version", ["0.5.10", "0.5.14", "0.5.23"])
 def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, device):
-    release_file(version)
-    t = load_target(f"sglang=={version}", device)
-    b = t.bindings[OP]
-    assert b.bare and b.generation == "0.5.14" and not b.defaulted, b.describe()
-    assert t.variants[OP] == "default" and "kv_indices.py" in t.description
-    assert t.entries[OP] is t.modules["kv_indices.py"].__dict__["create_chunked_prefix_cache_kv_indices"]
-    assert stream_findings(t, device, seed=4, n=20, in_contract_only=True) == set()
+    release_target_runs_clean(OP, version, "0.5.14", device)
 
 
 def test_0_5_13_does_not_offer_the_op_and_says_why(device):
@@ -136,17 +76,7 @@ def test_the_release_file_by_path_offers_the_op(device):
 def test_sglang_writes_past_a_too_short_output(device):
     """Out of contract: SGLang's kernel takes no size of chunk_kv_indices, so offsets past it are
     written there (what kvfuzz reports for any out-of-contract case); the builtin masks them."""
-    from kvfuzz.strategies.draw import RandomDraw
-
-    g = record(OP).generator
-    d = RandomDraw("too short")
-    k = g.compile_class(d)
-    case = g.violation(d, g.in_class(d, k), k, "kv_indices_too_short")
-    release_file("0.5.14")
-    t = load_target("sglang==0.5.14", device)
-    sigs = judge(case, run_case(t, case, device)).signatures()
-    assert any(s.endswith("out_of_bounds_write:chunk_kv_indices:after") for s in sigs), sigs
-    assert judge(case, run_case(load_target("builtin", device), case, device)).signatures() == []
+    writes_past_on_0_5_14(OP, violation(OP, "kv_indices_too_short", "too short"), device)
 
 
 def test_a_short_repro_imports_the_kernel_from_where_the_release_keeps_it():

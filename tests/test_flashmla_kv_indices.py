@@ -10,72 +10,35 @@ cache, as in tests/test_releases.py."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kvfuzz.execute import run_case
-from kvfuzz.judge import judge
 from kvfuzz.ops import record
 from kvfuzz.strategies import random_cases
 from kvfuzz.targets import load_target
 
+from kv_index_ops import builtin_finds_nothing, oracles_agree, release_file, release_target_runs_clean, \
+    seeded_defect_found, short_campaign, violation, violations_leave_contract, writes_past_on_0_5_14
+
 OP = "flashmla_kv_indices"
-KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "flashmla_kv_indices.py"
-
-
-def stream_findings(target, device, seed=3, n=30, in_contract_only=False, first=False):
-    """The signatures a seeded stream of n cases (one in five out of contract) finds (first:
-    those of the first case that finds any)."""
-    out = set()
-    for case in random_cases(OP, seed, n, in_contract_only):
-        v = judge(case, run_case(target, case, device))
-        assert v.not_target is None, (case.describe(), v.not_target)
-        out |= set(v.signatures())
-        if first and out:
-            break
-    return out
 
 
 def test_the_builtin_passes_a_short_campaign(device):
-    from kvfuzz.campaign import CampaignConfig, run_campaign
-
-    res = run_campaign(CampaignConfig(ops=[OP], ops_named=True, device=device, budget_s=2, isolate=False, seed=5,
-                                      minimize_budget_s=0))
-    (stats,) = res.stats
-    assert stats.cases > 10 and res.saved == [], (stats, res.saved)
+    short_campaign(OP, device, budget_s=2, min_cases=10)
 
 
 def test_the_builtin_finds_nothing_on_a_seeded_stream(builtin_target, device):
-    b = builtin_target.bindings[OP]
-    assert b.generation == "0.5.14" and not b.bare
-    assert stream_findings(builtin_target, device) == set()
+    builtin_finds_nothing(OP, builtin_target, device)
 
 
 def test_the_oracles_agree_on_generated_cases():
-    rec = record(OP)
-    seen = set()
-    for case in random_cases(OP, 11, 80, in_contract_only=True):
-        status, reasons, expected = rec.contract.assess(case)
-        assert status == "in_contract", reasons
-        req = rec.contract.cells(case)["kv_indices"].required
-        got = rec.torch_ref(case, "cpu")["kv_indices"].numpy()
-        assert np.array_equal(got[req], expected.values["kv_indices"][req]), case.describe()
-        seen |= rec.generator.features(case)
+    seen = oracles_agree(OP, 80)
     assert {"start", "no_start", "page_size:64", "page_size:1", "edge:len:page+1", "width:full"} <= seen
 
 
 def test_each_violation_leaves_the_contract():
-    rec = record(OP)
-    from kvfuzz.strategies.draw import RandomDraw
-
-    for kind in rec.generator.violations:
-        for i in range(6):
-            d = RandomDraw(f"violation:{kind}:{i}")
-            k = rec.generator.compile_class(d)
-            case = rec.generator.violation(d, rec.generator.in_class(d, k), k, kind)
-            assert rec.contract.classify(case)[0] == "out_of_contract", (kind, case.describe())
+    violations_leave_contract(OP)
 
 
 MUTANTS = {
@@ -87,21 +50,7 @@ MUTANTS = {
 
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, device):
-    old, new = MUTANTS[name]
-    src = KERNEL.read_text()
-    assert src.count(old) == 1, old
-    src = src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import")
-    path = tmp_path / f"mutant_{name.replace(' ', '_')}.py"
-    path.write_text(src)
-    found = stream_findings(load_target(str(path), device), device, seed=7, n=40, in_contract_only=True, first=True)
-    assert any(s.startswith(f"{OP}:") for s in found), found
-
-
-def release_file(version: str) -> Path:
-    """SGLang `version`'s kv_indices.py from kvfuzz's cache (fetched once), or skip."""
-    from test_releases import kernel_file
-
-    return kernel_file(version, "kv_indices.py")
+    seeded_defect_found(OP, *MUTANTS[name], tmp_path, device, name, seed=7, n=40, in_contract_only=True, first=True)
 
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
@@ -127,13 +76,7 @@ RELEASES = [("0.5.10", "0.5.14"), ("0.5.14", "0.5.14"), ("0.5.23", "0.5.14")]
 
 @pytest.mark.parametrize("version,generation", RELEASES)
 def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, generation, device):
-    release_file(version)
-    t = load_target(f"sglang=={version}", device)
-    b = t.bindings[OP]
-    assert b.bare and b.generation == generation and not b.defaulted, b.describe()
-    assert t.variants[OP] == "default" and "kv_indices.py" in t.description
-    assert t.entries[OP] is t.modules["kv_indices.py"].__dict__["create_flashmla_kv_indices_triton"]
-    assert stream_findings(t, device, seed=4, n=20, in_contract_only=True) == set()
+    release_target_runs_clean(OP, version, generation, device)
 
 
 def test_0_5_13_and_0_5_17_offer_the_op_by_their_generations(device):
@@ -148,17 +91,8 @@ def test_0_5_13_and_0_5_17_offer_the_op_by_their_generations(device):
 def test_sglang_writes_past_a_kv_indices_with_too_few_rows(device):
     """Out of contract: SGLang's kernel takes no row count of kv_indices, so request bs - 1 writes
     past it (what kvfuzz reports for any out-of-contract case); the builtin masks it."""
-    from kvfuzz.strategies.draw import RandomDraw
-
-    g = record(OP).generator
-    release_file("0.5.14")
-    t = load_target("sglang==0.5.14", device)
     for i in range(20):  # the first such case whose last request has a page to write
-        d = RandomDraw(f"too few rows {i}")
-        k = g.compile_class(d)
-        case = g.violation(d, g.in_class(d, k), k, "kv_indices_too_few_rows")
+        case = violation(OP, "kv_indices_too_few_rows", f"too few rows {i}")
         if case.tensors["kv_indices"].shape[1] and int(case.values["paged_kernel_lens"][-1]) > 0:
             break
-    sigs = judge(case, run_case(t, case, device)).signatures()
-    assert any(s.endswith("out_of_bounds_write:kv_indices:after") for s in sigs), sigs
-    assert judge(case, run_case(load_target("builtin", device), case, device)).signatures() == []
+    writes_past_on_0_5_14(OP, case, device)

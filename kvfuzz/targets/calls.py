@@ -105,6 +105,14 @@ def flag(name: str) -> Getter:
     return lambda t, s: bool(s.get(name, False))
 
 
+def row_stride(name: str) -> Getter:  # a tensor's row stride, for a kernel that takes it as an argument
+    return lambda t, s: t[name].stride(0)
+
+
+def one_program_per_row(name: str) -> Getter:  # a bare kernel's grid (`OpCall.grid`): (rows of `name`,)
+    return lambda t, s: (t[name].shape[0],)
+
+
 @dataclass(frozen=True)
 class OpCall:
     """What kvfuzz can pass to one op's entry point."""

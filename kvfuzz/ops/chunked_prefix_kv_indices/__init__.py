@@ -1,23 +1,9 @@
 """The op record of chunked_prefix_kv_indices: its contract, generator, oracles, call bindings,
-release variants, minimizer passes and presentation hooks, each in its own module beside this one."""
+release variants, minimizer passes and presentation hooks, each in its own module beside this one
+(what the three kv_indices ops share: kvfuzz/ops/kv_index_common.py)."""
 
-from ..record import OpRecord
+from ..kv_index_common import kv_index_record
 from . import call, generate, minimize, present
 from .contract import CONTRACT
 
-RECORD = OpRecord(
-    name="chunked_prefix_kv_indices",
-    contract=CONTRACT,
-    generator=generate.GENERATOR,
-    call=call.CALL,
-    generations=call.GENERATIONS,
-    builtin="kvfuzz.kernels.chunked_prefix_kv_indices:create_chunked_prefix_cache_kv_indices",
-    source_file="kv_indices.py",
-    release_variants=call.RELEASE_VARIANTS,
-    passes=minimize.PASSES,
-    value_bound=minimize.value_bound,
-    related_rows=present.related_rows,
-    short_call=present.short_call,
-    standalone=(call.__name__,),
-    order=61,
-)
+RECORD = kv_index_record(CONTRACT, call, generate, minimize, present, order=61)

@@ -18,15 +18,7 @@ table).
 
 from __future__ import annotations
 
-from ...targets.calls import Generation, OpCall, tensor
-
-
-def _row_stride(t, s):
-    return t["req_to_token"].stride(0)
-
-
-def _grid(t, s):
-    return (t["req_pool_indices"].shape[0],)
+from ...targets.calls import Generation, OpCall, one_program_per_row, row_stride, tensor
 
 
 CALL = OpCall(
@@ -37,14 +29,14 @@ CALL = OpCall(
         "chunk_seq_lens_ptr": tensor("chunk_seq_lens"),
         "chunk_cu_seq_lens_ptr": tensor("chunk_cu_seq_lens"),
         "chunk_kv_indices_ptr": tensor("chunk_kv_indices"),
-        "req_to_token_ptr_stride": _row_stride,  # a constexpr in every release
+        "req_to_token_ptr_stride": row_stride("req_to_token"),  # a constexpr in every release
     },
     required=(("req_to_token_ptr",), ("req_pool_indices_ptr",), ("chunk_start_idx_ptr",), ("chunk_seq_lens_ptr",),
               ("chunk_cu_seq_lens_ptr",), ("chunk_kv_indices_ptr",), ("req_to_token_ptr_stride",)),
     neutral={},
     legacy=("req_to_token_ptr", "req_pool_indices_ptr", "chunk_start_idx_ptr", "chunk_seq_lens_ptr",
             "chunk_cu_seq_lens_ptr", "chunk_kv_indices_ptr", "req_to_token_ptr_stride"),
-    grid=_grid,
+    grid=one_program_per_row("req_pool_indices"),  # one program per request
 )
 
 GENERATIONS = (

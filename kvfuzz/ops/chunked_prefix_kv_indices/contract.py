@@ -41,15 +41,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons, written_more_than_once
+from ...contract import Arg, Cells, Contract
+from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
+    size_reasons, span_cells
 from . import oracle
 
-BLOCK = 512  # SGLang's copy block: lengths around its edges take different loop counts
-
-I32, I32_64 = ("int32",), ("int32", "int64")
 ARGS = (
-    Arg("req_to_token", "in", I32, "P,C", doc="token ids per request-pool row; unit column stride"),
-    Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)"),
+    TABLE,
+    POOL_INDICES,
     Arg("chunk_start_idx", "in", I32_64, "bs", doc="s: the chunk's first column in the request's row, >= 0"),
     Arg("chunk_seq_lens", "in", I32_64, "bs", doc="n: the chunk's tokens in the request, >= 0, s + n <= C"),
     Arg("chunk_cu_seq_lens", "in", I32, "bs+1 or bs",
@@ -65,59 +64,23 @@ def kernel_path(case: Case) -> str:
     return "cu_bs" if spec is not None and spec.shape and spec.shape[0] == bs else "cu_bs_plus_1"
 
 
-def must_refuse(case: Case) -> list[str]:
-    return []
-
-
-def structural_reasons(case: Case) -> list[str]:
-    reasons = dtype_and_layout_reasons(CONTRACT, case)
-    if reasons:
-        return reasons
-    t = case.tensors
-    table = t["req_to_token"]
-    if len(table.shape) != 2:
-        return [f"req_to_token must be 2-D, got shape {table.shape}"]
-    if table.shape[1] > 1 and table.strides[1] != 1:
-        reasons.append(f"req_to_token must have unit column stride, got strides {table.strides}")
-    for name in ONE_D:
-        spec = t[name]
-        if len(spec.shape) != 1:
-            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
-        elif spec.shape[0] > 1 and spec.strides[0] != 1:
-            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
-                           f"got stride {spec.strides[0]}")
-    if reasons:
-        return reasons
-    bs = t["req_pool_indices"].shape[0]
-    if bs < 1:
-        return ["bs = 0: no request (SGLang never launches an empty grid)"]
-    for name in ("chunk_start_idx", "chunk_seq_lens"):
-        if t[name].shape[0] != bs:
-            reasons.append(f"{name} has {t[name].shape[0]} elements, expected {bs} (bs = {bs})")
+def _sizes(t, bs: int) -> list[str]:
+    reasons = size_reasons(t, bs, {"chunk_start_idx": bs, "chunk_seq_lens": bs})
     if t["chunk_cu_seq_lens"].shape[0] not in (bs, bs + 1):
         reasons.append(f"chunk_cu_seq_lens has {t['chunk_cu_seq_lens'].shape[0]} elements, expected {bs + 1} "
                        f"or {bs} (bs = {bs})")
     return reasons
 
 
+def structural_reasons(case: Case) -> list[str]:
+    return gather_reasons(CONTRACT, case, ONE_D, _sizes)
+
+
 def cells(case: Case) -> dict[str, Cells]:
-    out = case.tensors["chunk_kv_indices"]
     cu = np.asarray(case.values["chunk_cu_seq_lens"], dtype=np.int64)
     lens = np.asarray(case.values["chunk_seq_lens"], dtype=np.int64)
-    required = np.zeros(out.shape, bool)
-    required[max(int(cu[0]), 0):max(int(cu[lens.shape[0] - 1] + lens[-1]), 0)] = True
-    return {"chunk_kv_indices": Cells(required, np.zeros_like(required))}
-
-
-def racy(case: Case) -> dict[str, np.ndarray]:
-    """Cells two programs write: program i writes chunk_seq_lens[i] cells from chunk_cu_seq_lens[i], so
-    offsets out of step with the lengths (out of contract) overlap two requests' ranges."""
-    out = case.tensors["chunk_kv_indices"]
-    if len(out.shape) != 1:
-        return {}
-    lens = np.asarray(case.values["chunk_seq_lens"], dtype=np.int64)
-    starts = np.asarray(case.values["chunk_cu_seq_lens"], dtype=np.int64)[:lens.shape[0]]
-    return {"chunk_kv_indices": written_more_than_once(out.shape[0], starts, lens)}
+    return {"chunk_kv_indices": span_cells(case.tensors["chunk_kv_indices"], max(int(cu[0]), 0),
+                                           max(int(cu[lens.shape[0] - 1] + lens[-1]), 0))}
 
 
 CONTRACT = Contract(
@@ -133,9 +96,9 @@ CONTRACT = Contract(
            "cu_bs": "chunk_cu_seq_lens has bs entries (the DCP planner's extend_cu_prefix_lens[:-1])"},
     kernel_path=kernel_path,
     structural_reasons=structural_reasons,
-    must_refuse=must_refuse,
+    must_refuse=refuses_nothing,
     cells=cells,
-    racy=racy,
+    racy=csr_racy("chunk_kv_indices", "chunk_cu_seq_lens", "chunk_seq_lens"),
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),

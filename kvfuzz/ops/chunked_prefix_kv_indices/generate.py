@@ -17,13 +17,13 @@ import numpy as np
 from ...case import Case
 from ...strategies import OpGenerator
 from ...strategies.draw import CompileClass, Draw
-from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
+from ..kv_index_common import BLOCK, EDGES, WIDTHS, batch_size, block_length, csr_offsets, editable, flat_size, \
+    free_lengths, free_starts, generic_required, laid_out, last_pool_row, length_features, pool_rows, pool_size, \
+    relaid, relength, strided_rows, table_layout, token_table
 
 OP = "chunked_prefix_kv_indices"
-BLOCK = 512
-WIDTHS = (1, 16, 100, 511, 512, 513, 1024, 1100, 2049)  # C: the table's width (max context)
-EDGES = (0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK, 2 * BLOCK + 1)
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "negative_start", "cu_inconsistent", "negative_len",
                    "kv_indices_too_short")
 ONE_D = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens", "chunk_kv_indices")
@@ -31,9 +31,7 @@ INDEX = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens")
 
 
 def chunk_class(d: Draw) -> CompileClass:
-    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
-    if table.kind == "broadcast":  # one row repeated (row stride 0); a zero column stride is out of contract
-        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    table = table_layout(d)
     p = {
         "C": d.choice(WIDTHS),
         "cu": d.choice(("bs+1", "bs")),
@@ -47,14 +45,9 @@ def chunk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _length(d: Draw, C: int) -> int:
-    edges = [e for e in EDGES if e <= C]
-    return d.one_of(lambda: d.choice(edges), lambda: C, lambda: d.integer(0, C))
-
-
 def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of one chunk as SGLang's get_prefix_chunk_seq_lens makes them."""
-    prefix = np.array([_length(d, C) for _ in range(min(bs, 4))]
+    prefix = np.array([block_length(d, C) for _ in range(min(bs, 4))]
                       + [int(g.integers(0, C + 1)) for _ in range(bs - min(bs, 4))], np.int64)
     chunk_len = d.choice((1, BLOCK - 1, BLOCK, BLOCK + 1, max(1, C // 3), max(1, C)))
     num_chunks = -(-int(prefix.max()) // chunk_len) if prefix.max() > 0 else 1
@@ -66,50 +59,37 @@ def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
 
 def chunk_in_class(d: Draw, k: CompileClass) -> Case:
     C = k["C"]
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 40)}[k["bs"]]
-    P = 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+    bs = batch_size(d, k)
+    P = pool_size(d, k)
     g = rng(d.seed())
     if d.boolean():
         starts, lens = _as_sglang(d, g, C, bs)
     else:
-        lens = np.array([_length(d, C) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(C, 40) + 1))
-                         for _ in range(bs)], dtype=np.int64)
-        starts = np.array([d.choice((0, C - n, int(g.integers(0, C - n + 1)))) for n in lens.tolist()], np.int64)
-    base = d.choice((0, 0, 0, 1, 7, BLOCK))
-    cu = base + np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    N = int(cu[-1]) + d.choice((0, 0, 1, 5, BLOCK))
+        lens = free_lengths(d, g, C, bs)
+        starts = free_starts(d, g, C, lens)
+    cu, N = csr_offsets(d, lens)
     if k["cu"] == "bs":
         cu = cu[:-1]
-    table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, 1 << 20, size=(P, C))
-    rows = np.array([d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)], np.int64)  # the pool's ends
+    table = token_table(d, g, P, C)
+    rows = np.array(pool_rows(d, g, P, bs), np.int64)  # the pool's ends
     values = {"req_to_token": table, "req_pool_indices": rows, "chunk_start_idx": starts,
               "chunk_seq_lens": lens, "chunk_cu_seq_lens": cu}
     shapes = {"req_to_token": ("int32", (P, C)), "chunk_cu_seq_lens": ("int32", cu.shape),
               "chunk_kv_indices": ("int32", (N,)), **{name: (k[f"dtype:{name}"], (bs,)) for name in INDEX}}
-    tensors = {}
-    for name, (dt, shape) in shapes.items():
-        tensors[name], bcast = class_layout(k, name, dt, shape)
-        if name in values:
-            values[name] = apply_broadcast(values[name], bcast)
-    return Case(OP, {}, tensors, values)
+    return Case(OP, {}, laid_out(k, shapes, values), values)
 
 
 def chunk_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
-    t, v = dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+    t, v = editable(case)
     P, C = t["req_to_token"].shape
     bs = t["req_pool_indices"].shape[0]
     kind = kind or d.choice(OUT_OF_CONTRACT)
     i = d.integer(0, bs - 1)
     lens, cu, starts = v["chunk_seq_lens"], v["chunk_cu_seq_lens"], v["chunk_start_idx"]
-
-    def relens(n: int) -> None:  # request i's length n, the later offsets kept consistent
-        cu[i + 1:] += n - lens[i]
-        lens[i] = n
-
     if kind == "pool_index_out_of_range":
         v["req_pool_indices"][i] = d.choice((P, P + 1, -1))
     elif kind == "past_row":  # start + length past the row (into the next row, or past the table)
-        relens(C - int(starts[i]) + d.choice((1, 3, BLOCK)))
+        relength(lens, cu, i, C - int(starts[i]) + d.choice((1, 3, BLOCK)))
     elif kind == "negative_start":  # reads before the row (the previous row, or before the table)
         starts[i] = -d.choice((1, BLOCK + 1))
     elif kind == "cu_inconsistent":
@@ -121,17 +101,11 @@ def chunk_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = Non
     elif kind == "negative_len":
         lens[i] = -d.choice((1, BLOCK + 1))
     elif kind == "kv_indices_too_short":
-        relens(max(int(lens[i]), 1))
+        relength(lens, cu, i, max(int(lens[i]), 1))
     ends = cu[:bs] + np.maximum(lens, 0)
-    n_needed = max(int(ends.max()), 0)
-    N = t["chunk_kv_indices"].shape[0]
-    if kind == "kv_indices_too_short":
-        N = max(n_needed - d.integer(1, max(1, min(n_needed, 5))), 0)
-    else:
-        N = max(N, n_needed)  # one broken rule at a time: room for every write
+    N = flat_size(d, kind, max(int(ends.max()), 0), t["chunk_kv_indices"].shape[0])
     t["chunk_kv_indices"] = relayout(k.get("layout:chunk_kv_indices", LayoutClass()), "int32", (N,))
-    for name in ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens"):
-        t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+    relaid(k, t, v, ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens"))
     return Case(OP, case.scalars, t, v, meta={"violation": kind})
 
 
@@ -144,13 +118,7 @@ def chunk_features(case: Case) -> set[str]:
     cu = case.values.get("chunk_cu_seq_lens")
     if cu is not None:
         out.add("cu_bs" if np.asarray(cu).shape[0] == len(ls) else "cu_bs_plus_1")
-    for n in ls:
-        if n in EDGES:
-            out.add(f"edge:len:{n}")
-        if n > 2 * BLOCK:
-            out.add("len:three_blocks")
-    if len(ls) >= 17:
-        out.add("big_batch")
+    out |= length_features(ls) | strided_rows(case) | last_pool_row(case)
     if cu is not None and np.asarray(cu).size and int(np.asarray(cu)[0]) > 0:
         out.add("cu_base")
     spec = case.tensors.get("chunk_kv_indices")
@@ -159,12 +127,6 @@ def chunk_features(case: Case) -> set[str]:
         if spec.shape[0] > end:
             out.add("output_tail")
     table = case.tensors.get("req_to_token")
-    if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and table.strides[0] != table.shape[1]:
-        out.add("strided_rows")
-    rows = case.values.get("req_pool_indices")
-    if table is not None and len(table.shape) == 2 and table.shape[0] > 1 and rows is not None and \
-            table.shape[0] - 1 in np.asarray(rows).tolist():
-        out.add("pool:last_row")
     starts = case.values.get("chunk_start_idx")
     if starts is not None:
         s = np.asarray(starts)
@@ -183,9 +145,7 @@ def required_features() -> set[str]:
              "output_tail", "strided_rows", "pool:last_row", "len:three_blocks"} | {f"edge:len:{n}" for n in EDGES})
 
 
-# Generic features (strategies.coverage.generic_features) every campaign must reach
-GENERIC_REQUIRED = {"misaligned", "broadcast:req_to_token", *(f"dtype:{n}:{dt}" for n in INDEX
-                                                               for dt in ("int32", "int64"))}
+GENERIC_REQUIRED = generic_required(INDEX)
 
 
 def all_required_features() -> set[str]:

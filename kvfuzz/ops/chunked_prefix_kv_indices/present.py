@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
+from ..kv_index_common import request_rows
 from ..record import ShortCall
 
 
@@ -18,11 +19,8 @@ def _requests(case: Case, cells: list[int]) -> list[int]:
 
 def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
     """For the chunk_kv_indices cells `rows`, the requests they belong to, and their table rows."""
-    reqs = _requests(case, rows)
-    out = {name: reqs for name in ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens")}
-    pool = np.asarray(case.values["req_pool_indices"]).tolist()
-    out["req_to_token"] = sorted({pool[i] for i in reqs if i < len(pool)})
-    return out
+    return request_rows(case, _requests(case, rows),
+                        ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens"))
 
 
 def short_call(case: Case, entry: str) -> ShortCall:

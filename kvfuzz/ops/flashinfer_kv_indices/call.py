@@ -13,15 +13,7 @@ defaults that keep 0.5.14's copy.
 
 from __future__ import annotations
 
-from ...targets.calls import Generation, OpCall, optional_tensor, tensor
-
-
-def _row_stride(t, s):
-    return t["req_to_token"].stride(0)
-
-
-def _grid(t, s):
-    return (t["req_pool_indices"].shape[0],)
+from ...targets.calls import Generation, OpCall, one_program_per_row, optional_tensor, row_stride, tensor
 
 
 CALL = OpCall(
@@ -32,7 +24,7 @@ CALL = OpCall(
         "kv_indptr": tensor("kv_indptr"),
         "kv_start_idx": optional_tensor("kv_start_idx"),  # None when the case has none
         "kv_indices_ptr": tensor("kv_indices"),
-        "req_to_token_ptr_stride": _row_stride,  # 0.5.6-0.5.18: a constexpr
+        "req_to_token_ptr_stride": row_stride("req_to_token"),  # 0.5.6-0.5.18: a constexpr
     },
     required=(("req_to_token_ptr",), ("req_pool_indices_ptr",), ("page_kernel_lens_ptr",), ("kv_indptr",),
               ("kv_start_idx",), ("kv_indices_ptr",), ("req_to_token_ptr_stride",)),
@@ -41,7 +33,7 @@ CALL = OpCall(
     legacy=("req_to_token_ptr", "req_pool_indices_ptr", "page_kernel_lens_ptr", "kv_indptr", "kv_start_idx",
             "kv_indices_ptr", "req_to_token_ptr_stride"),
     optional={"kv_start_idx": ("kv_start_idx",)},
-    grid=_grid,
+    grid=one_program_per_row("req_pool_indices"),  # one program per request
 )
 
 GENERATIONS = (

@@ -34,15 +34,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, dtype_and_layout_reasons, written_more_than_once
+from ...contract import Arg, Cells, Contract
+from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
+    size_reasons, span_cells, start_path
 from . import oracle
 
-BLOCK = 512  # SGLang's copy block: lengths around its edges take different loop counts
-
-I32, I32_64 = ("int32",), ("int32", "int64")
 ARGS = (
-    Arg("req_to_token", "in", I32, "P,C", doc="token ids per request-pool row; unit column stride"),
-    Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)"),
+    TABLE,
+    POOL_INDICES,
     Arg("paged_kernel_lens", "in", I32_64, "bs", doc="n: tokens to copy, >= 0"),
     Arg("kv_indptr", "in", I32, "bs+1", doc="CSR offsets: kv_indptr[i+1] = kv_indptr[i] + n[i], kv_indptr[0] >= 0"),
     Arg("kv_start_idx", "in", I32_64, "bs", optional=True, doc="s: first column copied (absent: None, 0)"),
@@ -51,62 +50,14 @@ ARGS = (
 ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_indptr", "kv_start_idx", "kv_indices")
 
 
-def kernel_path(case: Case) -> str:
-    return "start" if "kv_start_idx" in case.tensors else "no_start"
-
-
-def must_refuse(case: Case) -> list[str]:
-    return []
-
-
 def structural_reasons(case: Case) -> list[str]:
-    reasons = dtype_and_layout_reasons(CONTRACT, case)
-    if reasons:
-        return reasons
-    t = case.tensors
-    table = t["req_to_token"]
-    if len(table.shape) != 2:
-        return [f"req_to_token must be 2-D, got shape {table.shape}"]
-    if table.shape[1] > 1 and table.strides[1] != 1:
-        reasons.append(f"req_to_token must have unit column stride, got strides {table.strides}")
-    for name in ONE_D:
-        spec = t.get(name)
-        if spec is None:
-            continue
-        if len(spec.shape) != 1:
-            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
-        elif spec.shape[0] > 1 and spec.strides[0] != 1:
-            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
-                           f"got stride {spec.strides[0]}")
-    if reasons:
-        return reasons
-    bs = t["req_pool_indices"].shape[0]
-    if bs < 1:
-        return ["bs = 0: no request (SGLang never launches an empty grid)"]
-    want = {"paged_kernel_lens": bs, "kv_indptr": bs + 1, "kv_start_idx": bs}
-    for name, n in want.items():
-        if name in t and t[name].shape[0] != n:
-            reasons.append(f"{name} has {t[name].shape[0]} elements, expected {n} (bs = {bs})")
-    return reasons
+    return gather_reasons(CONTRACT, case, ONE_D, lambda t, bs: size_reasons(
+        t, bs, {"paged_kernel_lens": bs, "kv_indptr": bs + 1, "kv_start_idx": bs}))
 
 
 def cells(case: Case) -> dict[str, Cells]:
-    out = case.tensors["kv_indices"]
     ptr = np.asarray(case.values["kv_indptr"], dtype=np.int64)
-    required = np.zeros(out.shape, bool)
-    required[int(ptr[0]):int(ptr[-1])] = True
-    return {"kv_indices": Cells(required, np.zeros_like(required))}
-
-
-def racy(case: Case) -> dict[str, np.ndarray]:
-    """Cells two programs write: program i writes paged_kernel_lens[i] cells from kv_indptr[i], so
-    offsets out of step with the lengths (out of contract) overlap two requests' ranges."""
-    out = case.tensors["kv_indices"]
-    if len(out.shape) != 1:
-        return {}
-    lens = np.asarray(case.values["paged_kernel_lens"], dtype=np.int64)
-    starts = np.asarray(case.values["kv_indptr"], dtype=np.int64)[:lens.shape[0]]
-    return {"kv_indices": written_more_than_once(out.shape[0], starts, lens)}
+    return {"kv_indices": span_cells(case.tensors["kv_indices"], int(ptr[0]), int(ptr[-1]))}
 
 
 CONTRACT = Contract(
@@ -120,11 +71,11 @@ CONTRACT = Contract(
               "[kv_indptr[i], kv_indptr[i+1]) written, the rest of kv_indices untouched"},
     paths={"no_start": "kv_start_idx is None: each row copied from column 0",
            "start": "kv_start_idx given: each row copied from column kv_start_idx[i]"},
-    kernel_path=kernel_path,
+    kernel_path=start_path,
     structural_reasons=structural_reasons,
-    must_refuse=must_refuse,
+    must_refuse=refuses_nothing,
     cells=cells,
-    racy=racy,
+    racy=csr_racy("kv_indices", "kv_indptr", "paged_kernel_lens"),
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),

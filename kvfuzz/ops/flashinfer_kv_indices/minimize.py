@@ -7,7 +7,8 @@ from typing import Iterator
 import numpy as np
 
 from ...case import Case
-from ...minimize import Candidate, GENERIC, _chunks, _edit, _fmt, relayout
+from ...minimize import Candidate, GENERIC, _edit, relayout
+from ..kv_index_common import kept, request_drops
 
 
 def requests_pass(case: Case) -> Iterator[Candidate]:
@@ -17,32 +18,18 @@ def requests_pass(case: Case) -> Iterator[Candidate]:
     bs = t["req_pool_indices"].shape[0]
     if bs < 2 or t["kv_indptr"].shape != (bs + 1,) or t["paged_kernel_lens"].shape != (bs,):
         return
-    for drop in _chunks(bs):
-        dropped = frozenset(drop)
-        keep = [i for i in range(bs) if i not in dropped]
 
-        def build(keep=keep) -> Case:
-            ptr = np.asarray(v["kv_indptr"], np.int64)
-            lens = ptr[1:] - ptr[:-1]
-            new_ptr = ptr[0] + np.concatenate([[0], np.cumsum(lens[keep])]).astype(np.int64)
-            specs, values = {}, {}
-            for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx"):
-                if name in t:
-                    values[name] = np.asarray(v[name])[keep]
-                    specs[name] = relayout(t[name], (len(keep),))
-            values["kv_indptr"] = new_ptr
-            specs["kv_indptr"] = relayout(t["kv_indptr"], (len(keep) + 1,))
-            shrink = int(ptr[-1] - new_ptr[-1])
-            specs["kv_indices"] = relayout(t["kv_indices"], (max(t["kv_indices"].shape[0] - shrink, 0),))
-            return _edit(case, specs, values)
-        yield f"dropped request{'s' if len(drop) > 1 else ''} {_fmt(drop)} (bs {bs} -> {len(keep)})", build
-
-
-def value_bound(case: Case, name: str) -> int | None:
-    """The exclusive bound of an index-valued input: a pool index below the table's rows."""
-    if name == "req_pool_indices":
-        return case.tensors["req_to_token"].shape[0]
-    return None
+    def build(keep: list[int]) -> Case:
+        ptr = np.asarray(v["kv_indptr"], np.int64)
+        lens = ptr[1:] - ptr[:-1]
+        new_ptr = ptr[0] + np.concatenate([[0], np.cumsum(lens[keep])]).astype(np.int64)
+        specs, values = kept(case, ("req_pool_indices", "paged_kernel_lens", "kv_start_idx"), keep)
+        values["kv_indptr"] = new_ptr
+        specs["kv_indptr"] = relayout(t["kv_indptr"], (len(keep) + 1,))
+        shrink = int(ptr[-1] - new_ptr[-1])
+        specs["kv_indices"] = relayout(t["kv_indices"], (max(t["kv_indices"].shape[0] - shrink, 0),))
+        return _edit(case, specs, values)
+    yield from request_drops(bs, build)
 
 
 PASSES = (requests_pass, *GENERIC)

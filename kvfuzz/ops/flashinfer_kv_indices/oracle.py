@@ -6,16 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Expected, OutOfContract, fits_int32
+from ...contract import Expected, OutOfContract
 from ...oracles.numpy_ref import empty_out
 from ...oracles.torch_ref import Inputs, as_int64, input_tensor
-
-
-def _starts(case: Case, bs: int) -> np.ndarray:
-    if "kv_start_idx" in case.values:
-        return np.asarray(case.values["kv_start_idx"], dtype=np.int64)
-    return np.zeros(bs, np.int64)
-
+from ..kv_index_common import check_int32, check_request, request_values, torch_csr_gather, torch_requests
 
 # the NumPy oracle ------------------------------------------------------------------------
 
@@ -23,31 +17,16 @@ def _starts(case: Case, bs: int) -> np.ndarray:
 def numpy_ref(case: Case) -> Expected:
     """The value rules (pool index, start and length within the row, kv_indptr consistent with
     the lengths and within kv_indices), then the copy."""
-    v = case.values
-    table = np.asarray(v["req_to_token"], dtype=np.int64)
-    P, C = case.tensors["req_to_token"].shape
-    rows = np.asarray(v["req_pool_indices"], dtype=np.int64)
-    lens = np.asarray(v["paged_kernel_lens"], dtype=np.int64)
-    ptr = np.asarray(v["kv_indptr"], dtype=np.int64)
-    bs = rows.shape[0]
-    starts = _starts(case, bs)
-    for name in ("paged_kernel_lens", "kv_start_idx"):
-        if name in v and not fits_int32(v[name]):
-            raise OutOfContract(f"{name} has a value outside int32 (the kernel casts it to int32)")
+    table, P, C, rows, lens, starts = request_values(case, "paged_kernel_lens", "kv_start_idx")
+    ptr = np.asarray(case.values["kv_indptr"], dtype=np.int64)
+    check_int32(case, ("paged_kernel_lens", "kv_start_idx"))
     out = empty_out(case, "kv_indices")
     N = out.shape[0]
     if ptr[0] < 0:
         raise OutOfContract(f"kv_indptr[0] = {int(ptr[0])} < 0")
-    for i in range(bs):
+    for i in range(rows.shape[0]):
         r, s, n = int(rows[i]), int(starts[i]), int(lens[i])
-        if not 0 <= r < P:
-            raise OutOfContract(f"req_pool_indices[{i}] = {r} outside [0, {P})")
-        if n < 0:
-            raise OutOfContract(f"paged_kernel_lens[{i}] = {n} < 0")
-        if s < 0:
-            raise OutOfContract(f"kv_start_idx[{i}] = {s} < 0")
-        if s + n > C:
-            raise OutOfContract(f"request {i}: start + length = {s} + {n} > req_to_token width {C}")
+        check_request(i, r, s, n, P, C, "paged_kernel_lens", "kv_start_idx")
         if ptr[i + 1] != ptr[i] + n:
             raise OutOfContract(f"kv_indptr[{i + 1}] = {int(ptr[i + 1])} != kv_indptr[{i}] + paged_kernel_lens[{i}]"
                                 f" = {int(ptr[i]) + n}")
@@ -63,21 +42,7 @@ def numpy_ref(case: Case) -> Expected:
 def torch_ref(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tensor]:
     """kv_indices[kv_indptr[i] + j] = req_to_token[req_pool_indices[i], start[i] + j], as one
     gather over the flat stream (repeat_interleave of the request ids)."""
-    import torch
-
-    table = input_tensor(case, "req_to_token", device, inputs).long()
-    rows = input_tensor(case, "req_pool_indices", device, inputs).long()
-    lens = input_tensor(case, "paged_kernel_lens", device, inputs).long()
+    table, rows, lens, starts = torch_requests(case, device, inputs, "paged_kernel_lens", "kv_start_idx")
     ptr = input_tensor(case, "kv_indptr", device, inputs).long()
-    if "kv_start_idx" in case.tensors:
-        starts = input_tensor(case, "kv_start_idx", device, inputs).long()
-    else:
-        starts = torch.zeros_like(lens)
-    N = case.tensors["kv_indices"].shape[0]
-    out = torch.zeros(N, dtype=torch.int64, device=device)
-    total = int(lens.sum())
-    if total:
-        req = torch.repeat_interleave(torch.arange(lens.shape[0], device=device), lens)
-        j = torch.arange(total, device=device) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
-        out[ptr[req] + j] = table[rows[req], starts[req] + j]
+    out = torch_csr_gather(table, rows, starts, lens, ptr, case.tensors["kv_indices"].shape[0], device)
     return {"kv_indices": as_int64(out)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
+from ..kv_index_common import request_rows
 from ..record import ShortCall
 
 
@@ -16,11 +17,7 @@ def _requests(case: Case, cells: list[int]) -> list[int]:
 
 def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
     """For the kv_indices cells `rows`, the requests they belong to, and their table rows."""
-    reqs = _requests(case, rows)
-    out = {name: reqs for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx") if name in case.tensors}
-    pool = np.asarray(case.values["req_pool_indices"]).tolist()
-    out["req_to_token"] = sorted({pool[i] for i in reqs})
-    return out
+    return request_rows(case, _requests(case, rows), ("req_pool_indices", "paged_kernel_lens", "kv_start_idx"))
 
 
 def short_call(case: Case, entry: str) -> ShortCall:

@@ -31,13 +31,9 @@ copies are redundant work, not a different result).
 
 from __future__ import annotations
 
-from ...targets.calls import Generation, OpCall, optional_tensor, scalar, tensor
+from ...targets.calls import Generation, OpCall, optional_tensor, row_stride, scalar, tensor
 
 BLOCK_TOKENS = 4096  # SGLang's _FLASHMLA_CREATE_KV_BLOCK_SIZE
-
-
-def _row_stride(name):
-    return lambda t, s: t[name].stride(0)
 
 
 def _grid(t, s):
@@ -54,8 +50,8 @@ CALL = OpCall(
         "page_kernel_lens_ptr": tensor("paged_kernel_lens"),
         "kv_start_idx": optional_tensor("kv_start_idx"),  # None when the case has none (every backend's call)
         "kv_indices_ptr": tensor("kv_indices"),
-        "req_to_token_ptr_stride": _row_stride("req_to_token"),  # a constexpr in every release
-        "kv_indices_ptr_stride": _row_stride("kv_indices"),  # a constexpr in every release
+        "req_to_token_ptr_stride": row_stride("req_to_token"),  # a constexpr in every release
+        "kv_indices_ptr_stride": row_stride("kv_indices"),  # a constexpr in every release
         "PAGED_SIZE": scalar("page_size"),  # a constexpr, default 64
     },
     required=(("req_to_token_ptr",), ("req_pool_indices_ptr",), ("page_kernel_lens_ptr",), ("kv_start_idx",),

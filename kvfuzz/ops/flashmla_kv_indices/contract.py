@@ -49,28 +49,21 @@ import numpy as np
 
 from ...case import Case
 from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
+from ..kv_index_common import I32, I32_64, NO_REQUEST, POOL_INDICES, matrix_reasons, refuses_nothing, size_reasons, \
+    start_path, vector_reasons
 from . import oracle
 
 BLOCK_TOKENS = 4096  # SGLang's _FLASHMLA_CREATE_KV_BLOCK_SIZE: one program per 4096 tokens of a request
 
-I32, I32_64 = ("int32",), ("int32", "int64")
 ARGS = (
     Arg("req_to_token", "in", I32, "P,C", doc="token ids (KV-pool slots, >= 0 where read) per request-pool row"),
-    Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)"),
+    POOL_INDICES,
     Arg("paged_kernel_lens", "in", I32_64, "bs", doc="n: the request's tokens, >= 0, ceil(n / ps) <= W"),
     Arg("kv_start_idx", "in", I32_64, "bs", optional=True, doc="s: first column read (absent: None, 0)"),
     Arg("kv_indices", "out", I32, "R,W", doc="R >= bs; cells [i, p < ceil(n[i] / ps)) written, the rest untouched"),
 )
 SCALARS = (Scalar("page_size", doc="PAGED_SIZE: tokens per page, a power of two <= 4096"),)
 ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
-
-
-def kernel_path(case: Case) -> str:
-    return "start" if "kv_start_idx" in case.tensors else "no_start"
-
-
-def must_refuse(case: Case) -> list[str]:
-    return []
 
 
 def structural_reasons(case: Case) -> list[str]:
@@ -81,29 +74,13 @@ def structural_reasons(case: Case) -> list[str]:
     if reasons:
         return reasons
     t = case.tensors
-    for name in ("req_to_token", "kv_indices"):
-        spec = t[name]
-        if len(spec.shape) != 2:
-            reasons.append(f"{name} must be 2-D, got shape {spec.shape}")
-        elif spec.shape[1] > 1 and spec.strides[1] != 1:
-            reasons.append(f"{name} must have unit column stride, got strides {spec.strides}")
-    for name in ONE_D:
-        spec = t.get(name)
-        if spec is None:
-            continue
-        if len(spec.shape) != 1:
-            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
-        elif spec.shape[0] > 1 and spec.strides[0] != 1:
-            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
-                           f"got stride {spec.strides[0]}")
+    reasons = matrix_reasons(t, "req_to_token") + matrix_reasons(t, "kv_indices") + vector_reasons(t, ONE_D)
     if reasons:
         return reasons
     bs = t["req_pool_indices"].shape[0]
     if bs < 1:
-        return ["bs = 0: no request (SGLang never launches an empty grid)"]
-    for name in ("paged_kernel_lens", "kv_start_idx"):
-        if name in t and t[name].shape[0] != bs:
-            reasons.append(f"{name} has {t[name].shape[0]} elements, expected {bs} (bs = {bs})")
+        return [NO_REQUEST]
+    reasons = size_reasons(t, bs, {"paged_kernel_lens": bs, "kv_start_idx": bs})
     if t["kv_indices"].shape[0] < bs:
         reasons.append(f"kv_indices has {t['kv_indices'].shape[0]} rows, fewer than bs = {bs} (the kernel writes "
                        "row i for request i)")
@@ -132,9 +109,9 @@ CONTRACT = Contract(
               "rest untouched"},
     paths={"no_start": "kv_start_idx is None (every SGLang backend): pages from column 0",
            "start": "kv_start_idx given: pages of the tokens from column kv_start_idx[i]"},
-    kernel_path=kernel_path,
+    kernel_path=start_path,
     structural_reasons=structural_reasons,
-    must_refuse=must_refuse,
+    must_refuse=refuses_nothing,
     cells=cells,
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,

@@ -21,8 +21,10 @@ import numpy as np
 from ...case import Case
 from ...strategies import OpGenerator
 from ...strategies.draw import CompileClass, Draw
-from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
+from ..kv_index_common import batch_size, editable, generic_required, laid_out, last_pool_row, pool_rows, pool_size, \
+    relaid, start_in_row, start_path, strided_rows, table_layout, token_table
 
 OP = "flashmla_kv_indices"
 BLOCK = 4096  # tokens per program
@@ -53,9 +55,7 @@ def _width(mode: str, C: int, ps: int) -> int:
 
 
 def mla_class(d: Draw) -> CompileClass:
-    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
-    if table.kind == "broadcast":  # one row repeated (row stride 0); a zero column stride is out of contract
-        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    table = table_layout(d)
     ps, C = d.choice(PAGE_SIZES), d.choice(WIDTHS)
     p = {
         "page_size": ps,
@@ -63,6 +63,7 @@ def mla_class(d: Draw) -> CompileClass:
         "W": _width(d.choice(("row", "graph", "trtllm", "short")), C, ps),
         "start": d.choice((False, True)),
         "bs": d.choice(("one", "few", "big")),
+        # literal keys (interned, one object each): a pickled class pool holds each key once
         "dtype:req_pool_indices": d.choice(("int32", "int64")),
         "dtype:paged_kernel_lens": d.choice(("int32", "int64")),
         "dtype:kv_start_idx": d.choice(("int32", "int64")),
@@ -83,9 +84,9 @@ def _length(d: Draw, limit: int, ps: int, W: int) -> int:
 
 def mla_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 24)}[k["bs"]]
+    bs = batch_size(d, k, big=24)
     R = bs + d.choice((0, 0, 1, 3))  # a CUDA-graph buffer holds rows past bs
-    P = 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+    P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
     lens, starts = [], []
@@ -93,10 +94,10 @@ def mla_in_class(d: Draw, k: CompileClass) -> Case:
         n = _length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
         lens.append(n)
         if k["start"]:
-            starts.append(d.choice((0, C - n, int(g.integers(0, C - n + 1)))))
-    rows = [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+            starts.append(start_in_row(d, g, C, n))
+    rows = pool_rows(d, g, P, bs)
     top = d.choice((1 << 20, 2**31))  # token ids up to int32's largest
-    table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, top, size=(P, C))
+    table = token_table(d, g, P, C, top)
     read = sorted({s + p * ps for n, s in zip(lens, starts or [0] * bs) for p in range(_pages(n, ps))})
     if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
         table[:, read] = g.integers(0, top, size=(P, len(read)))
@@ -112,16 +113,11 @@ def mla_in_class(d: Draw, k: CompileClass) -> Case:
     if k["start"]:
         values["kv_start_idx"] = np.array(starts, np.int64)
         shapes["kv_start_idx"] = (k["dtype:kv_start_idx"], (bs,))
-    tensors = {}
-    for name, (dt, shape) in shapes.items():
-        tensors[name], bcast = class_layout(k, name, dt, shape)
-        if name in values:
-            values[name] = apply_broadcast(values[name], bcast)
-    return Case(OP, {"page_size": ps}, tensors, values)
+    return Case(OP, {"page_size": ps}, laid_out(k, shapes, values), values)
 
 
 def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
-    t, v = dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+    t, v = editable(case)
     ps = case.scalars["page_size"]
     P, C = t["req_to_token"].shape
     R, W = t["kv_indices"].shape
@@ -156,9 +152,7 @@ def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
             table[:] = table[0]
         assert 0 <= r < P
     t["kv_indices"] = relayout(k.get("layout:kv_indices", LayoutClass()), "int32", (R, W))
-    for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx", "req_to_token"):
-        if name in v:
-            t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+    relaid(k, t, v, ("req_pool_indices", "paged_kernel_lens", "kv_start_idx", "req_to_token"))
     return Case(OP, case.scalars, t, v, meta={"violation": kind})
 
 
@@ -168,7 +162,7 @@ def mla_features(case: Case) -> set[str]:
     out_spec = case.tensors.get("kv_indices")
     if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
         return set()
-    out = {"start" if "kv_start_idx" in case.tensors else "no_start", f"page_size:{ps}"}
+    out = {start_path(case), f"page_size:{ps}"} | strided_rows(case) | last_pool_row(case)
     R, W = out_spec.shape
     ls = np.asarray(lens).tolist()
     for n in ls:
@@ -196,12 +190,7 @@ def mla_features(case: Case) -> set[str]:
         out.add("kv_indices:padded_rows")
     table = case.tensors.get("req_to_token")
     if table is not None and len(table.shape) == 2:
-        P, C = table.shape
-        if P > 1 and table.strides[0] != C:
-            out.add("strided_rows")
-        rows = np.asarray(case.values.get("req_pool_indices", [])).tolist()
-        if P > 1 and P - 1 in rows:
-            out.add("pool:last_row")
+        C = table.shape[1]
         starts = np.asarray(case.values.get("kv_start_idx", np.zeros(len(ls), np.int64))).tolist()
         if any(n > 0 and s + n == C for s, n in zip(starts, ls)):
             out.add("row_end")
@@ -223,10 +212,7 @@ def required_features() -> set[str]:
             | {f"edge:len:{e}" for e in ("page-1", "page", "page+1", *BLOCK_EDGES)})
 
 
-# Generic features (strategies.coverage.generic_features) every campaign must reach
-GENERIC_REQUIRED = {"misaligned", "broadcast:req_to_token",
-                    *(f"dtype:{n}:{dt}" for n in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
-                      for dt in ("int32", "int64"))}
+GENERIC_REQUIRED = generic_required(ONE_D)
 
 
 def all_required_features() -> set[str]:

@@ -3,9 +3,8 @@ flashmla_kv_indices case: the input rows an output row is computed from, and the
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...case import Case
+from ..kv_index_common import request_rows
 from ..record import ShortCall
 
 
@@ -13,10 +12,7 @@ def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
     """For the kv_indices rows `rows` (request i writes row i), the requests and their table rows."""
     bs = case.tensors["req_pool_indices"].shape[0]
     reqs = sorted({r for r in rows if 0 <= r < bs})
-    out = {name: reqs for name in ("req_pool_indices", "paged_kernel_lens", "kv_start_idx") if name in case.tensors}
-    pool = np.asarray(case.values["req_pool_indices"]).tolist()
-    out["req_to_token"] = sorted({pool[i] for i in reqs})
-    return out
+    return request_rows(case, reqs, ("req_pool_indices", "paged_kernel_lens", "kv_start_idx"))
 
 
 def short_call(case: Case, entry: str) -> ShortCall:
