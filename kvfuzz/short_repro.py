@@ -62,6 +62,9 @@ SGLANG_FILE_MODULES = {
                       ((0, 5, 16), "sglang.kernels.ops.kvcache.kv_indices"),
                       ((0, 5, 13), "sglang.srt.layers.attention.triton_ops.kv_indices"),
                       ((0, 0, 0), "sglang.srt.layers.attention.utils")),
+    "trtllm_mha_page_table.py": (((0, 5, 23), "sglang.kernels.ops.attention.trtllm_mha_page_table"),
+                                 ((0, 5, 16), "sglang.kernels.ops.kvcache.trtllm_mha_page_table"),
+                                 ((0, 5, 14), "sglang.srt.layers.attention.triton_ops.trtllm_mha_page_table")),
 }
 # an entry point that earlier releases keep outside its file's module -> (first release, the sglang
 # module holding it; None: its file's), newest first

@@ -30,7 +30,9 @@ its value comes from.
 * A bare `@triton.jit` entry point is launched on one program, `entry[(1,)]`, unless its op's
   `OpCall.grid` builds the grid from the case (flashinfer_kv_indices: `(bs,)`, as SGLang's
   FlashInfer backend launches it; chunked_prefix_kv_indices: `(bs,)`; flashmla_kv_indices:
-  `(bs, get_num_kv_index_blocks_flashmla(W, page_size))`, as the MLA backends launch them).
+  `(bs, get_num_kv_index_blocks_flashmla(W, page_size))`, as the MLA backends launch them;
+  trtllm_mha_kv_indices: `(bs, get_num_mha_kv_index_blocks(W, page_size))`, as the TRT-LLM MHA
+  backend's builder launches it).
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).

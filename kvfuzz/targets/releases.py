@@ -18,11 +18,13 @@ no kernel file: `backends` names the modules their entry points are extracted fr
 
 A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py) and each op's
 entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
-metadata kernels; `kernel_file`, `backends`, `same_file` below) and `kv_indices.py` (the KV-index
+metadata kernels; `kernel_file`, `backends`, `same_file` below), `kv_indices.py` (the KV-index
 kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
-create_chunked_prefix_cache_kv_indices; `OTHER_FILES`). `Release.files` gives both as `KernelFile`s.
-A release whose file lacks an op's entry point says why in `not_offered` (0.5.13's kv_indices.py
-and the chunked-prefix kernel).
+create_chunked_prefix_cache_kv_indices) and `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
+create_trtllm_mha_kv_indices_triton, 0.5.14 on; `OTHER_FILES`). `Release.files` gives those a
+release has as `KernelFile`s. A release whose file lacks an op's entry point, or that has no such
+file, says why in `not_offered` (0.5.13's kv_indices.py and the chunked-prefix kernel; the
+TRT-LLM MHA page table before 0.5.14).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -48,6 +50,7 @@ FA_BACKEND = "sglang/srt/layers/attention/flashattention_backend.py"
 TRITON_BACKEND = "sglang/srt/layers/attention/triton_backend.py"
 UTILS = "sglang/srt/layers/attention/utils.py"
 METADATA, KV_INDICES = "metadata.py", "kv_indices.py"  # kernel files by their name in kvfuzz's cache
+TRTLLM_MHA = "trtllm_mha_page_table.py"
 FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
 FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
 
@@ -114,6 +117,11 @@ _NOT_OFFERED = {
 }
 
 
+# before 0.5.14 the TRT-LLM MHA backend builds its page table with torch ops, no Triton kernel
+_TRTLLM_TORCH = ("the TRT-LLM MHA backend builds its page table with torch indexing (req_to_token[req_pool_indices, "
+                 ":max_seq_len_k][:, ::page_size] // page_size, after a host max of the lengths), no Triton kernel: "
+                 "create_trtllm_mha_kv_indices_triton and its file trtllm_mha_page_table.py first ship in 0.5.14")
+
 # 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
 _CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
                    "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py (0.5.14's text), which kvfuzz "
@@ -138,14 +146,16 @@ def _old(version: str) -> Release:
         "get_num_kv_splits_triton are 0.5.14's text; extracted from the backends (the .post releases: the same "
         "definitions)",
         backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
-        not_offered={"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {},
+        not_offered={**({"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {}),
+                     "trtllm_mha_kv_indices": _TRTLLM_TORCH},
         posts=_OLD_POSTS.get(version, ()), same_file=None if version == first else first)
 
 
 RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
     "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)",
-                      not_offered={"chunked_prefix_kv_indices": _CHUNKED_0_5_13},
+                      not_offered={"chunked_prefix_kv_indices": _CHUNKED_0_5_13,
+                                   "trtllm_mha_kv_indices": _TRTLLM_TORCH},
                       posts=("0.5.13.post1",), same_file="0.5.14"),
     "0.5.14": Release("0.5.14", OLD_PATH, note="the seed"),
     "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)",
@@ -185,6 +195,9 @@ MHA_MIXIN = "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py"
 _KV_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
 _KV_KVCACHE = "sglang/kernels/ops/kvcache/kv_indices.py"
 _KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
+_TRT_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py"
+_TRT_KVCACHE = "sglang/kernels/ops/kvcache/trtllm_mha_page_table.py"
+_TRT_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_page_table.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
 # docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
@@ -194,6 +207,9 @@ _KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
 # 0.5.14's create_chunked_prefix_cache_kv_indices (still in the mixin: not offered); 0.5.16 moved
 # 0.5.14's file unchanged; 0.5.17 added an MLA v2p path, 0.5.19 ENTRY_PAGE_SIZE, 0.5.20
 # TOKEN_BLOCK_PARALLEL, 0.5.22 token_mapping; 0.5.23 moved it and added launch helpers.
+# trtllm_mha_page_table.py: first in 0.5.14 (before it the backend's page table is torch ops: not
+# offered); 0.5.16 moved it and added full_to_swa_numel (the SWA lookup clamped into the mapping);
+# 0.5.20 re-wrapped two asserts; 0.5.23 moved it unchanged.
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
         **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
@@ -211,6 +227,15 @@ OTHER_FILES: dict[str, dict[str, KernelFile]] = {
         "0.5.21": KernelFile(_KV_KVCACHE, same_as="0.5.20"),
         "0.5.22": KernelFile(_KV_KVCACHE),
         "0.5.23": KernelFile(_KV_ATTENTION),
+    },
+    TRTLLM_MHA: {
+        "0.5.14": KernelFile(_TRT_TRITON_OPS),
+        "0.5.15": KernelFile(_TRT_TRITON_OPS, same_as="0.5.14"),
+        "0.5.16": KernelFile(_TRT_KVCACHE),
+        **{v: KernelFile(_TRT_KVCACHE, same_as="0.5.16") for v in ("0.5.17", "0.5.18", "0.5.19")},
+        "0.5.20": KernelFile(_TRT_KVCACHE),
+        **{v: KernelFile(_TRT_KVCACHE, same_as="0.5.20") for v in ("0.5.21", "0.5.22")},
+        "0.5.23": KernelFile(_TRT_ATTENTION, same_as="0.5.20"),
     },
 }
 
@@ -239,7 +264,7 @@ def known_releases() -> tuple[str, ...]:
 
 def file_release(version: str, file: str = METADATA) -> str:
     """The release whose copy of the kernel file `file` (a name in the cache: metadata.py,
-    kv_indices.py) `version` ships: its own release's, or the one its `KernelFile.same_as` names
+    kv_indices.py, trtllm_mha_page_table.py) `version` ships: its own release's, or the one its `KernelFile.same_as` names
     (a .postN release ships its release's; a release without the file stands for itself).
     KeyError for an unknown release."""
     entry = RELEASES[version] if version in RELEASES else release_entry(version)

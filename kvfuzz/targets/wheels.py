@@ -1,10 +1,13 @@
 """SGLang releases from PyPI as targets: fetch a wheel once, keep only its kernel files.
 
 The cache (`$KVFUZZ_CACHE`, default `~/.cache/kvfuzz`) holds, per release, `sglang-X.Y.Z/` with
-each kernel file kvfuzz keeps (`releases.kernel_files()`): `metadata.py` (the metadata kernels)
-and `kv_indices.py` (the KV-index kernels: FlashInfer's, FlashMLA's, the chunked prefix's), and
+each kernel file kvfuzz keeps (`releases.kernel_files()`) that the release has: `metadata.py`
+(the metadata kernels), `kv_indices.py` (the KV-index kernels: FlashInfer's, FlashMLA's, the
+chunked prefix's) and `trtllm_mha_page_table.py` (the TRT-LLM MHA page table, 0.5.14 on), and
 `SOURCE`, where each came from. One download writes every file; a folder an older kvfuzz wrote
-(metadata.py only) gets the missing file on demand, with one more download. Copy the folder to a machine without network (e.g. a
+(metadata.py only, or without trtllm_mha_page_table.py) gets the missing file on demand, with one
+more download. A file that `RELEASES` says a release does not have is not looked for (no
+download). Copy the folder to a machine without network (e.g. a
 GPU box) to use the target there. Releases before 0.5.13 have no such files: their `RELEASES`
 entry names the modules that hold the entry points, and the file is generated from them
 (`extract.py`); a generated file whose header names other entry points than `RELEASES` takes now
@@ -26,7 +29,7 @@ from typing import Callable
 
 from ..errors import TargetLoadError
 from .extract import Source, extract
-from .releases import KV_INDICES, METADATA, kernel_files, release_entry
+from .releases import KV_INDICES, METADATA, TRTLLM_MHA, kernel_files, release_entry
 
 # Where the metadata kernels live inside the wheel, newest layout first (docs/releases.md).
 KERNEL_PATHS = (
@@ -41,6 +44,11 @@ WHEEL_PATHS = {
         "sglang/kernels/ops/attention/kv_indices.py",  # 0.5.23
         "sglang/kernels/ops/kvcache/kv_indices.py",  # 0.5.16 to 0.5.22
         "sglang/srt/layers/attention/triton_ops/kv_indices.py",  # 0.5.13 to 0.5.15
+    ),
+    TRTLLM_MHA: (
+        "sglang/kernels/ops/attention/trtllm_mha_page_table.py",  # 0.5.23
+        "sglang/kernels/ops/kvcache/trtllm_mha_page_table.py",  # 0.5.16 to 0.5.22
+        "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py",  # 0.5.14 to 0.5.15
     ),
 }
 # Before 0.5.13 the same entry points are defined inside these modules, which import sgl_kernel
@@ -58,13 +66,17 @@ def cache_dir() -> Path:
 
 
 def sglang_kernel_file(version: str, name: str = METADATA) -> Path:
-    """The cached kernel file `name` (metadata.py, kv_indices.py) of sglang==`version`, fetched
-    from its PyPI wheel when the cache lacks it (every kernel file the cache lacks is written from
-    that one download). TargetLoadError, one line, when it cannot be had."""
+    """The cached kernel file `name` (metadata.py, kv_indices.py, trtllm_mha_page_table.py) of
+    sglang==`version`, fetched from its PyPI wheel when the cache lacks it (every kernel file the
+    cache lacks is written from that one download). TargetLoadError, one line, when it cannot be
+    had, at once (no download) when `RELEASES` says the release has no such file."""
     if not _VERSION.match(version):
         raise TargetLoadError(f"not a version: sglang=={version!r}")
     if name not in kernel_files():
         raise TargetLoadError(f"kvfuzz keeps no {name} of an SGLang release (it keeps {', '.join(kernel_files())})")
+    release = release_entry(version)
+    if release is not None and name not in release.files:
+        raise TargetLoadError(f"sglang=={version} has no {name} (docs/releases.md)")
     folder = cache_dir() / f"sglang-{version}"
     dest = folder / name
     if _current(dest, version, name):

@@ -1,0 +1,281 @@
+"""Cases for `trtllm_mha_kv_indices` (create_trtllm_mha_kv_indices_triton).
+
+SGLang's kernel runs one program per (request, block of 4096 tokens = 4096 // ps pages) and takes
+the page size, SWA on or off, and the row strides of `req_to_token` and `page_table` as
+constexprs: a compile class fixes the page size (the backend's 64, 16, 32, 128, and 1 and 4096 as
+edges), SWA, the table's width and layout, page_table's width W (as the backend sizes it,
+ceil(context_len / ps) for a table a few columns wider than the context; the row's pages; fewer
+pages than the row holds; more, past the grid's next block) and layout (swa_page_table shares
+it), the dtypes, the 1-D layouts and the batch's size class. A case draws each request's length
+at the page edges (0, 1, ps - 1, ps, ps + 1), the block edges (4095, 4096, 4097, 8193), the last
+page page_table holds and the row's end; its pool row (the first and last rows of the pool among
+them); KV-pool slots where the kernel reads (up to int32's largest, 0 among them; negative ones
+only in cells it does not read); and, with SWA, a mapping of M entries, either SGLang's (its
+last entry -1, never read) or one whose last entry is read, with SWA slots up to int32's
+largest and freed (0) entries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...case import Case
+from ...strategies import OpGenerator
+from ...strategies.draw import CompileClass, Draw
+from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.values import rng
+
+OP = "trtllm_mha_kv_indices"
+BLOCK = 4096  # tokens per program
+PAGE_SIZES = (64, 16, 32, 128, 1, 4096)  # the backend's (16, 32, 64; 128 from 0.5.23); edges
+PRODUCTION = (16, 32, 64, 128)
+WIDTHS = (1, 15, 64, 65, 200, 4095, 4096, 4097, 4100, 8193)  # C: the table's width (max context + headroom)
+BLOCK_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 1)
+OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "page_table_too_narrow", "negative_len", "negative_slot",
+                   "slot_past_mapping", "negative_swa_slot")
+ONE_D = ("req_pool_indices", "seq_lens")
+SENTINEL = -1  # SGLang's last mapping entry
+
+
+def _pages(n: int, ps: int) -> int:
+    return -(-n // ps)
+
+
+def _width(mode: str, C: int, ps: int, extra: int) -> int:
+    """page_table's width W, as the backend sizes it for a table of width C."""
+    row = _pages(C, ps)
+    if mode == "backend":  # max_num_pages = ceil(context_len / ps), req_to_token = context_len + extra columns
+        return max(_pages(max(C - extra, 1), ps), 1)
+    if mode == "short":  # fewer pages than the row holds: lengths stop at W * ps
+        return max(1, row // 2)
+    if mode == "wide":  # more than the row's pages, into the grid's next block
+        return row + max(BLOCK // ps, 1)
+    return max(row, 1)  # "row"
+
+
+def trt_class(d: Draw) -> CompileClass:
+    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
+    if table.kind == "broadcast":  # one row repeated (row stride 0); a zero column stride is out of contract
+        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    ps, C = d.choice(PAGE_SIZES), d.choice(WIDTHS)
+    swa = d.boolean()
+    p = {
+        "page_size": ps,
+        "C": C,
+        "W": _width(d.choice(("backend", "row", "short", "wide")), C, ps, d.choice((4, 0, 7))),
+        "swa": swa,
+        "bs": d.choice(("one", "few", "big")),
+        "dtype:req_pool_indices": d.choice(("int64", "int32")),
+        "dtype:seq_lens": d.choice(("int32", "int64")),
+        "layout:req_to_token": table,
+        "layout:page_table": layout_class(d, "out", 2, ("contiguous", "offset", "padded")),
+    }
+    for name in ONE_D:
+        p[f"layout:{name}"] = layout_class(d, "in", 1, ("contiguous", "offset"))
+    if swa:
+        p["dtype:full_to_swa"] = d.choice(("int64", "int32"))
+        p["layout:full_to_swa"] = layout_class(d, "in", 1, ("contiguous", "offset"))
+    return CompileClass.of(OP, p)
+
+
+def _length(d: Draw, limit: int, ps: int, W: int) -> int:
+    """A length at most `limit`: at a page or block edge, in page_table's last page, or any."""
+    edges = [e for e in (0, 1, ps - 1, ps, ps + 1, *BLOCK_EDGES) if 0 <= e <= limit]
+    last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))  # the last page page_table holds
+    return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
+
+
+def _read_cells(lens: list[int], ps: int) -> list[int]:
+    """The columns the kernel reads: every ps-th token of each request's length."""
+    return sorted({p * ps for n in lens for p in range(_pages(max(n, 0), ps))})
+
+
+def trt_in_class(d: Draw, k: CompileClass) -> Case:
+    ps, C, W = k["page_size"], k["C"], k["W"]
+    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 24)}[k["bs"]]
+    P = 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+    g = rng(d.seed())
+    cap = min(C, W * ps)  # a request holds at most W pages and C tokens
+    lens = [_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
+            for _ in range(bs)]
+    rows = [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+    read = _read_cells(lens, ps)
+    values: dict[str, np.ndarray] = {}
+    if k["swa"]:  # the full pool's slots index the mapping: M entries, SGLang's ends with -1 (never read)
+        M = d.choice((1, 2, 64, 65, 1000, 4097))
+        sglang_end = M > 1 and d.boolean()
+        top = M - 1 if sglang_end else M
+        swa_top = d.choice((1 << 16, 2**31))
+        mapping = g.integers(0, swa_top, size=M)
+        mapping[g.random(M) < 0.25] = 0  # freed entries
+        if d.boolean():
+            mapping[int(g.integers(0, M))] = swa_top - 1  # the largest SWA slot
+        if sglang_end:
+            mapping[-1] = SENTINEL
+        values["full_to_swa"] = mapping
+    else:
+        top = d.choice((1 << 20, 2**31))  # slots up to int32's largest
+    table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, top, size=(P, C))
+    if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
+        table[:, read] = g.integers(0, top, size=(P, len(read)))
+        ends = d.choice(("none", "first", "last", "both"))
+        if ends in ("first", "both"):
+            table[:, read[0]] = 0  # the pool's first slot
+        if ends in ("last", "both"):
+            table[:, read[-1]] = top - 1  # the pool's last slot (int32's largest without SWA, at top 2**31)
+    values.update({
+        "req_to_token": table,
+        "req_pool_indices": np.array(rows, np.int64),
+        "seq_lens": np.array(lens, np.int64),
+    })
+    shapes = {"req_to_token": ("int32", (P, C)), "req_pool_indices": (k["dtype:req_pool_indices"], (bs,)),
+              "seq_lens": (k["dtype:seq_lens"], (bs,)), "page_table": ("int32", (bs, W))}
+    if k["swa"]:
+        shapes["full_to_swa"] = (k["dtype:full_to_swa"], (values["full_to_swa"].shape[0],))
+        shapes["swa_page_table"] = ("int32", (bs, W))
+    tensors = {}
+    for name, (dt, shape) in shapes.items():
+        layout = "page_table" if name == "swa_page_table" else None  # one row stride for both tables
+        tensors[name], bcast = class_layout(k, name, dt, shape, layout)
+        if name in values:
+            values[name] = apply_broadcast(values[name], bcast)
+    return Case(OP, {"page_size": ps}, tensors, values)
+
+
+def trt_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
+    t, v = dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+    ps = case.scalars["page_size"]
+    P, C = t["req_to_token"].shape
+    bs, W = t["page_table"].shape
+    kind = kind or d.choice(OUT_OF_CONTRACT)
+    if kind in ("slot_past_mapping", "negative_swa_slot") and "full_to_swa" not in v:
+        kind = "negative_slot"  # SWA is the class's: a case without it breaks the slot rule of the full pool
+    i = d.integer(0, bs - 1)
+    lens, rows, table = v["seq_lens"], v["req_pool_indices"], v["req_to_token"]
+    broadcast = k["layout:req_to_token"].kind == "broadcast"
+
+    def read_slot() -> int:
+        """A column request i reads (its length made at least 1)."""
+        lens[i] = max(int(lens[i]), 1)
+        return ps * d.integer(0, _pages(int(lens[i]), ps) - 1)
+
+    if kind == "pool_index_out_of_range":
+        rows[i] = d.choice((P, P + 1, -1))
+    elif kind == "past_row":  # a length past the row (into the next row, or past the table)
+        lens[i] = C + d.choice((1, ps, BLOCK))
+        W = max(W, _pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
+    elif kind == "page_table_too_narrow":  # more pages than page_table's rows hold: written into the next row
+        if C > ps:
+            lens[i] = max(int(lens[i]), d.integer(ps + 1, C))
+        else:
+            lens[i] = max(int(lens[i]), 1)
+        pages = _pages(int(lens.max()), ps)
+        W = pages - d.integer(1, max(1, min(pages, 3)))
+    elif kind == "negative_len":
+        lens[i] = -d.choice((1, ps + 1))
+    elif kind == "negative_slot":
+        table[:, read_slot()] = -d.choice((1, ps + 1, 2**31))
+    elif kind == "slot_past_mapping":  # a slot at or past the mapping's end
+        table[:, read_slot()] = v["full_to_swa"].shape[0] + d.choice((0, 1, 1000))
+    elif kind == "negative_swa_slot":  # the slot's mapping entry is negative (SGLang's -1 sentinel)
+        slot = d.integer(0, v["full_to_swa"].shape[0] - 1)
+        table[:, read_slot()] = slot
+        v["full_to_swa"][slot] = -d.choice((1, ps + 1))
+    if broadcast:
+        table[:] = table[0]
+    W = max(W, 0)
+    for name in ("page_table", "swa_page_table"):
+        if name in t:
+            t[name] = relayout(k.get("layout:page_table", LayoutClass()), "int32", (bs, W))
+    for name in ("req_pool_indices", "seq_lens", "req_to_token", "full_to_swa"):
+        if name in v:
+            t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+    return Case(OP, case.scalars, t, v, meta={"violation": kind})
+
+
+def trt_features(case: Case) -> set[str]:
+    lens = case.values.get("seq_lens")
+    ps = case.scalars.get("page_size")
+    out_spec = case.tensors.get("page_table")
+    if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
+        return set()
+    out = {"swa" if "full_to_swa" in case.tensors else "no_swa", f"page_size:{ps}"}
+    R, W = out_spec.shape
+    ls = np.asarray(lens).tolist()
+    for n in ls:
+        if n < 0:
+            continue
+        if n == 0:
+            out.add("len:zero")
+        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
+            if n == e and e > 0:
+                out.add(f"edge:len:{name}")
+        for e in BLOCK_EDGES:
+            if n == e:
+                out.add(f"edge:len:{e}")
+        if n > BLOCK:
+            out.add("len:two_blocks")
+        if n > 0 and _pages(n, ps) == W:
+            out.add("width:full")  # the request's pages fill page_table's row
+    if ls and max(ls) >= 0 and _pages(max(ls), ps) < W:
+        out.add("width:spare")
+    if W > max(BLOCK // ps, 1):
+        out.add("grid:two_blocks")  # the grid's second axis has more than one block
+    if len(ls) >= 17:
+        out.add("big_batch")
+    if R > 1 and out_spec.strides[0] != W:
+        out.add("page_table:padded_rows")
+    table = case.tensors.get("req_to_token")
+    if table is not None and len(table.shape) == 2:
+        P, C = table.shape
+        if P > 1 and table.strides[0] != C:
+            out.add("strided_rows")
+        rows = np.asarray(case.values.get("req_pool_indices", [])).tolist()
+        if P > 1 and P - 1 in rows:
+            out.add("pool:last_row")
+        if any(n > 0 and n == C for n in ls):
+            out.add("row_end")
+        vals = case.values.get("req_to_token")
+        read = _read_cells([n for n in ls if n <= C], ps)
+        if vals is not None and read and P:
+            slots = np.asarray(vals)[:, [c for c in read if c < C]]
+            if slots.size and int(slots.max()) == 2**31 - 1:
+                out.add("slot:int32_max")
+            if slots.size and int(slots.min()) == 0:
+                out.add("slot:zero")
+            mapping = case.values.get("full_to_swa")
+            if mapping is not None and slots.size:
+                m = np.asarray(mapping)
+                if int(m[-1]) == SENTINEL:
+                    out.add("swa:sentinel")
+                if int(slots.max()) == m.shape[0] - 1 and int(m[-1]) >= 0:
+                    out.add("swa:last_slot")  # the mapping's last entry read
+                live = slots[(slots >= 0) & (slots < m.shape[0])]
+                if live.size and int(m[live].max()) == 2**31 - 1:
+                    out.add("swa:int32_max")
+                if live.size and int(m[live].min()) == 0:
+                    out.add("swa:freed")
+    return out
+
+
+def required_features() -> set[str]:
+    return ({"swa", "no_swa", "len:zero", "len:two_blocks", "width:full", "width:spare", "grid:two_blocks",
+             "big_batch", "page_table:padded_rows", "strided_rows", "pool:last_row", "row_end", "slot:int32_max",
+             "slot:zero", "swa:sentinel", "swa:last_slot", "swa:int32_max", "swa:freed"}
+            | {f"page_size:{ps}" for ps in PRODUCTION}
+            | {f"edge:len:{e}" for e in ("page-1", "page", "page+1", *BLOCK_EDGES)})
+
+
+# Generic features (strategies.coverage.generic_features) every campaign must reach
+GENERIC_REQUIRED = {"misaligned", "broadcast:req_to_token",
+                    *(f"dtype:{n}:{dt}" for n in ("req_pool_indices", "seq_lens", "full_to_swa")
+                      for dt in ("int32", "int64"))}
+
+
+def all_required_features() -> set[str]:
+    """Every feature a campaign of a few minutes must exercise for trtllm_mha_kv_indices."""
+    return GENERIC_REQUIRED | required_features()
+
+
+GENERATOR = OpGenerator(OP, trt_class, trt_in_class, trt_violation, OUT_OF_CONTRACT, trt_features,
+                        all_required_features)
