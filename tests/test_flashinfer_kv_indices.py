@@ -80,24 +80,28 @@ def test_sglang_writes_past_a_too_short_kv_indices(device):
 
 VERSION = "0.5.14"
 MEMBER = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
+TRTLLM_MEMBER = "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py"
 OFFLINE = "ERROR: No matching distribution found for sglang==0.5.14"
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty kvfuzz cache, and pip's downloads faked and counted (`calls`: the versions asked
-    for): a download gives a small wheel holding 0.5.14's kv_indices.py at `member` (and no
-    metadata.py), or, `online` False, fails with pip's last line OFFLINE."""
+    for): a download gives a small wheel holding 0.5.14's kv_indices.py at `member` and its
+    trtllm_mha_page_table.py (as the real wheel does; no metadata.py), or, `online` False, fails
+    with pip's last line OFFLINE."""
     from test_releases import kernel_file
 
     from kvfuzz import targets
     from kvfuzz.targets import wheels
+    from kvfuzz.targets.wheels import sglang_kernel_file
 
     class Pip:
         calls: list = []
         online = True
         member = MEMBER
         kv = release_file(VERSION).read_bytes()
+        trtllm = sglang_kernel_file(VERSION, "trtllm_mha_page_table.py").read_bytes()
         metadata = kernel_file(VERSION)  # the real cache's, read before the cache moves
         folder = tmp_path / "cache" / f"sglang-{VERSION}"
 
@@ -108,6 +112,7 @@ def cache(tmp_path, monkeypatch):
         whl = into / f"sglang-{version}-py3-none-any.whl"
         with zipfile.ZipFile(whl, "w") as z:
             z.writestr(Pip.member, Pip.kv)
+            z.writestr(TRTLLM_MEMBER, Pip.trtllm)
         return whl
 
     monkeypatch.setenv("KVFUZZ_CACHE", str(tmp_path / "cache"))
@@ -125,7 +130,7 @@ def older_folder(cache, folder: Path | None = None) -> bytes:
     return (folder / "metadata.py").read_bytes()
 
 
-def test_an_older_cache_folder_gets_kv_indices_with_one_download(cache, device):
+def test_an_older_cache_folder_gets_the_files_it_lacks_with_one_download(cache, device):
     from kvfuzz.targets.wheels import sglang_kernel_file
 
     metadata = older_folder(cache)
@@ -134,7 +139,7 @@ def test_an_older_cache_folder_gets_kv_indices_with_one_download(cache, device):
     assert (cache.folder / "kv_indices.py").read_bytes() == release_file(VERSION).read_bytes()
     assert (cache.folder / "metadata.py").read_bytes() == metadata  # kept as it was
     source = (cache.folder / "SOURCE").read_text().splitlines()
-    assert source[0].endswith("metadata.py") and source[1] == f"kv_indices.py: sglang=={VERSION} {MEMBER}"
+    assert source[0].endswith("metadata.py") and f"kv_indices.py: sglang=={VERSION} {MEMBER}" in source[1:]
     assert sglang_kernel_file(VERSION, "kv_indices.py") == cache.folder / "kv_indices.py"
     assert cache.calls == [VERSION]  # cached now: no second download
 
