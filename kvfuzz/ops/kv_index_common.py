@@ -1,10 +1,11 @@
-"""What the three kv_indices ops (flashinfer_kv_indices, chunked_prefix_kv_indices,
-flashmla_kv_indices) share. Each runs one program per request i: it reads the token ids of
-request-pool row r = req_pool_indices[i] of `req_to_token`, from a start s for a length n, and
-writes them (or, flashmla's, the pages of every page_size-th one) into `kv_indices`. The first
-two write one flat CSR stream (request i's range from an offset: kv_indptr, chunk_cu_seq_lens);
-flashmla writes row i of a 2-D page table. What differs stays in each op's folder; here are the
-pieces whose logic is the same:
+"""What the kv_indices ops (flashinfer_kv_indices, chunked_prefix_kv_indices,
+flashmla_kv_indices, and the page-table parts of trtllm_mha_kv_indices) share. Each runs one
+program per request i: it reads the token ids of request-pool row r = req_pool_indices[i] of
+`req_to_token`, from a start s for a length n, and writes them (or, flashmla's, the pages of
+every page_size-th one) into `kv_indices`. The first two write one flat CSR stream (request i's
+range from an offset: kv_indptr, chunk_cu_seq_lens); flashmla writes row i of a 2-D page table,
+one program per block of 4096 tokens, as trtllm_mha does (from column 0, into `page_table`).
+What differs stays in each op's folder; here are the pieces whose logic is the same:
 
 * contract: the shared arguments, kernel path, structural checks, written and racy cells;
 * oracles: reading the requests and their value rules (NumPy), the CSR gather (torch);
@@ -23,7 +24,7 @@ from typing import Callable, Iterator, Mapping
 import numpy as np
 
 from ..case import Case, TensorSpec
-from ..contract import Arg, Cells, Contract, OutOfContract, dtype_and_layout_reasons, fits_int32, \
+from ..contract import Arg, Cells, Contract, OutOfContract, dtype_and_layout_reasons, fits_int32, is_power_of_two, \
     written_more_than_once
 from ..minimize import Candidate, _chunks, _fmt
 from ..minimize import relayout as reshaped
@@ -35,6 +36,7 @@ from .record import OpRecord
 # the contract ----------------------------------------------------------------------------
 
 I32, I32_64 = ("int32",), ("int32", "int64")
+PAGE_BLOCK = 4096  # the page tables' tokens per program (_FLASHMLA_CREATE_KV_BLOCK_SIZE, _MHA_KV_INDEX_BLOCK_TOKENS)
 BLOCK = 512  # the CSR gathers' copy block (SGLang's): lengths around its edges take different loop counts
 TABLE = Arg("req_to_token", "in", I32, "P,C", doc="token ids per request-pool row; unit column stride")
 POOL_INDICES = Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)")
@@ -61,8 +63,9 @@ def matrix_reasons(t: Mapping[str, TensorSpec], name: str) -> list[str]:
     return []
 
 
-def vector_reasons(t: Mapping[str, TensorSpec], names: tuple[str, ...]) -> list[str]:
-    """Each of the tensors `names` present is 1-D with unit stride."""
+def vector_reasons(t: Mapping[str, TensorSpec], names: tuple[str, ...], indexed_by: str = "program id") -> list[str]:
+    """Each of the tensors `names` present is 1-D with unit stride (the kernel indexes it by
+    `indexed_by`)."""
     reasons = []
     for name in names:
         spec = t.get(name)
@@ -71,7 +74,7 @@ def vector_reasons(t: Mapping[str, TensorSpec], names: tuple[str, ...]) -> list[
         if len(spec.shape) != 1:
             reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
         elif spec.shape[0] > 1 and spec.strides[0] != 1:
-            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id), "
+            reasons.append(f"{name} must have unit stride (the kernel indexes it by {indexed_by}), "
                            f"got stride {spec.strides[0]}")
     return reasons
 
@@ -100,6 +103,32 @@ def gather_reasons(contract: Contract, case: Case, vectors: tuple[str, ...],
     if bs < 1:
         return [NO_REQUEST]
     return sizes(t, bs)
+
+
+def page_size_reasons(case: Case) -> list[str]:
+    """A page table's page_size: a power of two from 1 to PAGE_BLOCK (`tl.arange(0, 4096 // ps)`)."""
+    ps = case.scalars.get("page_size")
+    if not (is_power_of_two(ps) and ps <= PAGE_BLOCK):
+        return [f"page_size {ps!r} is not a power of two from 1 to {PAGE_BLOCK}"]
+    return []
+
+
+def page_counts(case: Case, lengths: str, rows: int) -> np.ndarray:
+    """ceil(n / ps) of each of the first `rows` requests' `lengths` (0 for a negative length or a
+    missing request)."""
+    ps = case.scalars["page_size"]
+    lens = np.asarray(case.values[lengths], dtype=np.int64)
+    pages = np.zeros(rows, np.int64)
+    k = min(lens.shape[0], rows)
+    pages[:k] = -(-np.maximum(lens[:k], 0) // ps)
+    return pages
+
+
+def page_cells(case: Case, out: str, lengths: str) -> Cells:
+    """The cells of page table `out` written: row i's first ceil(n[i] / ps) columns, the rest untouched."""
+    spec = case.tensors[out]
+    required = np.arange(spec.shape[1])[None, :] < page_counts(case, lengths, spec.shape[0])[:, None]
+    return Cells(required, np.zeros_like(required))
 
 
 def span_cells(spec: TensorSpec, lo: int, hi: int) -> Cells:
@@ -257,15 +286,56 @@ def csr_offsets(d: Draw, lens: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def laid_out(k: CompileClass, shapes: Mapping[str, tuple[str, tuple[int, ...]]],
-             values: dict[str, np.ndarray]) -> dict[str, TensorSpec]:
-    """Each tensor of `shapes` (name -> (dtype, shape)) in the class's layout; the values of a
-    broadcast one made constant along its stride-0 axis (in `values`)."""
+             values: dict[str, np.ndarray], shared: Mapping[str, str] | None = None) -> dict[str, TensorSpec]:
+    """Each tensor of `shapes` (name -> (dtype, shape)) in the class's layout (that of
+    `shared[name]` where given); the values of a broadcast one made constant along its stride-0
+    axis (in `values`)."""
     tensors = {}
     for name, (dt, shape) in shapes.items():
-        tensors[name], bcast = class_layout(k, name, dt, shape)
+        tensors[name], bcast = class_layout(k, name, dt, shape, (shared or {}).get(name))
         if name in values:
             values[name] = apply_broadcast(values[name], bcast)
     return tensors
+
+
+PAGE_BLOCK_EDGES = (PAGE_BLOCK - 1, PAGE_BLOCK, PAGE_BLOCK + 1, 2 * PAGE_BLOCK + 1)
+
+
+def pages(n: int, ps: int) -> int:
+    """ceil(n / ps): the pages of n tokens."""
+    return -(-n // ps)
+
+
+def page_length(d: Draw, limit: int, ps: int, W: int) -> int:
+    """A page table's request length at most `limit`: at a page or block edge, in the last page
+    of a row of W pages, or any."""
+    edges = [e for e in (0, 1, ps - 1, ps, ps + 1, *PAGE_BLOCK_EDGES) if 0 <= e <= limit]
+    last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))  # the last page the row holds
+    return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
+
+
+def page_length_features(ls: list[int], ps: int, W: int) -> set[str]:
+    """A page table's length features for lengths `ls` and rows of W pages: zero, the page and
+    block edges, two blocks, a request filling its row."""
+    out = set()
+    for n in ls:
+        if n < 0:
+            continue
+        if n == 0:
+            out.add("len:zero")
+        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
+            if n == e and e > 0:
+                out.add(f"edge:len:{name}")
+        for e in PAGE_BLOCK_EDGES:
+            if n == e:
+                out.add(f"edge:len:{e}")
+        if n > PAGE_BLOCK:
+            out.add("len:two_blocks")
+        if n > 0 and pages(n, ps) == W:
+            out.add("width:full")  # the request's pages fill the row
+    if ls and max(ls) >= 0 and pages(max(ls), ps) < W:
+        out.add("width:spare")
+    return out
 
 
 def editable(case: Case) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray]]:

@@ -45,15 +45,13 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...case import Case
-from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two
-from ..kv_index_common import I32, I32_64, NO_REQUEST, POOL_INDICES, matrix_reasons, refuses_nothing, size_reasons, \
-    start_path, vector_reasons
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
+from ..kv_index_common import I32, I32_64, NO_REQUEST, PAGE_BLOCK, POOL_INDICES, matrix_reasons, page_cells, \
+    page_size_reasons, refuses_nothing, size_reasons, start_path, vector_reasons
 from . import oracle
 
-BLOCK_TOKENS = 4096  # SGLang's _FLASHMLA_CREATE_KV_BLOCK_SIZE: one program per 4096 tokens of a request
+BLOCK_TOKENS = PAGE_BLOCK  # SGLang's _FLASHMLA_CREATE_KV_BLOCK_SIZE: one program per 4096 tokens of a request
 
 ARGS = (
     Arg("req_to_token", "in", I32, "P,C", doc="token ids (KV-pool slots, >= 0 where read) per request-pool row"),
@@ -67,10 +65,7 @@ ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
 
 
 def structural_reasons(case: Case) -> list[str]:
-    ps = case.scalars.get("page_size")
-    if not (is_power_of_two(ps) and ps <= BLOCK_TOKENS):
-        return [f"page_size {ps!r} is not a power of two from 1 to {BLOCK_TOKENS}"]
-    reasons = dtype_and_layout_reasons(CONTRACT, case)
+    reasons = page_size_reasons(case) or dtype_and_layout_reasons(CONTRACT, case)
     if reasons:
         return reasons
     t = case.tensors
@@ -88,14 +83,7 @@ def structural_reasons(case: Case) -> list[str]:
 
 
 def cells(case: Case) -> dict[str, Cells]:
-    out = case.tensors["kv_indices"]
-    ps = case.scalars["page_size"]
-    lens = np.asarray(case.values["paged_kernel_lens"], dtype=np.int64)
-    pages = np.zeros(out.shape[0], np.int64)
-    k = min(lens.shape[0], out.shape[0])
-    pages[:k] = -(-np.maximum(lens[:k], 0) // ps)
-    required = np.arange(out.shape[1])[None, :] < pages[:, None]
-    return {"kv_indices": Cells(required, np.zeros_like(required))}
+    return {"kv_indices": page_cells(case, "kv_indices", "paged_kernel_lens")}
 
 
 CONTRACT = Contract(

@@ -23,27 +23,24 @@ from ...strategies import OpGenerator
 from ...strategies.draw import CompileClass, Draw
 from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
-from ..kv_index_common import batch_size, editable, generic_required, laid_out, last_pool_row, pool_rows, pool_size, \
-    relaid, start_in_row, start_path, strided_rows, table_layout, token_table
+from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
+    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, relaid, start_in_row, start_path, \
+    strided_rows, table_layout, token_table
 
 OP = "flashmla_kv_indices"
-BLOCK = 4096  # tokens per program
+BLOCK = PAGE_BLOCK  # tokens per program
 PAGE_SIZES = (64, 1, 32, 128, 16, 4096)  # FlashMLA, AITER, TRT-LLM, CUTLASS; edges
 PRODUCTION = (64, 1, 32, 128)
 WIDTHS = (1, 63, 64, 65, 200, 4095, 4096, 4097, 8193)  # C: the table's width (max context)
-BLOCK_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 1)
+BLOCK_EDGES = PAGE_BLOCK_EDGES
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "kv_indices_too_narrow", "kv_indices_too_few_rows",
                    "negative_len", "negative_token_id")
 ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
 
 
-def _pages(n: int, ps: int) -> int:
-    return -(-n // ps)
-
-
 def _width(mode: str, C: int, ps: int) -> int:
     """kv_indices' width W, as a backend sizes it for a table of width C."""
-    row = _pages(C, ps)
+    row = pages(C, ps)
     if mode == "graph":  # FlashMLA's / CUTLASS's CUDA-graph buffer: (max_context_len + PAGE_SIZE) // PAGE_SIZE
         return (C + ps) // ps
     if mode == "trtllm":  # TRT-LLM's _calc_padded_blocks: a multiple of lcm(128 / ps, 4096 / ps)
@@ -75,13 +72,6 @@ def mla_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _length(d: Draw, limit: int, ps: int, W: int) -> int:
-    """A length at most `limit`: at a page or block edge, in kv_indices' last page, or any."""
-    edges = [e for e in (0, 1, ps - 1, ps, ps + 1, *BLOCK_EDGES) if 0 <= e <= limit]
-    last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))  # the last page kv_indices holds
-    return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
-
-
 def mla_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
     bs = batch_size(d, k, big=24)
@@ -91,14 +81,14 @@ def mla_in_class(d: Draw, k: CompileClass) -> Case:
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
     lens, starts = [], []
     for i in range(bs):
-        n = _length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
+        n = page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
         lens.append(n)
         if k["start"]:
             starts.append(start_in_row(d, g, C, n))
     rows = pool_rows(d, g, P, bs)
     top = d.choice((1 << 20, 2**31))  # token ids up to int32's largest
     table = token_table(d, g, P, C, top)
-    read = sorted({s + p * ps for n, s in zip(lens, starts or [0] * bs) for p in range(_pages(n, ps))})
+    read = sorted({s + p * ps for n, s in zip(lens, starts or [0] * bs) for p in range(pages(n, ps))})
     if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
         table[:, read] = g.integers(0, top, size=(P, len(read)))
         if d.boolean():
@@ -130,10 +120,10 @@ def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
         rows[i] = d.choice((P, P + 1, -1))
     elif kind == "past_row":  # start + length past the row (into the next row, or past the table)
         lens[i] = C - start + d.choice((1, ps, BLOCK))
-        W = max(W, _pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
+        W = max(W, pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
     elif kind == "kv_indices_too_narrow":  # more pages than kv_indices' rows hold: written into the next row
         lens[i] = max(int(lens[i]), 1)
-        W = _pages(int(lens.max()), ps) - d.integer(1, max(1, min(_pages(int(lens.max()), ps), 3)))
+        W = pages(int(lens.max()), ps) - d.integer(1, max(1, min(pages(int(lens.max()), ps), 3)))
     elif kind == "kv_indices_too_few_rows":
         R = bs - 1
     elif kind == "negative_len":
@@ -144,10 +134,10 @@ def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
             lens[i], start = 1, 0
             if "kv_start_idx" in v:
                 v["kv_start_idx"][i] = 0
-        W = max(W, _pages(int(lens[i]), ps))
+        W = max(W, pages(int(lens[i]), ps))
         r = int(rows[i])
         table = v["req_to_token"]
-        table[:, start + ps * d.integer(0, _pages(int(lens[i]), ps) - 1)] = -d.choice((1, ps + 1, 2**31))
+        table[:, start + ps * d.integer(0, pages(int(lens[i]), ps) - 1)] = -d.choice((1, ps + 1, 2**31))
         if k["layout:req_to_token"].kind == "broadcast":
             table[:] = table[0]
         assert 0 <= r < P
@@ -162,26 +152,10 @@ def mla_features(case: Case) -> set[str]:
     out_spec = case.tensors.get("kv_indices")
     if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
         return set()
-    out = {start_path(case), f"page_size:{ps}"} | strided_rows(case) | last_pool_row(case)
     R, W = out_spec.shape
     ls = np.asarray(lens).tolist()
-    for n in ls:
-        if n < 0:
-            continue
-        if n == 0:
-            out.add("len:zero")
-        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
-            if n == e and e > 0:
-                out.add(f"edge:len:{name}")
-        for e in BLOCK_EDGES:
-            if n == e:
-                out.add(f"edge:len:{e}")
-        if n > BLOCK:
-            out.add("len:two_blocks")
-        if n > 0 and _pages(n, ps) == W:
-            out.add("width:full")  # the request's pages fill kv_indices' row
-    if ls and max(ls) >= 0 and _pages(max(ls), ps) < W:
-        out.add("width:spare")
+    out = {start_path(case), f"page_size:{ps}"} | strided_rows(case) | last_pool_row(case) | \
+        page_length_features(ls, ps, W)
     if len(ls) >= 17:
         out.add("big_batch")
     if R > len(ls):

@@ -59,16 +59,16 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import (INT32_MAX, Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two,
-                         written_more_than_once)
+from ...contract import INT32_MAX, Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, written_more_than_once
+from ..kv_index_common import I32, I32_64, NO_REQUEST, PAGE_BLOCK, POOL_INDICES, matrix_reasons, page_cells, \
+    page_counts, page_size_reasons, refuses_nothing, size_reasons, vector_reasons
 from . import oracle
 
-BLOCK_TOKENS = 4096  # SGLang's _MHA_KV_INDEX_BLOCK_TOKENS: one program per 4096 tokens of a request
+BLOCK_TOKENS = PAGE_BLOCK  # SGLang's _MHA_KV_INDEX_BLOCK_TOKENS: one program per 4096 tokens of a request
 
-I32, I32_64 = ("int32",), ("int32", "int64")
 ARGS = (
     Arg("req_to_token", "in", I32, "P,C", doc="KV-pool slots (>= 0 where read) per request-pool row"),
-    Arg("req_pool_indices", "in", I32_64, "bs", doc="each request's row, in [0, P)"),
+    POOL_INDICES,
     Arg("seq_lens", "in", I32_64, "bs", doc="n: the request's tokens, 0 <= n <= C, ceil(n / ps) <= W"),
     Arg("full_to_swa", "in", ("int64", "int32"), "M", optional=True,
         doc="full slot -> SWA slot (absent: no SWA); every slot read < M, its entry in [0, 2^31)"),
@@ -85,44 +85,21 @@ def kernel_path(case: Case) -> str:
     return "swa" if "full_to_swa" in case.tensors else "no_swa"
 
 
-def must_refuse(case: Case) -> list[str]:
-    return []
-
-
 def structural_reasons(case: Case) -> list[str]:
-    ps = case.scalars.get("page_size")
-    if not (is_power_of_two(ps) and ps <= BLOCK_TOKENS):
-        return [f"page_size {ps!r} is not a power of two from 1 to {BLOCK_TOKENS}"]
-    reasons = dtype_and_layout_reasons(CONTRACT, case)
+    reasons = page_size_reasons(case) or dtype_and_layout_reasons(CONTRACT, case)
     if reasons:
         return reasons
     t = case.tensors
     if ("full_to_swa" in t) != ("swa_page_table" in t):
         return ["full_to_swa and swa_page_table must be given together (SGLang's builder asserts it)"]
-    for name in ("req_to_token", *OUTPUTS):
-        spec = t.get(name)
-        if spec is None:
-            continue
-        if len(spec.shape) != 2:
-            reasons.append(f"{name} must be 2-D, got shape {spec.shape}")
-        elif spec.shape[1] > 1 and spec.strides[1] != 1:
-            reasons.append(f"{name} must have unit column stride, got strides {spec.strides}")
-    for name in ONE_D:
-        spec = t.get(name)
-        if spec is None:
-            continue
-        if len(spec.shape) != 1:
-            reasons.append(f"{name} must be 1-D, got shape {spec.shape}")
-        elif spec.shape[0] > 1 and spec.strides[0] != 1:
-            reasons.append(f"{name} must have unit stride (the kernel indexes it by program id or slot), "
-                           f"got stride {spec.strides[0]}")
+    reasons = [r for name in ("req_to_token", *OUTPUTS) if name in t for r in matrix_reasons(t, name)]
+    reasons += vector_reasons(t, ONE_D, "program id or slot")
     if reasons:
         return reasons
     bs = t["req_pool_indices"].shape[0]
     if bs < 1:
-        return ["bs = 0: no request (SGLang never launches an empty grid)"]
-    if t["seq_lens"].shape[0] != bs:
-        reasons.append(f"seq_lens has {t['seq_lens'].shape[0]} elements, expected {bs} (bs = {bs})")
+        return [NO_REQUEST]
+    reasons = size_reasons(t, bs, {"seq_lens": bs})
     out = t["page_table"]
     if out.shape[0] != bs:
         reasons.append(f"page_table has {out.shape[0]} rows, expected bs = {bs} (the builder launches one program "
@@ -142,20 +119,9 @@ def structural_reasons(case: Case) -> list[str]:
     return reasons
 
 
-def _pages(case: Case, rows: int) -> np.ndarray:
-    """ceil(n / ps) of each of the first `rows` requests (0 for a negative length or a missing request)."""
-    ps = case.scalars["page_size"]
-    lens = np.asarray(case.values["seq_lens"], dtype=np.int64)
-    pages = np.zeros(rows, np.int64)
-    k = min(lens.shape[0], rows)
-    pages[:k] = -(-np.maximum(lens[:k], 0) // ps)
-    return pages
-
-
 def cells(case: Case) -> dict[str, Cells]:
-    out = case.tensors["page_table"]
-    required = np.arange(out.shape[1])[None, :] < _pages(case, out.shape[0])[:, None]
-    return {name: Cells(required, np.zeros_like(required)) for name in OUTPUTS if name in case.tensors}
+    # swa_page_table has page_table's shape and the same cells written
+    return {name: page_cells(case, "page_table", "seq_lens") for name in OUTPUTS if name in case.tensors}
 
 
 def racy(case: Case) -> dict[str, np.ndarray]:
@@ -163,16 +129,16 @@ def racy(case: Case) -> dict[str, np.ndarray]:
     grid's last block) at i * row stride + p, so a request with more pages than the row holds
     (out of contract) writes on into the next row, which that row's request writes too."""
     out = case.tensors["page_table"]
-    ps = case.scalars.get("page_size")
-    if len(out.shape) != 2 or not (is_power_of_two(ps) and ps <= BLOCK_TOKENS):
+    if len(out.shape) != 2 or page_size_reasons(case):
         return {}
+    ps = case.scalars["page_size"]
     R, W = out.shape
     stride = out.strides[0]
     if R < 2 or W == 0 or stride < W:
         return {}
     per_block = BLOCK_TOKENS // ps
     reach = -(-W // per_block) * per_block  # pages the grid's blocks cover
-    written = np.minimum(_pages(case, R), reach)
+    written = np.minimum(page_counts(case, "seq_lens", R), reach)
     hit = written_more_than_once(R * stride + reach, np.arange(R, dtype=np.int64) * stride, written)
     mask = hit[np.arange(R)[:, None] * stride + np.arange(W)[None, :]]
     return {name: mask for name in OUTPUTS if name in case.tensors}
@@ -191,7 +157,7 @@ CONTRACT = Contract(
            "swa": "full_to_swa given (HAS_SWA on): swa_page_table too, through the mapping"},
     kernel_path=kernel_path,
     structural_reasons=structural_reasons,
-    must_refuse=must_refuse,
+    must_refuse=refuses_nothing,
     cells=cells,
     racy=racy,
     numpy_ref=oracle.numpy_ref,

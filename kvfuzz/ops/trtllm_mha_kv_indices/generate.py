@@ -22,30 +22,29 @@ import numpy as np
 from ...case import Case
 from ...strategies import OpGenerator
 from ...strategies.draw import CompileClass, Draw
-from ...strategies.layouts import LayoutClass, apply_broadcast, class_layout, layout_class, relayout
+from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
+from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
+    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, relaid, strided_rows, table_layout, \
+    token_table
 
 OP = "trtllm_mha_kv_indices"
-BLOCK = 4096  # tokens per program
+BLOCK = PAGE_BLOCK  # tokens per program
 PAGE_SIZES = (64, 16, 32, 128, 1, 4096)  # the backend's (16, 32, 64; 128 from 0.5.23); edges
 PRODUCTION = (16, 32, 64, 128)
 WIDTHS = (1, 15, 64, 65, 200, 4095, 4096, 4097, 4100, 8193)  # C: the table's width (max context + headroom)
-BLOCK_EDGES = (BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 1)
+BLOCK_EDGES = PAGE_BLOCK_EDGES
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "page_table_too_narrow", "negative_len", "negative_slot",
                    "slot_past_mapping", "negative_swa_slot")
 ONE_D = ("req_pool_indices", "seq_lens")
 SENTINEL = -1  # SGLang's last mapping entry
 
 
-def _pages(n: int, ps: int) -> int:
-    return -(-n // ps)
-
-
 def _width(mode: str, C: int, ps: int, extra: int) -> int:
     """page_table's width W, as the backend sizes it for a table of width C."""
-    row = _pages(C, ps)
+    row = pages(C, ps)
     if mode == "backend":  # max_num_pages = ceil(context_len / ps), req_to_token = context_len + extra columns
-        return max(_pages(max(C - extra, 1), ps), 1)
+        return max(pages(max(C - extra, 1), ps), 1)
     if mode == "short":  # fewer pages than the row holds: lengths stop at W * ps
         return max(1, row // 2)
     if mode == "wide":  # more than the row's pages, into the grid's next block
@@ -54,9 +53,7 @@ def _width(mode: str, C: int, ps: int, extra: int) -> int:
 
 
 def trt_class(d: Draw) -> CompileClass:
-    table = layout_class(d, "in", 2, ("contiguous", "offset", "padded", "broadcast"))
-    if table.kind == "broadcast":  # one row repeated (row stride 0); a zero column stride is out of contract
-        table = LayoutClass("broadcast", table.offset, table.slack, axis=0)
+    table = table_layout(d)
     ps, C = d.choice(PAGE_SIZES), d.choice(WIDTHS)
     swa = d.boolean()
     p = {
@@ -78,27 +75,20 @@ def trt_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _length(d: Draw, limit: int, ps: int, W: int) -> int:
-    """A length at most `limit`: at a page or block edge, in page_table's last page, or any."""
-    edges = [e for e in (0, 1, ps - 1, ps, ps + 1, *BLOCK_EDGES) if 0 <= e <= limit]
-    last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))  # the last page page_table holds
-    return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
-
-
 def _read_cells(lens: list[int], ps: int) -> list[int]:
     """The columns the kernel reads: every ps-th token of each request's length."""
-    return sorted({p * ps for n in lens for p in range(_pages(max(n, 0), ps))})
+    return sorted({p * ps for n in lens for p in range(pages(max(n, 0), ps))})
 
 
 def trt_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 24)}[k["bs"]]
-    P = 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)
+    bs = batch_size(d, k, big=24)
+    P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
-    lens = [_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
+    lens = [page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
             for _ in range(bs)]
-    rows = [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+    rows = pool_rows(d, g, P, bs)
     read = _read_cells(lens, ps)
     values: dict[str, np.ndarray] = {}
     if k["swa"]:  # the full pool's slots index the mapping: M entries, SGLang's ends with -1 (never read)
@@ -115,7 +105,7 @@ def trt_in_class(d: Draw, k: CompileClass) -> Case:
         values["full_to_swa"] = mapping
     else:
         top = d.choice((1 << 20, 2**31))  # slots up to int32's largest
-    table = g.integers(-(2**31), 2**31, size=(P, C)) if d.boolean() else g.integers(0, top, size=(P, C))
+    table = token_table(d, g, P, C, top)
     if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
         table[:, read] = g.integers(0, top, size=(P, len(read)))
         ends = d.choice(("none", "first", "last", "both"))
@@ -133,17 +123,12 @@ def trt_in_class(d: Draw, k: CompileClass) -> Case:
     if k["swa"]:
         shapes["full_to_swa"] = (k["dtype:full_to_swa"], (values["full_to_swa"].shape[0],))
         shapes["swa_page_table"] = ("int32", (bs, W))
-    tensors = {}
-    for name, (dt, shape) in shapes.items():
-        layout = "page_table" if name == "swa_page_table" else None  # one row stride for both tables
-        tensors[name], bcast = class_layout(k, name, dt, shape, layout)
-        if name in values:
-            values[name] = apply_broadcast(values[name], bcast)
-    return Case(OP, {"page_size": ps}, tensors, values)
+    # one row stride for both tables
+    return Case(OP, {"page_size": ps}, laid_out(k, shapes, values, {"swa_page_table": "page_table"}), values)
 
 
 def trt_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
-    t, v = dict(case.tensors), {n: np.array(x, dtype=np.int64) for n, x in case.values.items()}
+    t, v = editable(case)
     ps = case.scalars["page_size"]
     P, C = t["req_to_token"].shape
     bs, W = t["page_table"].shape
@@ -157,20 +142,20 @@ def trt_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
     def read_slot() -> int:
         """A column request i reads (its length made at least 1)."""
         lens[i] = max(int(lens[i]), 1)
-        return ps * d.integer(0, _pages(int(lens[i]), ps) - 1)
+        return ps * d.integer(0, pages(int(lens[i]), ps) - 1)
 
     if kind == "pool_index_out_of_range":
         rows[i] = d.choice((P, P + 1, -1))
     elif kind == "past_row":  # a length past the row (into the next row, or past the table)
         lens[i] = C + d.choice((1, ps, BLOCK))
-        W = max(W, _pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
+        W = max(W, pages(int(lens[i]), ps))  # one broken rule at a time: room for every page
     elif kind == "page_table_too_narrow":  # more pages than page_table's rows hold: written into the next row
         if C > ps:
             lens[i] = max(int(lens[i]), d.integer(ps + 1, C))
         else:
             lens[i] = max(int(lens[i]), 1)
-        pages = _pages(int(lens.max()), ps)
-        W = pages - d.integer(1, max(1, min(pages, 3)))
+        most = pages(int(lens.max()), ps)
+        W = most - d.integer(1, max(1, min(most, 3)))
     elif kind == "negative_len":
         lens[i] = -d.choice((1, ps + 1))
     elif kind == "negative_slot":
@@ -187,9 +172,7 @@ def trt_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
     for name in ("page_table", "swa_page_table"):
         if name in t:
             t[name] = relayout(k.get("layout:page_table", LayoutClass()), "int32", (bs, W))
-    for name in ("req_pool_indices", "seq_lens", "req_to_token", "full_to_swa"):
-        if name in v:
-            t[name] = relayout(k.get(f"layout:{name}", LayoutClass()), t[name].dtype, v[name].shape, v[name])
+    relaid(k, t, v, ("req_pool_indices", "seq_lens", "req_to_token", "full_to_swa"))
     return Case(OP, case.scalars, t, v, meta={"violation": kind})
 
 
@@ -199,26 +182,10 @@ def trt_features(case: Case) -> set[str]:
     out_spec = case.tensors.get("page_table")
     if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
         return set()
-    out = {"swa" if "full_to_swa" in case.tensors else "no_swa", f"page_size:{ps}"}
     R, W = out_spec.shape
     ls = np.asarray(lens).tolist()
-    for n in ls:
-        if n < 0:
-            continue
-        if n == 0:
-            out.add("len:zero")
-        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
-            if n == e and e > 0:
-                out.add(f"edge:len:{name}")
-        for e in BLOCK_EDGES:
-            if n == e:
-                out.add(f"edge:len:{e}")
-        if n > BLOCK:
-            out.add("len:two_blocks")
-        if n > 0 and _pages(n, ps) == W:
-            out.add("width:full")  # the request's pages fill page_table's row
-    if ls and max(ls) >= 0 and _pages(max(ls), ps) < W:
-        out.add("width:spare")
+    out = {"swa" if "full_to_swa" in case.tensors else "no_swa", f"page_size:{ps}"} | strided_rows(case) | \
+        last_pool_row(case) | page_length_features(ls, ps, W)
     if W > max(BLOCK // ps, 1):
         out.add("grid:two_blocks")  # the grid's second axis has more than one block
     if len(ls) >= 17:
@@ -228,11 +195,6 @@ def trt_features(case: Case) -> set[str]:
     table = case.tensors.get("req_to_token")
     if table is not None and len(table.shape) == 2:
         P, C = table.shape
-        if P > 1 and table.strides[0] != C:
-            out.add("strided_rows")
-        rows = np.asarray(case.values.get("req_pool_indices", [])).tolist()
-        if P > 1 and P - 1 in rows:
-            out.add("pool:last_row")
         if any(n > 0 and n == C for n in ls):
             out.add("row_end")
         vals = case.values.get("req_to_token")
@@ -267,9 +229,7 @@ def required_features() -> set[str]:
 
 
 # Generic features (strategies.coverage.generic_features) every campaign must reach
-GENERIC_REQUIRED = {"misaligned", "broadcast:req_to_token",
-                    *(f"dtype:{n}:{dt}" for n in ("req_pool_indices", "seq_lens", "full_to_swa")
-                      for dt in ("int32", "int64"))}
+GENERIC_REQUIRED = generic_required(("req_pool_indices", "seq_lens", "full_to_swa"))
 
 
 def all_required_features() -> set[str]:
