@@ -103,6 +103,16 @@ def defect_of(signature: str) -> str:
     return signature.rsplit(":", 1)[0]
 
 
+def only_known_defects(signatures, known: set[str]) -> bool:
+    """Whether a failing verdict shows only defects known on the target. A second run that
+    differs (`nondeterministic`) beside a known wild write (`out_of_bounds_write`) is that write:
+    its stores land where a race of programs puts them, so the bytes past the tensor differ
+    between runs (sglang 0.5.14's and 0.5.17's swa_spec kernel on an empty request)."""
+    defects = {defect_of(s) for s in signatures}
+    wild = any(d.split(":")[2] == "out_of_bounds_write" for d in defects & known)
+    return all(d in known or (wild and d.split(":")[2] == "nondeterministic") for d in defects)
+
+
 def shows_varying(saved, verdict) -> bool:
     """A non-strict case's defect shows: one of its signatures, or any finding of a kind whose
     runs differ by nature (which bytes differ, and so the signature's tensor, varies too)."""
@@ -220,7 +230,7 @@ class CaseItem(pytest.Item):
                              "'pass' or prune the case\n" + self.rendered)
         if verdict.failed:
             known = getattr(self.config, "_kvfuzz_known", set())
-            if self.config.getoption(TARGET_OPTION) and {defect_of(x) for x in verdict.signatures()} <= known:
+            if self.config.getoption(TARGET_OPTION) and only_known_defects(verdict.signatures(), known):
                 pytest.xfail(f"known defect of {spec}: {', '.join(verdict.signatures())}")
             raise CaseFailed(self.rendered)
 
