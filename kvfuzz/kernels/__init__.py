@@ -13,11 +13,13 @@ from .draft_extend_metadata import draft_extend_set_metadata
 from .flashinfer_kv_indices import create_flashinfer_kv_indices_triton
 from .flashmla_kv_indices import create_flashmla_kv_indices_triton
 from .num_kv_splits import get_num_kv_splits, get_num_kv_splits_triton, sglang_max_num_seq
+from .pa_page_table import _build_pa_page_table
 from .q8kv8_topk_length import q8kv8_topk_length_from_indices
 from .swa_spec_page_table import prepare_swa_spec_page_table_triton
 from .trtllm_mha_kv_indices import create_trtllm_mha_kv_indices_triton
 
 __all__ = [
+    "_build_pa_page_table",
     "create_chunked_prefix_cache_kv_indices",
     "create_flashinfer_kv_indices_triton",
     "create_flashmla_kv_indices_triton",
