@@ -3,7 +3,8 @@
 The cache (`$KVFUZZ_CACHE`, default `~/.cache/kvfuzz`) holds, per release, `sglang-X.Y.Z/` with
 each kernel file kvfuzz keeps (`releases.kernel_files()`) that the release has: `metadata.py`
 (the metadata kernels), `kv_indices.py` (the KV-index kernels: FlashInfer's, FlashMLA's, the
-chunked prefix's) and `trtllm_mha_page_table.py` (the TRT-LLM MHA page table, 0.5.14 on), and
+chunked prefix's), `trtllm_mha_page_table.py` (the TRT-LLM MHA page table, 0.5.14 on) and
+`trtllm_mha_graph_metadata.py` (its fused CUDA-graph metadata update, 0.5.15 on), and
 `SOURCE`, where each came from. One download writes every file; a folder an older kvfuzz wrote
 (metadata.py only, or without trtllm_mha_page_table.py) gets the missing file on demand, with one
 more download. A file that `RELEASES` says a release does not have is not looked for (no
@@ -29,7 +30,7 @@ from typing import Callable
 
 from ..errors import TargetLoadError
 from .extract import Source, extract
-from .releases import KV_INDICES, METADATA, TRTLLM_MHA, kernel_files, release_entry
+from .releases import KV_INDICES, METADATA, TRTLLM_GRAPH, TRTLLM_MHA, kernel_files, release_entry
 
 # Where the metadata kernels live inside the wheel, newest layout first (docs/releases.md).
 KERNEL_PATHS = (
@@ -49,6 +50,11 @@ WHEEL_PATHS = {
         "sglang/kernels/ops/attention/trtllm_mha_page_table.py",  # 0.5.23
         "sglang/kernels/ops/kvcache/trtllm_mha_page_table.py",  # 0.5.16 to 0.5.22
         "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py",  # 0.5.14 to 0.5.15
+    ),
+    TRTLLM_GRAPH: (
+        "sglang/kernels/ops/attention/trtllm_mha_graph_metadata.py",  # 0.5.23
+        "sglang/kernels/ops/kvcache/trtllm_mha_graph_metadata.py",  # 0.5.16 to 0.5.22
+        "sglang/srt/layers/attention/triton_ops/trtllm_mha_graph_metadata.py",  # 0.5.15
     ),
 }
 # Before 0.5.13 the same entry points are defined inside these modules, which import sgl_kernel
