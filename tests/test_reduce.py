@@ -24,7 +24,8 @@ OPS = sorted(GENERATORS)
 FIRST = {"decode_metadata": "cache_seqlens_int32", "draft_extend_metadata": "cache_seqlens_int32",
          "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices",
          "flashinfer_kv_indices": "req_pool_indices", "chunked_prefix_kv_indices": "req_pool_indices",
-         "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices"}
+         "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices",
+         "trtllm_mha_graph_metadata": "req_pool_indices"}
 
 
 def recorded_stream(op: str, seed: int, n: int, in_contract_only: bool = False):
@@ -133,18 +134,18 @@ def test_a_case_without_choices_still_minimizes_with_the_passes():
 # element (2-D: first column of the last row) of the first output is one too high
 # (flashinfer_kv_indices: of kv_indices, its sixth argument; chunked_prefix_kv_indices: of
 # chunk_kv_indices, its sixth; flashmla_kv_indices: of kv_indices, its fifth; trtllm_mha_kv_indices:
-# of page_table, its fifth)
+# of page_table, its fifth; trtllm_mha_graph_metadata, whose arguments are keyword-only: of cache_seqlens)
 PLANTED = '''
 import functools
 
 from kvfuzz import kernels as _k
 
 
-def _planted(fn, returns=False, arg=0):
+def _planted(fn, returns=False, arg=0, kw=None):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         out = fn(*args, **kwargs)
-        t = out if returns else args[arg]
+        t = out if returns else kwargs[kw] if kw else args[arg]
         if t.shape[0] >= 2 and (t.dim() == 1 or t.shape[1] > 0):
             if t.dim() == 1:
                 t[-1] += 1
@@ -163,6 +164,7 @@ create_flashinfer_kv_indices_triton = _planted(_k.create_flashinfer_kv_indices_t
 create_chunked_prefix_cache_kv_indices = _planted(_k.create_chunked_prefix_cache_kv_indices, arg=5)
 create_flashmla_kv_indices_triton = _planted(_k.create_flashmla_kv_indices_triton, arg=4)
 create_trtllm_mha_kv_indices_triton = _planted(_k.create_trtllm_mha_kv_indices_triton, arg=4)
+update_trtllm_mha_graph_metadata = _planted(_k.update_trtllm_mha_graph_metadata, kw="cache_seqlens")
 '''
 
 
