@@ -86,10 +86,6 @@ def graph_class(d: Draw, variant: str | None = None) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _base_class(d: Draw) -> CompileClass:
-    return graph_class(d)
-
-
 def _in_class(v: int, cls: str) -> int:
     """The largest value <= v of integer class `cls` (ZERO: 0, ONE: 1)."""
     if cls == ZERO:
@@ -319,7 +315,7 @@ def graph_features(case: Case) -> set[str]:
     out = {f"path:{kernel_path(case)}", f"page_size:{ps}"}
     if not s.get("skip_page_table") and ("swa_page_table" in t) != ("swa_out_cache_loc" in t):
         out.add("swa:table_only" if "swa_page_table" in t else "swa:out_only")
-    if bs in (1, *BS_EDGES):
+    if bs in (1, 2, 3, *BS_EDGES):  # BS_BLOCK 1, 2, 4 (3 of 4), 1024, 2048
         out.add(f"bs:{bs}")
     if isinstance(P, int):
         if P == 0:
@@ -394,7 +390,7 @@ def class_combinations(k: CompileClass) -> set[str]:
 def required_features() -> set[str]:
     paths = {f"path:q{q}/{a}/{b}" for q in (0, 1, 2) for a, b in (("no_swa", "no_swa_out"), ("swa", "swa_out"))}
     return (paths | {"swa:table_only", "swa:out_only"}
-            | {f"bs:{b}" for b in (1, *BS_EDGES)} | {f"P:{e}" for e in P_EDGES[:3]}
+            | {f"bs:{b}" for b in (1, 2, 3, *BS_EDGES)} | {f"P:{e}" for e in P_EDGES[:3]}
             | {f"live:{e}" for e in P_EDGES[:3]} | {f"L:{e}" for e in (PAGE_BLOCK - 1, PAGE_BLOCK, PAGE_BLOCK + 1)}
             | {f"page_size:{ps}" for ps in PRODUCTION}
             | {"P:zero", "offset:nonzero", "len:zero", "len:past_width", "len:full_width", "len:padding",
@@ -412,5 +408,5 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, _base_class, graph_in_class, graph_violation, OUT_OF_CONTRACT, graph_features,
+GENERATOR = OpGenerator(OP, graph_class, graph_in_class, graph_violation, OUT_OF_CONTRACT, graph_features,
                         all_required_features, class_combinations, graph_class)
