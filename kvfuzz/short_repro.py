@@ -67,6 +67,9 @@ SGLANG_FILE_MODULES = {
                                  ((0, 5, 14), "sglang.srt.layers.attention.triton_ops.trtllm_mha_page_table")),
     "pa_page_table.py": (((0, 5, 16), "sglang.kernels.ops.attention.pa_page_table"),
                          ((0, 5, 15), "sglang.srt.layers.attention.flashattention_backend")),
+    "trtllm_mha_graph_metadata.py": (((0, 5, 23), "sglang.kernels.ops.attention.trtllm_mha_graph_metadata"),
+                                     ((0, 5, 16), "sglang.kernels.ops.kvcache.trtllm_mha_graph_metadata"),
+                                     ((0, 5, 15), "sglang.srt.layers.attention.triton_ops.trtllm_mha_graph_metadata")),
 }
 # an entry point that earlier releases keep outside its file's module -> (first release, the sglang
 # module holding it; None: its file's), newest first

@@ -142,7 +142,8 @@ def test_old_releases_are_described_by_their_backends():
         r = RELEASES[v]
         assert r.kernel_file is None and r.backends and set(r.api) | set(r.not_offered) == {
             "decode_metadata", "swa_spec_page_table", "num_kv_splits", "flashinfer_kv_indices",
-            "flashmla_kv_indices", "chunked_prefix_kv_indices", "trtllm_mha_kv_indices", "pa_page_table"}
+            "flashmla_kv_indices", "chunked_prefix_kv_indices", "trtllm_mha_kv_indices", "pa_page_table",
+            "trtllm_mha_graph_metadata"}
         # the KV-index kernels: FlashInfer's and FlashMLA's from the attention utils.py, the chunked
         # prefix's from forward_batch_info.py (0.5.6, 0.5.7) or the DeepSeek MHA mixin (0.5.8 on)
         kv = r.files["kv_indices.py"]

@@ -25,7 +25,7 @@ FIRST = {"decode_metadata": "cache_seqlens_int32", "draft_extend_metadata": "cac
          "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices",
          "flashinfer_kv_indices": "req_pool_indices", "chunked_prefix_kv_indices": "req_pool_indices",
          "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices",
-         "pa_page_table": "req_pool_indices"}
+         "pa_page_table": "req_pool_indices", "trtllm_mha_graph_metadata": "req_pool_indices"}
 
 
 def recorded_stream(op: str, seed: int, n: int, in_contract_only: bool = False):
@@ -134,7 +134,8 @@ def test_a_case_without_choices_still_minimizes_with_the_passes():
 # element (2-D: first column of the last row) of the first output is one too high
 # (flashinfer_kv_indices: of kv_indices, its sixth argument; chunked_prefix_kv_indices: of
 # chunk_kv_indices, its sixth; flashmla_kv_indices: of kv_indices, its fifth; trtllm_mha_kv_indices:
-# of page_table, its fifth; pa_page_table: of dst_page_table, the keyword argument)
+# of page_table, its fifth; pa_page_table: of dst_page_table, the keyword argument;
+# trtllm_mha_graph_metadata, whose arguments are keyword-only: of cache_seqlens)
 PLANTED = '''
 import functools
 
@@ -165,6 +166,7 @@ create_chunked_prefix_cache_kv_indices = _planted(_k.create_chunked_prefix_cache
 create_flashmla_kv_indices_triton = _planted(_k.create_flashmla_kv_indices_triton, arg=4)
 create_trtllm_mha_kv_indices_triton = _planted(_k.create_trtllm_mha_kv_indices_triton, arg=4)
 _build_pa_page_table = _planted(_k._build_pa_page_table, kw="dst_page_table")  # passed by keyword
+update_trtllm_mha_graph_metadata = _planted(_k.update_trtllm_mha_graph_metadata, kw="cache_seqlens")
 '''
 
 

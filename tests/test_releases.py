@@ -28,9 +28,9 @@ from kvfuzz.execute import HARNESS, run_case
 from kvfuzz.judge import judge
 from kvfuzz.ops import CONTRACTS, record, records
 from kvfuzz.targets import load_target, variant_for, variant_lacks
-from kvfuzz.targets.releases import (KV_INDICES, METADATA, PA_PAGE_TABLE, RELEASES, TRTLLM_MHA, file_release,
-                                     kernel_files, known_releases, op_file, parse_version, same_file_releases,
-                                     select_variant, variant_for_release)
+from kvfuzz.targets.releases import (KV_INDICES, METADATA, PA_PAGE_TABLE, RELEASES, TRTLLM_GRAPH, TRTLLM_MHA,
+                                     file_release, kernel_files, known_releases, op_file, parse_version,
+                                     same_file_releases, select_variant, variant_for_release)
 
 LOADABLE = tuple(v for v, r in RELEASES.items() if r.kernel_file)
 # one release per distinct kernel file, as RELEASES says (0.5.13 = 0.5.14 = 0.5.15, 0.5.20 = 0.5.21 = 0.5.22)
@@ -133,6 +133,14 @@ def test_the_release_table_says_which_releases_ship_one_kernel_file():
         ("sglang/srt/layers/attention/flashattention_backend.py", ("_build_pa_page_table",)),)
     assert [v for v in RELEASES if PA_PAGE_TABLE not in RELEASES[v].files] == [
         v for v in RELEASES if parse_version(v) < (0, 5, 15)]
+    # the fused CUDA-graph metadata update from 0.5.15 on: 0.5.17 writes the live pages only, 0.5.19 adds
+    # skip_page_table
+    assert op_file("trtllm_mha_graph_metadata") == TRTLLM_GRAPH and TRTLLM_GRAPH in kernel_files()
+    assert same_file_releases("0.5.16", TRTLLM_GRAPH) == ("0.5.15", "0.5.15.post1", "0.5.16")
+    assert same_file_releases("0.5.18", TRTLLM_GRAPH) == ("0.5.17", "0.5.18")
+    assert same_file_releases("0.5.23", TRTLLM_GRAPH) == ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+    assert [v for v in RELEASES if TRTLLM_GRAPH not in RELEASES[v].files] == [
+        v for v in RELEASES if parse_version(v) < (0, 5, 15)]
     for name in kernel_files():
         for v in known_releases():  # one file is judged alike, whichever release ships it (kvfuzz bisect runs it once)
             f = file_release(v, name)
@@ -203,10 +211,13 @@ def test_each_release_binds_by_name_to_its_api_generation(version, device):
         assert b.by_name and b.generation == RELEASES[version].api[op], (op, b.describe())
         assert not b.defaulted, b.defaulted  # every parameter of every release is known
         # the version (sglang==X) and the signature (the same file loaded by path) pick the same variant,
-        # but for 0.5.18's decode: its signature is 0.5.17's, so by path its unified SWA pool is not drawn
+        # but for 0.5.18's decode: its signature is 0.5.17's, so by path its unified SWA pool is not drawn;
+        # and for 0.5.17-0.5.18's graph metadata: their signature is 0.5.15's, so by path its full_width
+        # variant judges them (which allows their untouched tails)
         by_version = t.variants[op]
         assert by_version == variant_for_release(op, version)
-        by_path = "v2p" if (version, op) == ("0.5.18", "decode_metadata") else by_version
+        by_path = "v2p" if (version, op) == ("0.5.18", "decode_metadata") else "full_width" if (
+            op == "trtllm_mha_graph_metadata" and version in ("0.5.17", "0.5.18")) else by_version
         assert select_variant(op, None, b)[0] == by_path
         # its parameters pass exactly that variant's later arguments (0.5.18's swa_v2p rides in
         # token_to_kv_pool, which only the release tells), so its own variant is never refused

@@ -16,6 +16,7 @@ from .num_kv_splits import get_num_kv_splits, get_num_kv_splits_triton, sglang_m
 from .pa_page_table import _build_pa_page_table
 from .q8kv8_topk_length import q8kv8_topk_length_from_indices
 from .swa_spec_page_table import prepare_swa_spec_page_table_triton
+from .trtllm_mha_graph_metadata import update_trtllm_mha_graph_metadata
 from .trtllm_mha_kv_indices import create_trtllm_mha_kv_indices_triton
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "prepare_swa_spec_page_table_triton",
     "q8kv8_topk_length_from_indices",
     "sglang_max_num_seq",
+    "update_trtllm_mha_graph_metadata",
 ]

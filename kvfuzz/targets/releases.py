@@ -21,12 +21,13 @@ entry point read from the one its record names (`OpRecord.source_file`): `metada
 metadata kernels; `kernel_file`, `backends`, `same_file` below), `kv_indices.py` (the KV-index
 kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
 create_chunked_prefix_cache_kv_indices) and `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
-create_trtllm_mha_kv_indices_triton, 0.5.14 on) and `pa_page_table.py` (the FlashAttention
-backend's prefill-aware SWA page table _build_pa_page_table, 0.5.15 on; `OTHER_FILES`).
-`Release.files` gives those a release has as `KernelFile`s. A release whose file lacks an op's
-entry point, or that has no such file, says why in `not_offered` (0.5.13's kv_indices.py and the
-chunked-prefix kernel; the TRT-LLM MHA page table before 0.5.14; the PA-SWA page table before
-0.5.15).
+create_trtllm_mha_kv_indices_triton, 0.5.14 on), `trtllm_mha_graph_metadata.py` (its fused
+CUDA-graph metadata update update_trtllm_mha_graph_metadata, 0.5.15 on) and `pa_page_table.py`
+(the FlashAttention backend's prefill-aware SWA page table _build_pa_page_table, 0.5.15 on;
+`OTHER_FILES`). `Release.files` gives those a release has as `KernelFile`s. A release whose file
+lacks an op's entry point, or that has no such file, says why in `not_offered` (0.5.13's
+kv_indices.py and the chunked-prefix kernel; the TRT-LLM MHA page table before 0.5.14; its graph
+metadata update and the PA-SWA page table before 0.5.15).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -54,6 +55,7 @@ UTILS = "sglang/srt/layers/attention/utils.py"
 METADATA, KV_INDICES = "metadata.py", "kv_indices.py"  # kernel files by their name in kvfuzz's cache
 TRTLLM_MHA = "trtllm_mha_page_table.py"
 PA_PAGE_TABLE = "pa_page_table.py"
+TRTLLM_GRAPH = "trtllm_mha_graph_metadata.py"
 FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
 FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
 
@@ -128,6 +130,10 @@ _TRTLLM_TORCH = ("the TRT-LLM MHA backend builds its page table with torch index
 # before 0.5.15 the FlashAttention backend has no prefill-aware SWA decode
 _PA_NONE = ("the FlashAttention backend has no prefill-aware SWA decode (no prefill_aware_swa, no pa_swa_page_table): "
             "_build_pa_page_table first ships in 0.5.15, inside flashattention_backend.py")
+# before 0.5.15 the backend rebuilds its CUDA-graph metadata with torch ops, no fused kernel
+_TRTLLM_GRAPH_TORCH = ("the TRT-LLM MHA backend rebuilds its CUDA-graph metadata with torch ops (copies, an int32 "
+                       "cumsum into cu_seqlens_k[1:], the page-table builder), no fused kernel: update_trtllm_mha_"
+                       "graph_metadata and its file trtllm_mha_graph_metadata.py first ship in 0.5.15")
 
 # 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
 _CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
@@ -154,7 +160,8 @@ def _old(version: str) -> Release:
         "definitions)",
         backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
         not_offered={**({"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {}),
-                     "trtllm_mha_kv_indices": _TRTLLM_TORCH, "pa_page_table": _PA_NONE},
+                     "trtllm_mha_kv_indices": _TRTLLM_TORCH, "trtllm_mha_graph_metadata": _TRTLLM_GRAPH_TORCH,
+                     "pa_page_table": _PA_NONE},
         posts=_OLD_POSTS.get(version, ()), same_file=None if version == first else first)
 
 
@@ -162,9 +169,11 @@ RELEASES: dict[str, Release] = {
     **{v: _old(v) for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")},
     "0.5.13": Release("0.5.13", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.13.post1's)",
                       not_offered={"chunked_prefix_kv_indices": _CHUNKED_0_5_13,
-                                   "trtllm_mha_kv_indices": _TRTLLM_TORCH, "pa_page_table": _PA_NONE},
+                                   "trtllm_mha_kv_indices": _TRTLLM_TORCH,
+                                   "trtllm_mha_graph_metadata": _TRTLLM_GRAPH_TORCH, "pa_page_table": _PA_NONE},
                       posts=("0.5.13.post1",), same_file="0.5.14"),
-    "0.5.14": Release("0.5.14", OLD_PATH, note="the seed", not_offered={"pa_page_table": _PA_NONE}),
+    "0.5.14": Release("0.5.14", OLD_PATH, note="the seed",
+                      not_offered={"trtllm_mha_graph_metadata": _TRTLLM_GRAPH_TORCH, "pa_page_table": _PA_NONE}),
     "0.5.15": Release("0.5.15", OLD_PATH, note="kernel file byte-identical to 0.5.14's (so is 0.5.15.post1's)",
                       posts=("0.5.15.post1",), same_file="0.5.14"),
     "0.5.16": Release("0.5.16", NEW_PATH, note="the three 0.5.14 entry points byte for byte; new op "
@@ -207,6 +216,9 @@ _TRT_KVCACHE = "sglang/kernels/ops/kvcache/trtllm_mha_page_table.py"
 _TRT_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_page_table.py"
 _PA_ATTENTION = "sglang/kernels/ops/attention/pa_page_table.py"
 _PA_ENTRY = ("_build_pa_page_table",)
+_GRAPH_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/trtllm_mha_graph_metadata.py"
+_GRAPH_KVCACHE = "sglang/kernels/ops/kvcache/trtllm_mha_graph_metadata.py"
+_GRAPH_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_graph_metadata.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
 # docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
@@ -222,6 +234,9 @@ _PA_ENTRY = ("_build_pa_page_table",)
 # pa_page_table.py: 0.5.15 defines _build_pa_page_table and its kernel inside
 # flashattention_backend.py, which imports sgl_kernel and sglang.srt (extracted); 0.5.16 moved both
 # into their own file, the definitions unchanged, and 0.5.17 - 0.5.23 ship that file byte for byte.
+# trtllm_mha_graph_metadata.py: first in 0.5.15 (before it the backend rebuilds its CUDA-graph metadata with torch
+# ops: not offered); 0.5.16 moved it unchanged; 0.5.17 writes only each row's live pages; 0.5.19
+# added SKIP_PAGE_TABLE (skip_page_table); 0.5.23 moved 0.5.19's unchanged.
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
         **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
@@ -254,6 +269,15 @@ OTHER_FILES: dict[str, dict[str, KernelFile]] = {
         "0.5.16": KernelFile(_PA_ATTENTION),
         **{v: KernelFile(_PA_ATTENTION, same_as="0.5.16")
            for v in ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")},
+    },
+    TRTLLM_GRAPH: {
+        "0.5.15": KernelFile(_GRAPH_TRITON_OPS),
+        "0.5.16": KernelFile(_GRAPH_KVCACHE, same_as="0.5.15"),
+        "0.5.17": KernelFile(_GRAPH_KVCACHE),
+        "0.5.18": KernelFile(_GRAPH_KVCACHE, same_as="0.5.17"),
+        "0.5.19": KernelFile(_GRAPH_KVCACHE),
+        **{v: KernelFile(_GRAPH_KVCACHE, same_as="0.5.19") for v in ("0.5.20", "0.5.21", "0.5.22")},
+        "0.5.23": KernelFile(_GRAPH_ATTENTION, same_as="0.5.19"),
     },
 }
 

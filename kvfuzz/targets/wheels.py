@@ -5,9 +5,10 @@ each kernel file kvfuzz keeps (`releases.kernel_files()`) that the release has: 
 (the metadata kernels), `kv_indices.py` (the KV-index kernels: FlashInfer's, FlashMLA's, the
 chunked prefix's), `trtllm_mha_page_table.py` (the TRT-LLM MHA page table, 0.5.14 on) and
 `pa_page_table.py` (the prefill-aware SWA page table, 0.5.15 on; extracted from the
-FlashAttention backend in 0.5.15), and `SOURCE`, where each came from. One download writes every
-file; a folder an older kvfuzz wrote (metadata.py only, or without a later file) gets the missing
-file on demand, with one more download. A file that `RELEASES` says a release does not have is not looked for (no
+FlashAttention backend in 0.5.15), `trtllm_mha_graph_metadata.py` (the TRT-LLM MHA backend's fused
+CUDA-graph metadata update, 0.5.15 on), and `SOURCE`, where each came from. One download writes
+every file; a folder an older kvfuzz wrote (metadata.py only, or without a later file) gets the
+missing file on demand, with one more download. A file that `RELEASES` says a release does not have is not looked for (no
 download). Copy the folder to a machine without network (e.g. a
 GPU box) to use the target there. Releases before 0.5.13 have no such files: their `RELEASES`
 entry names the modules that hold the entry points, and the file is generated from them
@@ -30,7 +31,7 @@ from typing import Callable
 
 from ..errors import TargetLoadError
 from .extract import Source, extract
-from .releases import KV_INDICES, METADATA, PA_PAGE_TABLE, TRTLLM_MHA, kernel_files, release_entry
+from .releases import KV_INDICES, METADATA, PA_PAGE_TABLE, TRTLLM_GRAPH, TRTLLM_MHA, kernel_files, release_entry
 
 # Where the metadata kernels live inside the wheel, newest layout first (docs/releases.md).
 KERNEL_PATHS = (
@@ -53,6 +54,11 @@ WHEEL_PATHS = {
     ),
     PA_PAGE_TABLE: (
         "sglang/kernels/ops/attention/pa_page_table.py",  # 0.5.16 to 0.5.23 (0.5.15: extracted, RELEASES)
+    ),
+    TRTLLM_GRAPH: (
+        "sglang/kernels/ops/attention/trtllm_mha_graph_metadata.py",  # 0.5.23
+        "sglang/kernels/ops/kvcache/trtllm_mha_graph_metadata.py",  # 0.5.16 to 0.5.22
+        "sglang/srt/layers/attention/triton_ops/trtllm_mha_graph_metadata.py",  # 0.5.15
     ),
 }
 # Before 0.5.13 the same entry points are defined inside these modules, which import sgl_kernel
