@@ -18,6 +18,7 @@ from kvfuzz.execute import run_case
 from kvfuzz.judge import judge
 from kvfuzz.strategies import random_cases
 from kvfuzz.targets import load_target
+from kvfuzz.targets.releases import RELEASES
 
 OP = "draft_extend_metadata"
 HAND = {
@@ -137,8 +138,9 @@ def test_releases_before_0_5_16_do_not_offer_it(tmp_path, device):
     r = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--op", OP, "--target", "sglang==0.5.15",
                         "--device", "cpu", "--budget", "5"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    files = ", ".join(RELEASES["0.5.15"].files)  # every kernel file the release has, named once
     assert r.stderr.strip().splitlines() == [
-        "kvfuzz: error: target sglang==0.5.15 has no draft_extend_metadata: sglang==0.5.15 (metadata.py, kv_indices.py, trtllm_mha_page_table.py, pa_page_table.py from "
+        f"kvfuzz: error: target sglang==0.5.15 has no draft_extend_metadata: sglang==0.5.15 ({files} from "
         "the PyPI wheel) has no draft_extend_set_metadata"]
     # a campaign over every op (no --op) skips it
     done = run_campaign(CampaignConfig(ops=[OP], target="sglang==0.5.15", device=device, budget_s=1, isolate=False))
