@@ -20,11 +20,13 @@ A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py)
 entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
 metadata kernels; `kernel_file`, `backends`, `same_file` below), `kv_indices.py` (the KV-index
 kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
-create_chunked_prefix_cache_kv_indices) and `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
-create_trtllm_mha_kv_indices_triton, 0.5.14 on; `OTHER_FILES`). `Release.files` gives those a
-release has as `KernelFile`s. A release whose file lacks an op's entry point, or that has no such
-file, says why in `not_offered` (0.5.13's kv_indices.py and the chunked-prefix kernel; the
-TRT-LLM MHA page table before 0.5.14).
+create_chunked_prefix_cache_kv_indices), `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
+create_trtllm_mha_kv_indices_triton, 0.5.14 on) and `aiter_unified_attention.py` (the AITER
+backend's scatter_ragged_to_page_table_kernel and scatter_req_to_token_to_page_table_kernel, 0.5.12
+on; `OTHER_FILES`). `Release.files` gives those a release has as `KernelFile`s. A release whose
+file lacks an op's entry point, or that has no such file, says why in `not_offered` (0.5.13's
+kv_indices.py and the chunked-prefix kernel; the TRT-LLM MHA page table before 0.5.14; the AITER
+page tables before 0.5.12).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -51,6 +53,7 @@ TRITON_BACKEND = "sglang/srt/layers/attention/triton_backend.py"
 UTILS = "sglang/srt/layers/attention/utils.py"
 METADATA, KV_INDICES = "metadata.py", "kv_indices.py"  # kernel files by their name in kvfuzz's cache
 TRTLLM_MHA = "trtllm_mha_page_table.py"
+AITER_UNIFIED = "aiter_unified_attention.py"  # both AITER page-table kernels (0.5.23's aiter_unified_page_table.py)
 FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
 FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
 
@@ -122,6 +125,13 @@ _TRTLLM_TORCH = ("the TRT-LLM MHA backend builds its page table with torch index
                  ":max_seq_len_k][:, ::page_size] // page_size, after a host max of the lengths), no Triton kernel: "
                  "create_trtllm_mha_kv_indices_triton and its file trtllm_mha_page_table.py first ship in 0.5.14")
 
+# before 0.5.12 the AITER backend has no page-table kernels of its own
+_AITER_NONE = ("scatter_ragged_to_page_table_kernel and scatter_req_to_token_to_page_table_kernel first ship in 0.5.12 "
+               "(sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py); before it the AITER backend has no "
+               "such kernels (0.5.10-0.5.11's unified attention builds its page table with "
+               "create_flashmla_kv_indices_triton and torch indexing, 0.5.6-0.5.9 have no unified attention)")
+_AITER_OPS = ("aiter_ragged_page_table", "aiter_req_to_token_page_table")
+
 # 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
 _CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
                    "sglang/srt/model_executor/forward_batch_deepseek_mha_mixin.py (0.5.14's text), which kvfuzz "
@@ -147,7 +157,8 @@ def _old(version: str) -> Release:
         "definitions)",
         backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
         not_offered={**({"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {}),
-                     "trtllm_mha_kv_indices": _TRTLLM_TORCH},
+                     "trtllm_mha_kv_indices": _TRTLLM_TORCH,
+                     **({op: _AITER_NONE for op in _AITER_OPS} if version != "0.5.12" else {})},
         posts=_OLD_POSTS.get(version, ()), same_file=None if version == first else first)
 
 
@@ -198,6 +209,9 @@ _KV_ATTENTION = "sglang/kernels/ops/attention/kv_indices.py"
 _TRT_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py"
 _TRT_KVCACHE = "sglang/kernels/ops/kvcache/trtllm_mha_page_table.py"
 _TRT_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_page_table.py"
+_AITER_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py"
+_AITER_KVCACHE = "sglang/kernels/ops/kvcache/aiter_unified_attention.py"
+_AITER_ATTENTION = "sglang/kernels/ops/attention/aiter_unified_page_table.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
 # docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
@@ -210,6 +224,9 @@ _TRT_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_page_table.py"
 # trtllm_mha_page_table.py: first in 0.5.14 (before it the backend's page table is torch ops: not
 # offered); 0.5.16 moved it and added full_to_swa_numel (the SWA lookup clamped into the mapping);
 # 0.5.20 re-wrapped two asserts; 0.5.23 moved it unchanged.
+# aiter_unified_attention.py: first in 0.5.12 (it imports triton alone: loaded as it is, nothing
+# extracted), the same bytes in every release since: 0.5.16 moved it, 0.5.23 moved and renamed it
+# (aiter_unified_page_table.py).
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
         **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
@@ -236,6 +253,13 @@ OTHER_FILES: dict[str, dict[str, KernelFile]] = {
         "0.5.20": KernelFile(_TRT_KVCACHE),
         **{v: KernelFile(_TRT_KVCACHE, same_as="0.5.20") for v in ("0.5.21", "0.5.22")},
         "0.5.23": KernelFile(_TRT_ATTENTION, same_as="0.5.20"),
+    },
+    AITER_UNIFIED: {
+        "0.5.12": KernelFile(_AITER_TRITON_OPS),
+        **{v: KernelFile(_AITER_TRITON_OPS, same_as="0.5.12") for v in ("0.5.13", "0.5.14", "0.5.15")},
+        **{v: KernelFile(_AITER_KVCACHE, same_as="0.5.12")
+           for v in ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")},
+        "0.5.23": KernelFile(_AITER_ATTENTION, same_as="0.5.12"),
     },
 }
 
@@ -264,8 +288,9 @@ def known_releases() -> tuple[str, ...]:
 
 def file_release(version: str, file: str = METADATA) -> str:
     """The release whose copy of the kernel file `file` (a name in the cache: metadata.py,
-    kv_indices.py, trtllm_mha_page_table.py) `version` ships: its own release's, or the one its `KernelFile.same_as` names
-    (a .postN release ships its release's; a release without the file stands for itself).
+    kv_indices.py, trtllm_mha_page_table.py, aiter_unified_attention.py) `version` ships: its own
+    release's, or the one its `KernelFile.same_as` names (a .postN release ships its release's; a
+    release without the file stands for itself).
     KeyError for an unknown release."""
     entry = RELEASES[version] if version in RELEASES else release_entry(version)
     if entry is None or version not in (entry.version, *entry.posts):
