@@ -138,8 +138,8 @@ def test_releases_before_0_5_16_do_not_offer_it(tmp_path, device):
                         "--device", "cpu", "--budget", "5"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr.strip().splitlines() == [
-        "kvfuzz: error: target sglang==0.5.15 has no draft_extend_metadata: sglang==0.5.15 (metadata.py, kv_indices.py, trtllm_mha_page_table.py from "
-        "the PyPI wheel) has no draft_extend_set_metadata"]
+        "kvfuzz: error: target sglang==0.5.15 has no draft_extend_metadata: sglang==0.5.15 (metadata.py, kv_indices.py, trtllm_mha_page_table.py, "
+        "aiter_unified_attention.py from the PyPI wheel) has no draft_extend_set_metadata"]
     # a campaign over every op (no --op) skips it
     done = run_campaign(CampaignConfig(ops=[OP], target="sglang==0.5.15", device=device, budget_s=1, isolate=False))
     assert done.stats[0].skipped and done.stats[0].cases == 0

@@ -24,7 +24,8 @@ OPS = sorted(GENERATORS)
 FIRST = {"decode_metadata": "cache_seqlens_int32", "draft_extend_metadata": "cache_seqlens_int32",
          "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices",
          "flashinfer_kv_indices": "req_pool_indices", "chunked_prefix_kv_indices": "req_pool_indices",
-         "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices"}
+         "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices",
+         "aiter_ragged_page_table": "kv_indptr", "aiter_req_to_token_page_table": "req_pool_indices"}
 
 
 def recorded_stream(op: str, seed: int, n: int, in_contract_only: bool = False):
@@ -133,7 +134,8 @@ def test_a_case_without_choices_still_minimizes_with_the_passes():
 # element (2-D: first column of the last row) of the first output is one too high
 # (flashinfer_kv_indices: of kv_indices, its sixth argument; chunked_prefix_kv_indices: of
 # chunk_kv_indices, its sixth; flashmla_kv_indices: of kv_indices, its fifth; trtllm_mha_kv_indices:
-# of page_table, its fifth)
+# of page_table, its fifth; aiter_ragged_page_table: of page_table, its third; aiter_req_to_token_page_table:
+# of page_table, its fourth)
 PLANTED = '''
 import functools
 
@@ -163,6 +165,8 @@ create_flashinfer_kv_indices_triton = _planted(_k.create_flashinfer_kv_indices_t
 create_chunked_prefix_cache_kv_indices = _planted(_k.create_chunked_prefix_cache_kv_indices, arg=5)
 create_flashmla_kv_indices_triton = _planted(_k.create_flashmla_kv_indices_triton, arg=4)
 create_trtllm_mha_kv_indices_triton = _planted(_k.create_trtllm_mha_kv_indices_triton, arg=4)
+scatter_ragged_to_page_table_kernel = _planted(_k.scatter_ragged_to_page_table_kernel, arg=2)
+scatter_req_to_token_to_page_table_kernel = _planted(_k.scatter_req_to_token_to_page_table_kernel, arg=3)
 '''
 
 
