@@ -70,6 +70,9 @@ SGLANG_FILE_MODULES = {
     "trtllm_mha_graph_metadata.py": (((0, 5, 23), "sglang.kernels.ops.attention.trtllm_mha_graph_metadata"),
                                      ((0, 5, 16), "sglang.kernels.ops.kvcache.trtllm_mha_graph_metadata"),
                                      ((0, 5, 15), "sglang.srt.layers.attention.triton_ops.trtllm_mha_graph_metadata")),
+    "aiter_unified_attention.py": (((0, 5, 23), "sglang.kernels.ops.attention.aiter_unified_page_table"),
+                                   ((0, 5, 16), "sglang.kernels.ops.kvcache.aiter_unified_attention"),
+                                   ((0, 5, 12), "sglang.srt.layers.attention.triton_ops.aiter_unified_attention")),
 }
 # an entry point that earlier releases keep outside its file's module -> (first release, the sglang
 # module holding it; None: its file's), newest first

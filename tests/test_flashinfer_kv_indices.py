@@ -81,15 +81,16 @@ def test_sglang_writes_past_a_too_short_kv_indices(device):
 VERSION = "0.5.14"
 MEMBER = "sglang/srt/layers/attention/triton_ops/kv_indices.py"
 TRTLLM_MEMBER = "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py"
+AITER_MEMBER = "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py"
 OFFLINE = "ERROR: No matching distribution found for sglang==0.5.14"
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """An empty kvfuzz cache, and pip's downloads faked and counted (`calls`: the versions asked
-    for): a download gives a small wheel holding 0.5.14's kv_indices.py at `member` and its
-    trtllm_mha_page_table.py (as the real wheel does; no metadata.py), or, `online` False, fails
-    with pip's last line OFFLINE."""
+    for): a download gives a small wheel holding 0.5.14's kv_indices.py at `member`, its
+    trtllm_mha_page_table.py and aiter_unified_attention.py (as the real wheel does; no
+    metadata.py), or, `online` False, fails with pip's last line OFFLINE."""
     from test_releases import kernel_file
 
     from kvfuzz import targets
@@ -102,6 +103,7 @@ def cache(tmp_path, monkeypatch):
         member = MEMBER
         kv = release_file(VERSION).read_bytes()
         trtllm = sglang_kernel_file(VERSION, "trtllm_mha_page_table.py").read_bytes()
+        aiter = sglang_kernel_file(VERSION, "aiter_unified_attention.py").read_bytes()
         metadata = kernel_file(VERSION)  # the real cache's, read before the cache moves
         folder = tmp_path / "cache" / f"sglang-{VERSION}"
 
@@ -113,6 +115,7 @@ def cache(tmp_path, monkeypatch):
         with zipfile.ZipFile(whl, "w") as z:
             z.writestr(Pip.member, Pip.kv)
             z.writestr(TRTLLM_MEMBER, Pip.trtllm)
+            z.writestr(AITER_MEMBER, Pip.aiter)
         return whl
 
     monkeypatch.setenv("KVFUZZ_CACHE", str(tmp_path / "cache"))

@@ -143,7 +143,7 @@ def test_old_releases_are_described_by_their_backends():
         assert r.kernel_file is None and r.backends and set(r.api) | set(r.not_offered) == {
             "decode_metadata", "swa_spec_page_table", "num_kv_splits", "flashinfer_kv_indices",
             "flashmla_kv_indices", "chunked_prefix_kv_indices", "trtllm_mha_kv_indices", "pa_page_table",
-            "trtllm_mha_graph_metadata"}
+            "trtllm_mha_graph_metadata", "aiter_ragged_page_table", "aiter_req_to_token_page_table"}
         # the KV-index kernels: FlashInfer's and FlashMLA's from the attention utils.py, the chunked
         # prefix's from forward_batch_info.py (0.5.6, 0.5.7) or the DeepSeek MHA mixin (0.5.8 on)
         kv = r.files["kv_indices.py"]
@@ -156,6 +156,12 @@ def test_old_releases_are_described_by_their_backends():
         assert ("decode_metadata" in r.not_offered) == (v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9"))
         assert variant_for_release("decode_metadata", v) == "default"
     assert release_entry("0.5.6.post2") is RELEASES["0.5.6"] and release_entry("0.5.12.post1") is RELEASES["0.5.12"]
+    # the AITER page tables: 0.5.12 ships their file, loaded as it is (it imports triton alone); before it, none
+    aiter = RELEASES["0.5.12"].files["aiter_unified_attention.py"]
+    assert aiter.member == "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py" and not aiter.backends
+    for v in ("0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11"):
+        assert "aiter_unified_attention.py" not in RELEASES[v].files and {
+            "aiter_ragged_page_table", "aiter_req_to_token_page_table"} <= set(RELEASES[v].not_offered)
 
 
 @pytest.mark.parametrize("version", OLD)

@@ -25,7 +25,8 @@ FIRST = {"decode_metadata": "cache_seqlens_int32", "draft_extend_metadata": "cac
          "swa_spec_page_table": "page_table_dst", "num_kv_splits": "num_kv_splits", "q8kv8_topk_length": "indices",
          "flashinfer_kv_indices": "req_pool_indices", "chunked_prefix_kv_indices": "req_pool_indices",
          "flashmla_kv_indices": "req_pool_indices", "trtllm_mha_kv_indices": "req_pool_indices",
-         "pa_page_table": "req_pool_indices", "trtllm_mha_graph_metadata": "req_pool_indices"}
+         "pa_page_table": "req_pool_indices", "trtllm_mha_graph_metadata": "req_pool_indices",
+         "aiter_ragged_page_table": "kv_indptr", "aiter_req_to_token_page_table": "req_pool_indices"}
 
 
 def recorded_stream(op: str, seed: int, n: int, in_contract_only: bool = False):
@@ -135,7 +136,8 @@ def test_a_case_without_choices_still_minimizes_with_the_passes():
 # (flashinfer_kv_indices: of kv_indices, its sixth argument; chunked_prefix_kv_indices: of
 # chunk_kv_indices, its sixth; flashmla_kv_indices: of kv_indices, its fifth; trtllm_mha_kv_indices:
 # of page_table, its fifth; pa_page_table: of dst_page_table, the keyword argument;
-# trtllm_mha_graph_metadata, whose arguments are keyword-only: of cache_seqlens)
+# trtllm_mha_graph_metadata, whose arguments are keyword-only: of cache_seqlens; aiter_ragged_page_table:
+# of page_table, its third; aiter_req_to_token_page_table: of page_table, its fourth)
 PLANTED = '''
 import functools
 
@@ -167,6 +169,8 @@ create_flashmla_kv_indices_triton = _planted(_k.create_flashmla_kv_indices_trito
 create_trtllm_mha_kv_indices_triton = _planted(_k.create_trtllm_mha_kv_indices_triton, arg=4)
 _build_pa_page_table = _planted(_k._build_pa_page_table, kw="dst_page_table")  # passed by keyword
 update_trtllm_mha_graph_metadata = _planted(_k.update_trtllm_mha_graph_metadata, kw="cache_seqlens")
+scatter_ragged_to_page_table_kernel = _planted(_k.scatter_ragged_to_page_table_kernel, arg=2)
+scatter_req_to_token_to_page_table_kernel = _planted(_k.scatter_req_to_token_to_page_table_kernel, arg=3)
 '''
 
 

@@ -28,8 +28,8 @@ from kvfuzz.execute import HARNESS, run_case
 from kvfuzz.judge import judge
 from kvfuzz.ops import CONTRACTS, record, records
 from kvfuzz.targets import load_target, variant_for, variant_lacks
-from kvfuzz.targets.releases import (KV_INDICES, METADATA, PA_PAGE_TABLE, RELEASES, TRTLLM_GRAPH, TRTLLM_MHA,
-                                     file_release, kernel_files, known_releases, op_file, parse_version,
+from kvfuzz.targets.releases import (AITER_UNIFIED, KV_INDICES, METADATA, PA_PAGE_TABLE, RELEASES, TRTLLM_GRAPH,
+                                     TRTLLM_MHA, file_release, kernel_files, known_releases, op_file, parse_version,
                                      same_file_releases, select_variant, variant_for_release)
 
 LOADABLE = tuple(v for v, r in RELEASES.items() if r.kernel_file)
@@ -141,6 +141,12 @@ def test_the_release_table_says_which_releases_ship_one_kernel_file():
     assert same_file_releases("0.5.23", TRTLLM_GRAPH) == ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
     assert [v for v in RELEASES if TRTLLM_GRAPH not in RELEASES[v].files] == [
         v for v in RELEASES if parse_version(v) < (0, 5, 15)]
+    # the AITER page tables from 0.5.12 on: one file, the same bytes in every release (moved 0.5.16, renamed 0.5.23)
+    assert op_file("aiter_ragged_page_table") == op_file("aiter_req_to_token_page_table") == AITER_UNIFIED
+    assert same_file_releases("0.5.23", AITER_UNIFIED) == tuple(
+        v for v in known_releases() if parse_version(v) >= (0, 5, 12))
+    assert [v for v in RELEASES if AITER_UNIFIED not in RELEASES[v].files] == [
+        v for v in RELEASES if parse_version(v) < (0, 5, 12)]
     for name in kernel_files():
         for v in known_releases():  # one file is judged alike, whichever release ships it (kvfuzz bisect runs it once)
             f = file_release(v, name)

@@ -188,7 +188,8 @@ def test_sglang_writes_past_a_too_narrow_page_table(device):
 def test_an_older_cache_folder_gets_the_file_with_one_download(tmp_path, monkeypatch, device):
     """A cache folder an older kvfuzz wrote (metadata.py and kv_indices.py, no
     trtllm_mha_page_table.py) gets the file from one more download (a small stand-in wheel
-    holding 0.5.14's file), the others kept as they were."""
+    holding 0.5.14's file and, as the real one, its aiter_unified_attention.py), the others kept
+    as they were."""
     from test_releases import kernel_file
 
     from kvfuzz import targets
@@ -196,6 +197,8 @@ def test_an_older_cache_folder_gets_the_file_with_one_download(tmp_path, monkeyp
 
     version, member = "0.5.14", "sglang/srt/layers/attention/triton_ops/trtllm_mha_page_table.py"
     data = release_file(version).read_bytes()
+    aiter_member = "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py"
+    aiter = kernel_file(version, "aiter_unified_attention.py").read_bytes()
     folder = tmp_path / "cache" / f"sglang-{version}"
     folder.mkdir(parents=True)
     for name in ("metadata.py", "kv_indices.py"):
@@ -208,6 +211,7 @@ def test_an_older_cache_folder_gets_the_file_with_one_download(tmp_path, monkeyp
         whl = into / f"sglang-{v}-py3-none-any.whl"
         with zipfile.ZipFile(whl, "w") as z:
             z.writestr(member, data)
+            z.writestr(aiter_member, aiter)
         return whl
 
     monkeypatch.setenv("KVFUZZ_CACHE", str(tmp_path / "cache"))
@@ -218,7 +222,7 @@ def test_an_older_cache_folder_gets_the_file_with_one_download(tmp_path, monkeyp
     assert calls == [version] and OP in t.bindings and "flashmla_kv_indices" in t.bindings
     assert (folder / TRTLLM_MHA).read_bytes() == data
     assert {name: (folder / name).read_bytes() for name in kept} == kept
-    assert (folder / "SOURCE").read_text().splitlines()[-1] == f"{TRTLLM_MHA}: sglang=={version} {member}"
+    assert f"{TRTLLM_MHA}: sglang=={version} {member}" in (folder / "SOURCE").read_text().splitlines()
     assert wheels.sglang_kernel_file(version, TRTLLM_MHA) == folder / TRTLLM_MHA and calls == [version]
 
 

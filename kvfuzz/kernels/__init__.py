@@ -7,6 +7,8 @@ reads of tensor values). kvfuzz uses them as its reference target; SGLang can ca
 place of its own (``metadata_kernels.py``).
 """
 
+from .aiter_ragged_page_table import scatter_ragged_to_page_table_kernel
+from .aiter_req_to_token_page_table import scatter_req_to_token_to_page_table_kernel
 from .chunked_prefix_kv_indices import create_chunked_prefix_cache_kv_indices
 from .decode_metadata import normal_decode_set_metadata
 from .draft_extend_metadata import draft_extend_set_metadata
@@ -31,6 +33,8 @@ __all__ = [
     "normal_decode_set_metadata",
     "prepare_swa_spec_page_table_triton",
     "q8kv8_topk_length_from_indices",
+    "scatter_ragged_to_page_table_kernel",
+    "scatter_req_to_token_to_page_table_kernel",
     "sglang_max_num_seq",
     "update_trtllm_mha_graph_metadata",
 ]

@@ -5,9 +5,9 @@ Spec forms:
   PATH.py                 a Python file, loaded under a private module name
   module:NAME / NAME      an importable module (e.g. an installed sglang's metadata module)
   sglang==X.Y.Z           the kernel files inside that SGLang wheel from PyPI (metadata.py,
-                          kv_indices.py and, 0.5.14 on, trtllm_mha_page_table.py, downloaded once
-                          into the cache, each loaded as a module without importing
-                          sglang/__init__.py)
+                          kv_indices.py, 0.5.14 on trtllm_mha_page_table.py, 0.5.12 on
+                          aiter_unified_attention.py, downloaded once into the cache, each loaded
+                          as a module without importing sglang/__init__.py)
   sglang                  the kernel files of the installed sglang distribution (loaded the same way)
   git:REV:PATH            the file PATH as it is at revision REV of the git repository holding it
                           (split at the first ':' after 'git:'; PATH relative to the working

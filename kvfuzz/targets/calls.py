@@ -32,7 +32,8 @@ its value comes from.
   FlashInfer backend launches it; chunked_prefix_kv_indices: `(bs,)`; flashmla_kv_indices:
   `(bs, get_num_kv_index_blocks_flashmla(W, page_size))`, as the MLA backends launch them;
   trtllm_mha_kv_indices: `(bs, get_num_mha_kv_index_blocks(W, page_size))`, as the TRT-LLM MHA
-  backend's builder launches it).
+  backend's builder launches it; aiter_ragged_page_table and aiter_req_to_token_page_table:
+  `(bs, cdiv(max(W, 1), 1024))`, as the AITER backend launches them).
 * A parameter kvfuzz does not know at all is left at its default (listed in
   `Binding.defaulted`: behaviour kvfuzz does not check); one without a default cannot be
   supplied, and the target is refused when it loads (`TargetLoadError`, one line).
@@ -105,6 +106,10 @@ def optional_tensor(name: str) -> Getter:  # an optional tensor (input or output
 
 def flag(name: str) -> Getter:
     return lambda t, s: bool(s.get(name, False))
+
+
+def given(name: str) -> Getter:  # whether the case has the optional tensor `name` (a HAS_... constexpr)
+    return lambda t, s: t.get(name) is not None
 
 
 def row_stride(name: str) -> Getter:  # a tensor's row stride, for a kernel that takes it as an argument

@@ -20,14 +20,16 @@ A release is a set of kernel files, each cached as `sglang-X/<name>` (wheels.py)
 entry point read from the one its record names (`OpRecord.source_file`): `metadata.py` (the
 metadata kernels; `kernel_file`, `backends`, `same_file` below), `kv_indices.py` (the KV-index
 kernels create_flashinfer_kv_indices_triton, create_flashmla_kv_indices_triton and
-create_chunked_prefix_cache_kv_indices) and `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
+create_chunked_prefix_cache_kv_indices), `trtllm_mha_page_table.py` (the TRT-LLM MHA backend's
 create_trtllm_mha_kv_indices_triton, 0.5.14 on), `trtllm_mha_graph_metadata.py` (its fused
-CUDA-graph metadata update update_trtllm_mha_graph_metadata, 0.5.15 on) and `pa_page_table.py`
-(the FlashAttention backend's prefill-aware SWA page table _build_pa_page_table, 0.5.15 on;
-`OTHER_FILES`). `Release.files` gives those a release has as `KernelFile`s. A release whose file
-lacks an op's entry point, or that has no such file, says why in `not_offered` (0.5.13's
-kv_indices.py and the chunked-prefix kernel; the TRT-LLM MHA page table before 0.5.14; its graph
-metadata update and the PA-SWA page table before 0.5.15).
+CUDA-graph metadata update update_trtllm_mha_graph_metadata, 0.5.15 on), `pa_page_table.py` (the
+FlashAttention backend's prefill-aware SWA page table _build_pa_page_table, 0.5.15 on) and
+`aiter_unified_attention.py` (the AITER backend's scatter_ragged_to_page_table_kernel and
+scatter_req_to_token_to_page_table_kernel, 0.5.12 on; `OTHER_FILES`). `Release.files` gives those
+a release has as `KernelFile`s. A release whose file lacks an op's entry point, or that has no such
+file, says why in `not_offered` (0.5.13's kv_indices.py and the chunked-prefix kernel; the AITER
+page tables before 0.5.12; the TRT-LLM MHA page table before 0.5.14; its graph metadata update and
+the PA-SWA page table before 0.5.15).
 
 Which releases ship the same kernel file is data too, per file: `posts` (a release's .postN
 releases, the same definitions) and `KernelFile.same_as` (the release whose copy of that file this
@@ -56,6 +58,7 @@ METADATA, KV_INDICES = "metadata.py", "kv_indices.py"  # kernel files by their n
 TRTLLM_MHA = "trtllm_mha_page_table.py"
 PA_PAGE_TABLE = "pa_page_table.py"
 TRTLLM_GRAPH = "trtllm_mha_graph_metadata.py"
+AITER_UNIFIED = "aiter_unified_attention.py"  # both AITER page-table kernels (0.5.23's aiter_unified_page_table.py)
 FIRST_LOADABLE = (0, 5, 6)  # the first release kvfuzz can target (before 0.5.13: extracted, targets/extract.py)
 FIRST_KERNEL_FILE = (0, 5, 13)  # the first release with a kernel file of its own
 
@@ -134,6 +137,12 @@ _PA_NONE = ("the FlashAttention backend has no prefill-aware SWA decode (no pref
 _TRTLLM_GRAPH_TORCH = ("the TRT-LLM MHA backend rebuilds its CUDA-graph metadata with torch ops (copies, an int32 "
                        "cumsum into cu_seqlens_k[1:], the page-table builder), no fused kernel: update_trtllm_mha_"
                        "graph_metadata and its file trtllm_mha_graph_metadata.py first ship in 0.5.15")
+# before 0.5.12 the AITER backend has no page-table kernels of its own
+_AITER_NONE = ("scatter_ragged_to_page_table_kernel and scatter_req_to_token_to_page_table_kernel first ship in 0.5.12 "
+               "(sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py); before it the AITER backend has no "
+               "such kernels (0.5.10-0.5.11's unified attention builds its page table with "
+               "create_flashmla_kv_indices_triton and torch indexing, 0.5.6-0.5.9 have no unified attention)")
+_AITER_OPS = ("aiter_ragged_page_table", "aiter_req_to_token_page_table")
 
 # 0.5.13's kv_indices.py predates 0.5.14's move of the kernel into it
 _CHUNKED_0_5_13 = ("create_chunked_prefix_cache_kv_indices is not in its kv_indices.py but in "
@@ -161,7 +170,8 @@ def _old(version: str) -> Release:
         backends=((FA_BACKEND, fa), (TRITON_BACKEND, ("get_num_kv_splits_triton",))),
         not_offered={**({"decode_metadata": _NOT_OFFERED[version]} if torch_decode else {}),
                      "trtllm_mha_kv_indices": _TRTLLM_TORCH, "trtllm_mha_graph_metadata": _TRTLLM_GRAPH_TORCH,
-                     "pa_page_table": _PA_NONE},
+                     "pa_page_table": _PA_NONE,
+                     **({op: _AITER_NONE for op in _AITER_OPS} if version != "0.5.12" else {})},
         posts=_OLD_POSTS.get(version, ()), same_file=None if version == first else first)
 
 
@@ -219,6 +229,9 @@ _PA_ENTRY = ("_build_pa_page_table",)
 _GRAPH_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/trtllm_mha_graph_metadata.py"
 _GRAPH_KVCACHE = "sglang/kernels/ops/kvcache/trtllm_mha_graph_metadata.py"
 _GRAPH_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_graph_metadata.py"
+_AITER_TRITON_OPS = "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py"
+_AITER_KVCACHE = "sglang/kernels/ops/kvcache/aiter_unified_attention.py"
+_AITER_ATTENTION = "sglang/kernels/ops/attention/aiter_unified_page_table.py"
 
 # The kernel files beside metadata.py: name -> release -> its copy (read from the wheels,
 # docs/releases.md). kv_indices.py: before 0.5.13 the kernels sit in the attention backends'
@@ -237,6 +250,9 @@ _GRAPH_ATTENTION = "sglang/kernels/ops/attention/trtllm_mha_graph_metadata.py"
 # trtllm_mha_graph_metadata.py: first in 0.5.15 (before it the backend rebuilds its CUDA-graph metadata with torch
 # ops: not offered); 0.5.16 moved it unchanged; 0.5.17 writes only each row's live pages; 0.5.19
 # added SKIP_PAGE_TABLE (skip_page_table); 0.5.23 moved 0.5.19's unchanged.
+# aiter_unified_attention.py: first in 0.5.12 (it imports triton alone: loaded as it is, nothing
+# extracted), the same bytes in every release since: 0.5.16 moved it, 0.5.23 moved and renamed it
+# (aiter_unified_page_table.py).
 OTHER_FILES: dict[str, dict[str, KernelFile]] = {
     KV_INDICES: {
         **{v: KernelFile(None, ((UTILS, _KV_ENTRY), (FORWARD_BATCH, _CHUNKED_ENTRY)), None if v == "0.5.6" else "0.5.6")
@@ -279,6 +295,13 @@ OTHER_FILES: dict[str, dict[str, KernelFile]] = {
         **{v: KernelFile(_GRAPH_KVCACHE, same_as="0.5.19") for v in ("0.5.20", "0.5.21", "0.5.22")},
         "0.5.23": KernelFile(_GRAPH_ATTENTION, same_as="0.5.19"),
     },
+    AITER_UNIFIED: {
+        "0.5.12": KernelFile(_AITER_TRITON_OPS),
+        **{v: KernelFile(_AITER_TRITON_OPS, same_as="0.5.12") for v in ("0.5.13", "0.5.14", "0.5.15")},
+        **{v: KernelFile(_AITER_KVCACHE, same_as="0.5.12")
+           for v in ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22")},
+        "0.5.23": KernelFile(_AITER_ATTENTION, same_as="0.5.12"),
+    },
 }
 
 
@@ -306,8 +329,9 @@ def known_releases() -> tuple[str, ...]:
 
 def file_release(version: str, file: str = METADATA) -> str:
     """The release whose copy of the kernel file `file` (a name in the cache: metadata.py,
-    kv_indices.py, trtllm_mha_page_table.py, pa_page_table.py) `version` ships: its own release's, or the one its `KernelFile.same_as` names
-    (a .postN release ships its release's; a release without the file stands for itself).
+    kv_indices.py, ..., `kernel_files()`) `version` ships: its own release's, or the one its
+    `KernelFile.same_as` names (a .postN release ships its release's; a release without the file
+    stands for itself).
     KeyError for an unknown release."""
     entry = RELEASES[version] if version in RELEASES else release_entry(version)
     if entry is None or version not in (entry.version, *entry.posts):

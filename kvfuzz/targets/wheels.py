@@ -6,9 +6,10 @@ each kernel file kvfuzz keeps (`releases.kernel_files()`) that the release has: 
 chunked prefix's), `trtllm_mha_page_table.py` (the TRT-LLM MHA page table, 0.5.14 on) and
 `pa_page_table.py` (the prefill-aware SWA page table, 0.5.15 on; extracted from the
 FlashAttention backend in 0.5.15), `trtllm_mha_graph_metadata.py` (the TRT-LLM MHA backend's fused
-CUDA-graph metadata update, 0.5.15 on), and `SOURCE`, where each came from. One download writes
-every file; a folder an older kvfuzz wrote (metadata.py only, or without a later file) gets the
-missing file on demand, with one more download. A file that `RELEASES` says a release does not have is not looked for (no
+CUDA-graph metadata update, 0.5.15 on), `aiter_unified_attention.py` (the AITER unified-attention
+page tables, 0.5.12 on; 0.5.23's `aiter_unified_page_table.py`), and `SOURCE`, where each came
+from. One download writes every file; a folder an older kvfuzz wrote (metadata.py only, or without
+a later file) gets the missing file on demand, with one more download. A file that `RELEASES` says a release does not have is not looked for (no
 download). Copy the folder to a machine without network (e.g. a
 GPU box) to use the target there. Releases before 0.5.13 have no such files: their `RELEASES`
 entry names the modules that hold the entry points, and the file is generated from them
@@ -31,7 +32,8 @@ from typing import Callable
 
 from ..errors import TargetLoadError
 from .extract import Source, extract
-from .releases import KV_INDICES, METADATA, PA_PAGE_TABLE, TRTLLM_GRAPH, TRTLLM_MHA, kernel_files, release_entry
+from .releases import AITER_UNIFIED, KV_INDICES, METADATA, PA_PAGE_TABLE, TRTLLM_GRAPH, TRTLLM_MHA, kernel_files, \
+    release_entry
 
 # Where the metadata kernels live inside the wheel, newest layout first (docs/releases.md).
 KERNEL_PATHS = (
@@ -60,6 +62,11 @@ WHEEL_PATHS = {
         "sglang/kernels/ops/kvcache/trtllm_mha_graph_metadata.py",  # 0.5.16 to 0.5.22
         "sglang/srt/layers/attention/triton_ops/trtllm_mha_graph_metadata.py",  # 0.5.15
     ),
+    AITER_UNIFIED: (
+        "sglang/kernels/ops/attention/aiter_unified_page_table.py",  # 0.5.23 (renamed, the same text)
+        "sglang/kernels/ops/kvcache/aiter_unified_attention.py",  # 0.5.16 to 0.5.22
+        "sglang/srt/layers/attention/triton_ops/aiter_unified_attention.py",  # 0.5.12 to 0.5.15
+    ),
 }
 # Before 0.5.13 the same entry points are defined inside these modules, which import sgl_kernel
 # and most of sglang.srt: kvfuzz extracts them for the releases RELEASES lists (0.5.6 - 0.5.12).
@@ -76,7 +83,7 @@ def cache_dir() -> Path:
 
 
 def sglang_kernel_file(version: str, name: str = METADATA) -> Path:
-    """The cached kernel file `name` (metadata.py, kv_indices.py, trtllm_mha_page_table.py, pa_page_table.py) of
+    """The cached kernel file `name` (metadata.py, kv_indices.py, trtllm_mha_page_table.py, ...) of
     sglang==`version`, fetched from its PyPI wheel when the cache lacks it (every kernel file the
     cache lacks is written from that one download). TargetLoadError, one line, when it cannot be
     had, at once (no download) when `RELEASES` says the release has no such file."""

@@ -1,0 +1,117 @@
+"""kvfuzz's own ``scatter_req_to_token_to_page_table_kernel``: the AITER unified-attention
+backend's target-verify page table, the page of every ``PAGE_SIZE``-th token of each request's
+``req_to_token`` row over its ``seq_lens + DRAFT_NUM`` tokens, and with SWA the page of that
+token's SWA slot.
+
+Written from kvfuzz's contract (``kvfuzz/ops/aiter_req_to_token_page_table/contract.py``), with
+SGLang's parameter names: for request ``i < bs = req_pool_indices.numel()`` (row
+``r = req_pool_indices[i]``, ``n = seq_lens[i] + DRAFT_NUM``, page size ``ps``, slot
+``v_p = req_to_token[r, p * ps]``)::
+
+    page_table[i, p]     = v_p // ps                      for 0 <= p < ceil(n / ps)
+    swa_page_table[i, p] = swa_slot_mapping[v_p] // ps    (HAS_SWA)
+
+Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs, blocks)](...)``,
+this is a launcher function called with the same arguments, no grid: it reads the tensors' shapes
+and strides (metadata only, no host sync, so CUDA-graph capturable) and launches one program per
+(request, tile of page_table's width): a request's pages are capped at the row's width, so no
+program writes past its row. Every load and store is masked to its tensor: a pool index outside
+the table, a length past the row, more pages than a row holds, or a slot outside the mapping
+(out-of-contract cases) read and write nothing outside their tensors. Any strides (each table
+through its own), int32 or int64 indices, lengths and mapping, any positive ``PAGE_SIZE``,
+``DRAFT_NUM`` >= 0; ``BLOCK_SIZE`` (SGLang's pages per program) must be a positive power of two
+and is not otherwise used, ``HAS_SWA`` must say whether ``swa_slot_mapping`` is given
+(``sw_page_table_ptr`` with it), and the stride arguments must equal the tensors' own; bad
+arguments raise ``ValueError``. A page is ``slot // ps`` as Triton divides (toward zero), SGLang's
+arithmetic; slots are KV-pool slots, >= 0.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._args import _INDEX, _INT32, _int_arg, _tensor_arg
+
+__all__ = ["scatter_req_to_token_to_page_table_kernel"]
+
+MAX_TILE = 1024  # pages per program at most
+
+
+# the pool's rows and the mapping's size vary within a compile class: no specialisation on them
+@triton.jit(do_not_specialize=["P", "M"])
+def _req_to_token_page_table_kernel(table, P, C, row_stride, col_stride, rows, rows_s, lens, lens_s, out, W,
+                                    out_row_s, out_col_s, mapping, M, mapping_s, swa_out, swa_row_s, swa_col_s,
+                                    DRAFT: tl.constexpr, PS: tl.constexpr, HAS_SWA: tl.constexpr,
+                                    TILE: tl.constexpr):
+    req = tl.program_id(0).to(tl.int64)
+    tile = tl.program_id(1).to(tl.int64)
+    row = tl.load(rows + req * rows_s).to(tl.int64)
+    n = tl.load(lens + req * lens_s).to(tl.int64) + DRAFT
+    pages = (tl.maximum(n, 0) + PS - 1) // PS
+    p = tile * TILE + tl.arange(0, TILE).to(tl.int64)
+    col = p * PS
+    mask = (p < pages) & (p < W) & (row >= 0) & (row < P) & (col < C)
+    slot = tl.load(table + tl.where(mask, row * row_stride + col * col_stride, 0), mask=mask, other=0).to(tl.int64)
+    tl.store(out + tl.where(mask, req * out_row_s + p * out_col_s, 0), (slot // PS).to(tl.int32), mask=mask)
+    if HAS_SWA:
+        live = mask & (slot >= 0) & (slot < M)
+        swa_slot = tl.load(mapping + tl.where(live, slot * mapping_s, 0), mask=live, other=0).to(tl.int64)
+        tl.store(swa_out + tl.where(live, req * swa_row_s + p * swa_col_s, 0), (swa_slot // PS).to(tl.int32),
+                 mask=live)
+
+
+def scatter_req_to_token_to_page_table_kernel(req_to_token_ptr, req_pool_indices_ptr, seq_lens_ptr, page_table_ptr,
+                                              req_to_token_stride, page_table_stride, sw_page_table_ptr,
+                                              swa_slot_mapping_ptr, DRAFT_NUM, PAGE_SIZE, BLOCK_SIZE, HAS_SWA):
+    """page_table[i, p] = req_to_token[req_pool_indices[i], p * ps] // ps for p < ceil((seq_lens[i] + DRAFT_NUM) / ps),
+    and swa_page_table[i, p] = swa_slot_mapping[that slot] // ps when HAS_SWA."""
+    table, rows, lens, out = req_to_token_ptr, req_pool_indices_ptr, seq_lens_ptr, page_table_ptr
+    mapping, swa_out = swa_slot_mapping_ptr, sw_page_table_ptr
+    dev = getattr(table, "device", None)
+    P, C = _tensor_arg("req_to_token", table, 2, _INT32, dev)
+    (bs,) = _tensor_arg("req_pool_indices", rows, 1, _INDEX, dev)
+    (n_lens,) = _tensor_arg("seq_lens", lens, 1, _INDEX, dev)
+    R, W = _tensor_arg("page_table", out, 2, _INT32, dev)
+    if n_lens != bs:
+        raise ValueError(f"seq_lens has {n_lens} elements; expected bs = {bs} (req_pool_indices')")
+    if R < bs:
+        raise ValueError(f"page_table has {R} rows, fewer than bs = {bs}")
+    draft = _int_arg("DRAFT_NUM", DRAFT_NUM)
+    if draft < 0:
+        raise ValueError(f"DRAFT_NUM = {draft} < 0")
+    ps = _int_arg("PAGE_SIZE", PAGE_SIZE)
+    if ps < 1:
+        raise ValueError(f"PAGE_SIZE = {ps} is not a positive integer")
+    block = _int_arg("BLOCK_SIZE", BLOCK_SIZE)
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"BLOCK_SIZE = {block} is not a positive power of two")
+    has_swa = HAS_SWA
+    if not isinstance(has_swa, bool):
+        raise ValueError(f"HAS_SWA must be a bool, got {type(has_swa).__name__}")
+    if has_swa != (mapping is not None) or has_swa != (swa_out is not None):
+        raise ValueError(f"HAS_SWA = {has_swa}, but swa_slot_mapping is {'given' if mapping is not None else 'None'} "
+                         f"and sw_page_table {'given' if swa_out is not None else 'None'} (both go with HAS_SWA)")
+    stride = _int_arg("req_to_token_stride", req_to_token_stride)
+    if P > 1 and stride != table.stride(0):
+        raise ValueError(f"req_to_token_stride = {stride}, but req_to_token's row stride is {table.stride(0)}")
+    out_stride = _int_arg("page_table_stride", page_table_stride)
+    if R > 1 and out_stride != out.stride(0):
+        raise ValueError(f"page_table_stride = {out_stride}, but page_table's row stride is {out.stride(0)}")
+    M = 0
+    if has_swa:
+        (M,) = _tensor_arg("swa_slot_mapping", mapping, 1, _INDEX, dev)
+        swa_R, swa_W = _tensor_arg("sw_page_table", swa_out, 2, _INT32, dev)
+        if swa_R < bs or swa_W != W:
+            raise ValueError(f"sw_page_table has shape {tuple(swa_out.shape)}; expected bs = {bs} rows or more and "
+                             f"page_table's width {W}")
+    if bs == 0 or C == 0 or W == 0:
+        return
+    tile = min(MAX_TILE, triton.next_power_of_2(W))
+    grid = (bs, triton.cdiv(W, tile))
+    swa_args = (mapping, M, mapping.stride(0), swa_out, swa_out.stride(0), swa_out.stride(1)) if has_swa else \
+        (out, 0, 0, out, 0, 0)  # placeholder pointers: the SWA branch is compiled out
+    mapping_, M_, mapping_s, swa_, swa_row_s, swa_col_s = swa_args
+    _req_to_token_page_table_kernel[grid](table, P, C, table.stride(0), table.stride(1), rows, rows.stride(0), lens,
+                                          lens.stride(0), out, W, out.stride(0), out.stride(1), mapping_, M_, mapping_s,
+                                          swa_, swa_row_s, swa_col_s, DRAFT=draft, PS=ps, HAS_SWA=has_swa, TILE=tile)
