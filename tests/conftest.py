@@ -19,10 +19,29 @@ except DeviceModeError as exc:  # kvfuzz refuses this machine's interpreter (a t
 REPO = Path(__file__).resolve().parent.parent
 
 
+# The longest tests (half a minute or more on 2 cores), run first: xdist hands tests out in
+# collection order, and one of these handed out last would leave the other workers idle.
+LONGEST_FIRST = (
+    "test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes",
+    "test_four_campaigns_save_into_one_corpus",
+    "test_a_campaign_killed_six_times_while_saving_loses_nothing",
+    "test_every_builtin_kernel_variant_compiles_for_sm90",
+    "test_fuzz_builtin_is_clean_and_reports",
+    "test_divergence_is_found_minimized_confirmed_saved_and_replayed",
+    "test_a_short_campaign_on_0_5_19_has_no_false_crash",
+    "test_workflow_shard_and_merge_steps_run_end_to_end",
+    "test_a_finding_the_corpus_already_holds_is_known_and_fails_nothing",
+    "test_target_override_follows_the_release_triage",
+    "test_one_defect_with_two_signatures_is_one_finding_and_one_case",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Where kvfuzz refuses this machine's Triton interpreter and no GPU runs the kernels, only
-    the tests marked `nokernel` (and not `interpreter`) can run; every other one skips with
-    kvfuzz's one-line reason."""
+    """The longest tests first (`LONGEST_FIRST`; the sort keeps every other order). Where kvfuzz
+    refuses this machine's Triton interpreter and no GPU runs the kernels, only the tests marked
+    `nokernel` (and not `interpreter`) can run; every other one skips with kvfuzz's one-line
+    reason."""
+    items.sort(key=lambda item: item.originalname not in LONGEST_FIRST if hasattr(item, "originalname") else True)
     if INTERPRETER_REFUSED:
         skip = pytest.mark.skip(reason=f"kvfuzz refuses this machine's Triton interpreter: {INTERPRETER_REFUSED}")
         for item in items:

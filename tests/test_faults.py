@@ -135,7 +135,7 @@ def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_
     spec = _target(tmp_path, "faulting", FAULTING)
     seed = _seed_whose_first_stint_has(device, {2, 3, 255})
     result = run_campaign(CampaignConfig(ops=["num_kv_splits"], target=spec, device=device, budget_s=5, seed=seed,
-                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=5,
+                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=3,
                                          in_contract_only=True, max_cases=32))
     sigs = {s for x in result.saved for s in x.signatures}  # a finding lists the others its case shows
     where = "cuda_fault" if device == "cuda" else "SIGSEGV"
@@ -146,7 +146,7 @@ def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_
     saved = [s for _, s in iter_cases(tmp_path / "corpus")]
     assert sorted(x for s in saved for x in s.signatures) == sorted(sigs)  # one case per finding, no duplicate
     for s in saved:
-        again = judge(s.case, WorkerExecutor(spec, device, timeout_s=5).run(s.case))
+        again = judge(s.case, WorkerExecutor(spec, device, timeout_s=3).run(s.case))
         assert s.finding.signature in again.signatures()
 
 
