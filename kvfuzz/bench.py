@@ -107,6 +107,11 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     over the same cases alone, timed case by case (windows and alone passes alternate, so a
     busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows
     and the seconds one job alone takes for the windows' cases (None without `alone`)."""
+    import signal
+
+    # a SIGTERM to the bench's process group (a job scheduler, `timeout`) must end this shard
+    # through its `finally`: closing the executor unlinks the batches' shared memory
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.update(env)
     devmod.select(args[2])
     op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline = args
@@ -179,11 +184,14 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
                                                      (i, jobs), alone, baseline), shard_env(i, device, gpus), barrier, results))
              for i in range(1, jobs + 1)]
-    for p in procs:
-        p.start()
-    got = [results.get() for _ in procs]
-    for p in procs:
-        p.join()
+    try:
+        for p in procs:
+            p.start()
+        got = [results.get() for _ in procs]
+        for p in procs:
+            p.join()
+    finally:  # interrupted (Ctrl-C, SIGTERM): no shard may outlive the bench or keep its segment
+        _stop(procs)
     failed = [g for g in got if len(g) == 2]
     if failed:
         raise BadInput(f"bench shard {failed[0][0]}/{jobs} failed: {failed[0][1]}")
@@ -194,6 +202,21 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     # passes timed alone (a class can cost several times another under the interpreter)
     one_job_s = sum(g[4] for g in got) if alone else None
     return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s
+
+
+def _stop(procs: list, grace_s: float = 20.0) -> None:
+    """SIGTERM to every shard still running (each then closes its worker and unlinks its shared
+    memory), SIGKILL to those that outlast `grace_s`."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        if p.pid is not None:
+            p.join(max(deadline - time.monotonic(), 0.0))
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 class _Bare:

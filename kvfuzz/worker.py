@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import spawn
+from . import segments, spawn
 from .case import Case
 from .errors import BadInput, TargetLoadError
 from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
@@ -332,11 +332,9 @@ class WorkerExecutor:
 
     def _shared(self, n: int) -> np.ndarray:
         """A shared segment with room for the three sections of a batch of `n` bytes (`sections`)."""
-        from multiprocessing import shared_memory
-
         if self._shm is None or self._shm.size < segment_size(n):
             self._drop_shared()
-            self._shm = shared_memory.SharedMemory(create=True, size=max(segment_size(n), 1 << 20))
+            self._shm = segments.create(max(segment_size(n), 1 << 20))
         return np.ndarray((self._shm.size,), dtype=np.uint8, buffer=self._shm.buf)
 
     def _drop_shared(self) -> None:
