@@ -81,6 +81,7 @@ HISTORY = [
     re.compile(r"\bleft for the next\b", re.I),
     re.compile(r"\bnot checked yet\b", re.I),
     re.compile(r"\bTODO\b"),
+    re.compile(r"\bWORKER NOTE\b|\bcoordinator's\b|/work/prompts/"),  # instructions to whoever edits the page
     # a date of work; a timestamp in a format example (`found_at`) is not one
     re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b(?!T\d)"),
 ]
@@ -99,7 +100,8 @@ def _prose(text: str) -> list[tuple[int, str]]:
 
 def test_the_history_pattern_catches_a_log_and_passes_the_manual():
     log = ("## Seventh round (seventh session, 2026-12-02)\nLeft for the next session's device time.\n"
-           "Not checked yet (the rest of the issue).\nWe will measure it next time.\n")
+           "Not checked yet (the rest of the issue).\nWe will measure it next time.\n"
+           "> WORKER NOTE (remove before committing): read /work/prompts/common.md now.\n")
     assert all(any(p.search(line) for p in HISTORY) for _, line in _prose(log))
     manual = ('three rounds, each a checked pass\n"found_at": "2025-06-01T12:00:00+00:00"\n'
               "```\n2026-12-02 inside a code block\n```\n")
