@@ -135,8 +135,9 @@ def test_a_campaign_against_a_faulting_target_saves_each_crash_and_finishes(tmp_
     spec = _target(tmp_path, "faulting", FAULTING)
     seed = _seed_whose_first_stint_has(device, {2, 3, 255})
     result = run_campaign(CampaignConfig(ops=["num_kv_splits"], target=spec, device=device, budget_s=5, seed=seed,
-                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=3,
-                                         in_contract_only=True, max_cases=32))
+                                         corpus=tmp_path / "corpus", minimize_budget_s=5, case_timeout_s=3, confirm_tries=2,
+                                         in_contract_only=True, max_cases=32, batch=4))
+    # (batches of 4: a batch holding the hang waits out its deadline, 3 s plus 1 s a case)
     sigs = {s for x in result.saved for s in x.signatures}  # a finding lists the others its case shows
     where = "cuda_fault" if device == "cuda" else "SIGSEGV"
     assert f"num_kv_splits:splits:crash:-:{where}" in sigs
