@@ -51,14 +51,14 @@ def test_a_nondeterministic_finding_is_a_non_strict_xfail_and_pytest_is_steady(t
     [(_, saved)] = list(iter_cases(corpus))
     assert saved.expected == "xfail" and not saved.strict
     outcomes = []
-    for run in range(10):  # processes where the stray read varies, and where it happens not to
+    for run in range(6):  # processes where the stray read varies, and where it happens not to
         env = {"KVFUZZ_STRAY_READS": "vary" if run % 2 else "steady", **THIS_KVFUZZ}
         out = run_pytest([str(corpus)], tmp_path, tmp_path / f"j{run}.xml", env)
         assert out.returncode == 0, out.stdout + out.stderr
         [result] = junit_results(tmp_path / f"j{run}.xml").values()
         outcomes.append(result["outcome"])
     # shown: the known defect (xfail); not shown: a pass, never "the defect no longer shows"
-    assert outcomes == ["passed", "xfailed"] * 5
+    assert outcomes == ["passed", "xfailed"] * 3
     # only the kinds that vary by nature are non-strict: the same case saved as a mismatch (a
     # deterministic kind) fails the run where it does not show
     [(path, _)] = list(iter_cases(corpus))
