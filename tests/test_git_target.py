@@ -179,3 +179,32 @@ def test_the_command_line_refuses_an_unknown_revision_in_one_line(repo, monkeypa
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert p.returncode == 2, p.stderr
     assert p.stderr.count("\n") == 1 and "unknown revision 'nope'" in p.stderr, p.stderr
+
+
+def test_a_package_file_with_relative_imports_loads_with_its_siblings_at_that_revision(repo, device, tmp_path):
+    """kvfuzz's own kernels import `._args` relatively: the git target extracts the file's whole
+    package folder as it was at REV, so the sibling it imports is REV's, not the work tree's."""
+    kernels = Path(__file__).resolve().parent.parent / "kvfuzz" / "kernels"
+    pkg = repo / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_args.py").write_text((kernels / "_args.py").read_text() + "\nMARK = 'at v2'\n")
+    (pkg / "num_kv_splits.py").write_text((kernels / "num_kv_splits.py").read_text()
+                                          + "\nfrom ._args import MARK  # noqa: E402\n")
+    git(repo, "add", "pkg")
+    git(repo, "commit", "-q", "-m", "a package")
+    (pkg / "_args.py").write_text("raise ImportError('the work tree, not the revision')\n")
+    t = load_target(f"git:HEAD:{pkg / 'num_kv_splits.py'}", device)
+    assert t.module.MARK == "at v2"
+    assert callable(t.module.get_num_kv_splits_triton)
+
+
+def test_a_lone_file_with_relative_imports_fails_naming_the_spec(repo, tmp_path, capsys):
+    (repo / "lone.py").write_text("from ._args import _INDEX\n")
+    git(repo, "add", "lone.py")
+    git(repo, "commit", "-q", "-m", "a lone file")
+    spec = f"git:HEAD:{repo / 'lone.py'}"
+    assert main(["ops", "--target", spec]) == 2
+    err = capsys.readouterr().err
+    assert f"target {spec}: loading the kernel file failed: ImportError" in err, err
+    assert str(tmp_path / "cache") not in err and err.count("\n") == 1, err

@@ -245,21 +245,32 @@ def _load_module(spec: str) -> _Loaded:
 
 
 def _load_file(path: Path, spec: str) -> ModuleType:
+    """The kernel file as a module. A file with an `__init__.py` beside it is loaded as a member
+    of that folder's package (under a name of kvfuzz's own, the package's `__init__` not run), so
+    its relative imports (`from ._args import ...`) find its siblings."""
     path = path.resolve()
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    name = f"kvfuzz_target_{digest}"
+    package = None
+    if (path.parent / "__init__.py").is_file():
+        package = f"kvfuzz_target_pkg_{hashlib.sha256(str(path.parent).encode()).hexdigest()[:12]}"
+        if package not in sys.modules:
+            holder = ModuleType(package)
+            holder.__path__ = [str(path.parent)]
+            holder.__package__ = package
+            sys.modules[package] = holder
+    name = f"{package}.{path.stem}_{digest}" if package else f"kvfuzz_target_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     loader_spec = importlib.util.spec_from_file_location(name, path)
     if loader_spec is None or loader_spec.loader is None:
-        raise TargetLoadError(f"cannot load {path} as a Python module")
+        raise TargetLoadError(f"target {spec}: cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[name] = module
     try:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise TargetLoadError(f"loading {path} failed: {type(exc).__name__}: {exc}") from None
+        raise TargetLoadError(f"target {spec}: loading the kernel file failed: {type(exc).__name__}: {exc}") from None
     return module
 
 

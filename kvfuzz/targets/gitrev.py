@@ -10,7 +10,9 @@ PATH is relative to the working directory or absolute, and need not exist in the
 (a file deleted or renamed since REV): the repository is the one holding PATH's nearest existing
 directory. REV is anything `git rev-parse` takes, resolved to a commit. The blob is read with
 `git cat-file` (raw bytes: no textconv) and written, keyed by its content, to
-`cache_dir()/git/<sha256>.py`, from where the ordinary file loader loads it. git runs as a
+`cache_dir()/git/<sha256>.py`, from where the ordinary file loader loads it. A file of a package
+(an `__init__.py` beside it at REV) is extracted with its whole folder, keyed by the folder's tree
+id, so its relative imports find their siblings as they were at REV. git runs as a
 subprocess: no library is needed beyond the `git` program.
 
 Each process that loads the target resolves REV itself (a campaign's workers too, in the same
@@ -21,8 +23,11 @@ revision; a sha does not move.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -94,10 +99,42 @@ def git_kernel_file(spec: str) -> tuple[Path, str]:
     if kind.stdout.decode().strip() != "blob":
         raise TargetLoadError(f"target {spec}: {rel} at {rev} ({short}) is a {kind.stdout.decode().strip()}, "
                               f"not a file, in {top}")
+    description = f"git {rev} ({short}) {rel} in {top}"
+    folder = rel.rpartition("/")[0]
+    init = _git(spec, top, "cat-file", "-t", f"{sha}:{folder + '/' if folder else ''}__init__.py")
+    if init.returncode == 0:
+        return _store_package(spec, top, sha, folder, rel), description
     blob = _git(spec, top, "cat-file", "blob", f"{sha}:{rel}")
     if blob.returncode != 0:
         raise TargetLoadError(f"target {spec}: cannot read {rel} at {rev} ({short}): {_last_line(blob)}")
-    return _store(spec, blob.stdout), f"git {rev} ({short}) {rel} in {top}"
+    return _store(spec, blob.stdout), description
+
+
+def _store_package(spec: str, top: Path, sha: str, folder: str, rel: str) -> Path:
+    """The file inside its package's folder as it is at `sha`, extracted whole (a file of a
+    package may import its siblings relatively: `from ._args import ...`), at
+    cache_dir()/git/tree-<the folder's tree id>/; returns the file's path there."""
+    tree = _git(spec, top, "rev-parse", f"{sha}:{folder}").stdout.decode().strip()
+    dest = cache_dir() / "git" / f"tree-{tree}"
+    target = dest / rel.rpartition("/")[2]
+    if target.is_file():
+        return target
+    archive = _git(spec, top, "archive", "--format=tar", f"{sha}:{folder}" if folder else sha)
+    if archive.returncode != 0:
+        raise TargetLoadError(f"target {spec}: cannot read {folder or '.'} at {sha[:12]}: {_last_line(archive)}")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".tmp-tree-"))
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another process extracted the same tree first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except (OSError, tarfile.TarError) as exc:
+        raise TargetLoadError(f"target {spec}: cannot write {folder or '.'} into kvfuzz's cache "
+                              f"{dest.parent}: {exc}") from None
+    return target
 
 
 def _store(spec: str, data: bytes) -> Path:
