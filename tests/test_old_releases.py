@@ -320,3 +320,27 @@ def test_an_older_extracted_kv_indices_is_extracted_again(tmp_path, monkeypatch)
     assert "import sglang" not in text and "from sglang." not in text
     assert (folder / "metadata.py").read_text() == "# metadata.py, as cached\n"  # current: not rewritten
     assert wheels.sglang_kernel_file("0.5.10", "kv_indices.py") == path and len(calls) == 2  # current now
+
+
+@pytest.mark.parametrize("stderr, message", [
+    ("ERROR: Could not find a version that satisfies the requirement sglang==0.5.99 (from versions: 0.1.3, 0.5.22, 0.5.23)\n"
+     "ERROR: No matching distribution found for sglang==0.5.99\n",
+     "sglang==0.5.99: no such release on the package index (its newest is 0.5.23)"),
+    ("ERROR: Could not find a version that satisfies the requirement sglang==0.5.99 (from versions: none)\n"
+     "ERROR: No matching distribution found for sglang==0.5.99\n",
+     "cannot fetch sglang==0.5.99 from PyPI (ERROR: No matching distribution found for sglang==0.5.99): copy"),
+])
+def test_a_release_the_index_does_not_have_is_named_as_such(tmp_path, monkeypatch, stderr, message):
+    """pip listing the package's versions means the index answered: no cache folder to copy. With
+    no versions listed (no network, a mirror without sglang) the copy advice stands."""
+    import subprocess
+
+    from kvfuzz.errors import TargetLoadError
+    from kvfuzz.targets import wheels
+
+    monkeypatch.setenv("KVFUZZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(wheels.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=stderr))
+    with pytest.raises(TargetLoadError) as err:
+        wheels.sglang_kernel_file("0.5.99")
+    assert message in str(err.value)

@@ -145,6 +145,10 @@ def extracted_from(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(out)
 
 
+# pip's answer when the index lists the package but not the version: "(from versions: 0.1.3, ...)"
+_NO_SUCH_VERSION = re.compile(r"Could not find a version that satisfies the requirement sglang==\S+ \(from versions: ([^)]*)\)")
+
+
 def _pip_download(version: str, into: Path) -> Path | str:
     """The wheel of sglang==`version` downloaded into `into`, or pip's last line of why not."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
@@ -152,6 +156,10 @@ def _pip_download(version: str, into: Path) -> Path | str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(into.glob("sglang-*.whl"))
     if proc.returncode != 0 or not wheels:
+        listed = _NO_SUCH_VERSION.search(proc.stderr)
+        known = [v.strip() for v in listed[1].split(",") if v.strip()] if listed else []
+        if known and known != ["none"]:  # the index answered, and it has no such release: nothing to copy
+            raise TargetLoadError(f"sglang=={version}: no such release on the package index (its newest is {known[-1]})")
         return (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
     return wheels[0]
 
