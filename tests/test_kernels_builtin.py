@@ -4,7 +4,7 @@ Runs compiled on CUDA when a GPU is present, else on the CPU under Triton's inte
 (``TRITON_INTERPRET`` must be set before the kernels are defined, hence before the import).
 Every tensor a kernel sees lives in the middle of a larger buffer filled with a canary, so a
 stray read-modify-write or an out-of-bounds store shows up as a changed canary. Expected
-values come from small pure-Python references written here from ``docs/contracts.md``.
+values come from small pure-Python references written here from the ops' contracts (``kvfuzz/ops/<op>/contract.py``).
 """
 
 import inspect

@@ -1,6 +1,6 @@
 """kvfuzz's own Triton kernels for SGLang's KV-cache metadata ops (the ``builtin`` target).
 
-Hardened re-implementations, written from ``docs/contracts.md`` with SGLang's call
+Hardened re-implementations, written from each op's contract (``kvfuzz/ops/<op>/contract.py``) with SGLang's call
 signatures: they refuse bad arguments with ``ValueError``, honour any strides, keep every
 access inside its tensor whatever the tensor values, and stay CUDA-graph capturable (no host
 reads of tensor values). kvfuzz uses them as its reference target; SGLang can call them in

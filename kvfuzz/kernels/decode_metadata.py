@@ -1,7 +1,7 @@
 """kvfuzz's own ``normal_decode_set_metadata``: the decode metadata op, hardened.
 
 Same call signature as SGLang's fused kernel (``metadata_kernels.py``), written from the
-contract in ``docs/contracts.md``. With ``B = cache_seqlens_int32.shape[0]`` and
+contract in ``kvfuzz/ops/decode_metadata/contract.py``. With ``B = cache_seqlens_int32.shape[0]`` and
 ``P = max_seq_pages`` it writes, in place and nothing else:
 
 * ``cache_seqlens_int32[i] = int32(seq_lens[i] + seq_len_delta)``

@@ -4,7 +4,7 @@
 ``uneven_batch_ptr``), so SGLang can launch it unchanged as
 ``get_num_kv_splits_triton[(1,)](..., MAX_NUM_SEQ=...)``; ``get_num_kv_splits``
 is the validating launcher (and handles strided tensors). The formula is the one in
-``docs/contracts.md``, with two definitions where the seed has none:
+``kvfuzz/ops/num_kv_splits/contract.py`` (and its oracle, ``oracle.py``), with two definitions where the seed has none:
 
 * the statistics ``mx`` and ``mn`` are taken over rows with ``seq_len >= 1`` only, and are
   both 1 when no row has ``seq_len >= 1``; the formula is then applied unchanged to every

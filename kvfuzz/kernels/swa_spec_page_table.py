@@ -1,6 +1,6 @@
 """kvfuzz's own ``prepare_swa_spec_page_table_triton``: the speculative SWA page table, hardened.
 
-Same call signature as SGLang's kernel, written from ``docs/contracts.md``. With
+Same call signature as SGLang's kernel, written from ``kvfuzz/ops/swa_spec_page_table/contract.py``. With
 ``R = speculative_num_draft_tokens``, ``bs = seq_len_a.numel()``, for rows ``m < bs * R``,
 ``la = seq_len_a[m // R]`` and ``lb = seq_len_b[m]``::
 
