@@ -88,7 +88,7 @@ def drawn(op: str, seed: int) -> list[tuple[str, int]]:
 raw_choices = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 1 << 20)), max_size=120)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(op=st.sampled_from(OPS), raw=st.one_of(raw_choices, st.integers(0, 2**32)), data=st.data(),
        budget=st.floats(0.0, 40.0), step=st.sampled_from([0.0, 0.01, 0.1, 1.0]))
 def test_reduce_ends_and_returns_a_case_that_still_fails(op, raw, data, budget, step):
@@ -107,7 +107,7 @@ def test_reduce_ends_and_returns_a_case_that_still_fails(op, raw, data, budget, 
         assert not r.complete or clock.now - 1000.0 <= budget + step
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(op=st.sampled_from(OPS), raw=raw_choices, salt=st.integers(0, 2**32))
 def test_a_size_function_that_raises_rejects_its_candidate_only(op, raw, salt):
     """`size` raising on a candidate (not on the original) costs that candidate only."""
