@@ -110,9 +110,13 @@ def test_a_fault_in_one_stage_loses_no_finding(stage, clean, tmp_path, monkeypat
     corpus = tmp_path / "corpus"
     shutil.copytree(corpus_at, corpus)
     _inject(stage, monkeypatch)
-    code = cli.main(ARGV + ["--corpus", str(corpus), "--report", str(tmp_path / "r.json")])
+    code = cli.main(ARGV + ["--corpus", str(corpus), "--report", str(tmp_path / "r.json"),
+                            "--junit", str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "r.md")])
     assert code == 4, capsys.readouterr().err
     report = json.loads((tmp_path / "r.json").read_text())
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'errors="1"' in junit and "<error " in junit and f"internal error in {stage}" in junit
+    assert "## Internal errors of kvfuzz" in (tmp_path / "r.md").read_text()
     errors = report["internal_errors"]
     assert errors and {e["stage"] for e in errors} == {stage}, errors
     for e in errors:
