@@ -33,6 +33,7 @@ from .engines.base import EngineOptions, run_engine
 from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
+from .internal import internal_error
 from .judge import Verdict
 from .ops import CONTRACTS, contract_status, get_contract
 from .pipeline import Flaky, FindingPipeline, Saved, within
@@ -138,6 +139,7 @@ class CampaignResult:
     # whole start-up of `kvfuzz fuzz`: imports, device choice, the worker's start); else None
     since_import_s: float | None = None
     notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
+    internal_errors: list[dict] = field(default_factory=list)  # kvfuzz's own exceptions (internal.py)
 
     @property
     def cases(self) -> int:
@@ -174,7 +176,30 @@ class CampaignResult:
             "cases_per_s": round(self.cases / max(sum(s.seconds for s in self.stats), 1e-9), 1),
             "not_target": self.not_target,
             "ops": {s.op: s.to_json() for s in self.stats},
-            "findings": [{
+            "findings": [self._finding(x) for x in self.saved],
+            "flaky": [{
+                "op": x.finding.finding.op,
+                "signature": x.finding.finding.signature,
+                "message": x.finding.finding.message,
+                "contract": contract_status(x.finding.first),
+                "reproduced": x.confirmation.reproduced,
+                "tries": x.confirmation.tries,
+                "case_digest": x.finding.first.digest(),
+            } for x in self.flaky],
+        }
+        doc["internal_errors"] = list(self.internal_errors)  # after the findings: theirs included
+        if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
+            from .reports import against_baseline
+
+            doc["against_baseline"] = against_baseline(doc["findings"])
+        return doc
+
+    def _finding(self, x: Saved) -> dict:
+        """A finding's report entry; one that cannot be described in full (an internal error)
+        keeps what is known of it, and the error."""
+        mine = lambda: [e for e in self.internal_errors if e.get("signature") in x.signatures]  # noqa: E731
+        try:
+            return {
                 "op": x.found.finding.op,
                 "kind": x.found.finding.kind,
                 "signature": x.found.finding.signature,
@@ -192,22 +217,16 @@ class CampaignResult:
                 "minimize_log": x.minimize_log,
                 "minimize_seconds": round(x.minimize_seconds, 2),
                 "size": list(x.case.size_key()),
-            } for x in self.saved],
-            "flaky": [{
-                "op": x.finding.finding.op,
-                "signature": x.finding.finding.signature,
-                "message": x.finding.finding.message,
-                "contract": contract_status(x.finding.first),
-                "reproduced": x.confirmation.reproduced,
-                "tries": x.confirmation.tries,
-                "case_digest": x.finding.first.digest(),
-            } for x in self.flaky],
-        }
-        if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
-            from .reports import against_baseline
-
-            doc["against_baseline"] = against_baseline(doc["findings"])
-        return doc
+                "unconfirmed": x.unconfirmed,
+                "internal_errors": mine(),
+            }
+        except Exception as exc:
+            err = internal_error("report", exc, x.found.finding.signature)
+            if all(dict(e, where=None) != dict(err, where=None) for e in self.internal_errors):
+                self.internal_errors.append(err)  # once, however often the report is made
+            return {"op": x.found.finding.op, "kind": x.found.finding.kind, "signature": x.found.finding.signature,
+                    "message": x.found.finding.message, "signatures": x.signatures, "case": str(x.path) if x.path else None, "new": x.new,
+                    "unconfirmed": x.unconfirmed, "internal_errors": mine()}
 
 
 class CampaignState:
@@ -421,10 +440,24 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     _first_campaign[0] = False
     result = CampaignResult(cfg, device, executor.description, stats, pipeline.saved, time.monotonic() - t0,
                             versions["gpu"], interrupted, pipeline.flaky, first_case[0], versions, since_import,
-                            notes=environment.notes())
+                            notes=environment.notes(), internal_errors=pipeline.internal_errors)
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result
+
+
+# exit codes of `kvfuzz fuzz`; where several apply, the first of EXIT_PRECEDENCE wins
+EXIT_CLEAN, EXIT_FINDING, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
+EXIT_PRECEDENCE = (EXIT_FINDING, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED)
+
+
+def exit_code(*, finding: bool = False, bad_input: bool = False, internal: bool = False,
+              interrupted: bool = False) -> int:
+    """A run's exit code: 1 a new finding fails it, 2 bad input, 4 kvfuzz had an internal error
+    (a finding is kept, not lost: the report lists the error), 130 interrupted, 0 clean."""
+    applies = {EXIT_FINDING: finding, EXIT_BAD_INPUT: bad_input, EXIT_INTERNAL: internal,
+               EXIT_INTERRUPTED: interrupted}
+    return next((code for code in EXIT_PRECEDENCE if applies[code]), EXIT_CLEAN)
 
 
 # --time-limit: each op the target has gets an equal slot of the wall clock; the last

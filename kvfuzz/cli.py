@@ -223,8 +223,16 @@ def _say_notes(report: dict) -> None:
 # commands ---------------------------------------------------------------------------------
 
 
+def _say_internal_errors(report: dict) -> None:
+    """kvfuzz's own errors during the run (each ended one stage of one finding), one line each."""
+    from .internal import describe
+
+    for err in report.get("internal_errors", ()):
+        print(f"kvfuzz: {err.get('signature') or 'campaign'}: {describe(err)}", file=sys.stderr)
+
+
 def cmd_fuzz(args) -> int:
-    from .campaign import CampaignConfig, run_campaign
+    from .campaign import CampaignConfig, exit_code, run_campaign
     from .ops import CONTRACTS, contract_status
     from .progress import make_display
     from .reports import engine_line
@@ -283,18 +291,19 @@ def cmd_fuzz(args) -> int:
     report = result.report()
     _write_reports(args, report)
     _say_notes(report)
+    _say_internal_errors(report)
     known = len(result.saved) - len(result.new)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (" (interrupted)" if result.interrupted else ""))
-    if any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline))):
-        return 1  # a finding the corpus already held fails nothing new
-    if result.not_target:
+    # a finding the corpus already held fails nothing new
+    fails = any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline)))
+    if result.not_target and not fails:
         first = next(m for s in result.stats for m in s.not_target_messages)
         raise BadInput(f"{result.not_target} runs failed for reasons that are not the target's "
                        f"(this machine's Triton, or kvfuzz itself), e.g. {first}")
-    return 130 if result.interrupted else 0
+    return exit_code(finding=fails, internal=bool(report["internal_errors"]), interrupted=result.interrupted)
 
 
 def fails_the_run(signatures: list[str], baseline: bool) -> list[str]:
@@ -330,6 +339,7 @@ def _fuzz_jobs(args, cfg) -> int:
         display.close()
     _write_reports(args, merged)
     _say_notes(merged)
+    _say_internal_errors(merged)
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")

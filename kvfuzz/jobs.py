@@ -104,12 +104,12 @@ def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, 
         from .campaign import write_json_atomic
 
         write_json_atomic(report, merged)
+    from .campaign import exit_code
+
     new = [f for f in merged["findings"] if f.get("new", True)]
-    if any(c == 2 for c in codes) and not new:
-        return merged, 2
-    if new:
-        return merged, 1
-    return merged, 130 if any(c == 130 for c in codes) else 0
+    return merged, exit_code(finding=bool(new), bad_input=any(c == 2 for c in codes),
+                             internal=any(c == 4 for c in codes) or bool(merged["internal_errors"]),
+                             interrupted=any(c == 130 for c in codes))
 
 
 def _summed(timelines: list[list]) -> list[list]:
@@ -133,7 +133,8 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     flaky findings once per signature."""
     out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
     if not reports:
-        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0)
+        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0,
+                   internal_errors=[])
         return out
     first = reports[0]
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check",
@@ -187,6 +188,7 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             for s in sigs:  # one defect that two shards saw with other signatures: one finding
                 seen.setdefault(s, into)
     out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
+    out["internal_errors"] = [e for r in reports for e in r.get("internal_errors", ())]
     if out.get("baseline"):
         from .reports import against_baseline
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from .case import Case, TensorSpec
 from .contract import INT32_MAX, INT32_MIN, Contract
+from .internal import internal_error
 from .ops import CONTRACTS, records
 
 __all__ = ["Minimized", "minimize", "rank", "contract_class", "aliasing_consistent", "relayout", "tight"]
@@ -67,6 +68,7 @@ class Minimized:
     seconds: float
     complete: bool  # False if the time budget ran out before a fixpoint
     accepted: dict[str, int] = field(default_factory=dict)  # reductions kept, per pass ("choices": the generic reducer)
+    errors: list[dict] = field(default_factory=list)  # internal errors it outlived (internal.internal_error)
 
 
 def rank(case: Case) -> tuple:
@@ -105,9 +107,14 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
     steps = 0
     current = case
     complete = False
+    errors: list[dict] = []
     if method != "passes":
         share = budget_s if method == "choices" else budget_s * CHOICES_SHARE
-        reduced = reduce(case, still_fails, share, admissible=lambda c: _admissible(c, klass, assess), size=rank)
+        try:
+            reduced = reduce(case, still_fails, share, admissible=lambda c: _admissible(c, klass, assess), size=rank)
+        except Exception as exc:  # a defect of the reducer costs its share only: the passes still run
+            errors.append(internal_error("reduce", exc))
+            reduced = None
         if reduced is not None:
             current, steps = reduced.case, reduced.steps_tried
             log += reduced.log
@@ -139,7 +146,10 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
             if key in tried:
                 continue
             tried.add(key)
-            if not _admissible(cand, klass, assess):
+            try:
+                if not _admissible(cand, klass, assess):
+                    continue
+            except Exception:  # a candidate the rules cannot classify is not shown
                 continue
             steps += 1
             try:
@@ -172,7 +182,7 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 
     # the meta keeps the record of choices the generic reducer ended at (its digest names the
     # case it replays to: this one, unless a pass shrank it further)
     result = current.replace(variant=case.variant, meta={**case.meta, **current.meta, "minimized_from": origin})
-    return Minimized(result, log, steps, time.monotonic() - t0, complete, accepted)
+    return Minimized(result, log, steps, time.monotonic() - t0, complete, accepted, errors)
 
 
 # admissibility ------------------------------------------------------------------------------

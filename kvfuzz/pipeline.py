@@ -20,6 +20,12 @@ touches): a finding whose minimized case shows the signature of another finding 
 equals its minimized case, takes that finding in (`_settle`, `_absorb`). The corpus then holds
 one case, whose meta lists every signature it shows, and the report one finding with its
 signatures. The report's findings come out of `saved` and `flaky`.
+
+Nothing kvfuzz does to a finding may lose it: an exception of kvfuzz's own while one finding is
+confirmed, minimized, saved or merged ends that stage for that finding only (`internal.py`). The
+finding is kept as far as it got: a case whose confirmation raised is saved unconfirmed, one
+whose minimizing raised is saved as confirmed; the error goes into `internal_errors`, the saved
+case's `meta["internal_errors"]` and the report, and the campaign goes on.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .engines.common import Found
 from .errors import BadInput
 from .execute import one_line
 from .findings import CLASSES, kind_of, runs_to_show
+from .internal import describe, internal_error
 from .minimize import minimize
 from .worker import Executor, WorkerExecutor
 
@@ -66,6 +73,7 @@ class Saved:
     signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
     shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
     starved: bool = False  # its op's minimizing time was spent before it came up (settle_starved)
+    unconfirmed: bool = False  # its confirmation raised (an internal error): saved as found, unconfirmed
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -121,19 +129,37 @@ class FindingPipeline:
         self.held_elsewhere: dict[str, Path] = {}
         # a case found after this (less a margin for shards starting a little apart) is this run's
         self.since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=SHARD_START_SPREAD_S)
+        self.internal_errors: list[dict] = []  # kvfuzz's own exceptions, each of one stage of one finding
+
+    def _fault(self, stage: str, exc: BaseException, sig: str | None) -> dict:
+        """Record an exception of kvfuzz's own that ended `stage` for the finding `sig`."""
+        err = internal_error(stage, exc, sig)
+        self.internal_errors.append(err)
+        self._say(f"  {sig}: {describe(err)}")
+        return err
+
+    def errors_of(self, sigs) -> list[dict]:
+        """The internal errors recorded for the findings `sigs`."""
+        sigs = set(sigs)
+        return [e for e in self.internal_errors if e.get("signature") in sigs]
 
     def add(self, f: Found) -> str:
         """A finding an engine has just recorded: confirmed in fresh processes before it
         counts, then on disk at once (a SIGKILL during the long minimization that follows must
-        not lose it). Returns "flaky", "known" or "new" (new to the corpus)."""
-        sc = self._saved_case(f, f.case)
-        c = confirm(sc, self.fresh, self.cfg.confirm_tries)
+        not lose it). Returns "flaky", "known" or "new" (new to the corpus). A confirmation that
+        raises saves the case unconfirmed (`_keep_unconfirmed`)."""
+        try:
+            c = confirm(self._saved_case(f, f.case), self.fresh, self.cfg.confirm_tries)
+        except Exception as exc:
+            self._fault("confirm", exc, f.finding.signature)
+            return self._keep_unconfirmed(f)
         if not c.confirmed:  # stays in the engine's findings, so the engine does not report it again
             self.flaky.append(Flaky(f, c))
             self._say(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
             return "flaky"
         self.confirmed[f.finding.signature] = c
         res = None
+        sc = self._saved_case(f, f.case)
         listed = self._listed_elsewhere(sc) if self.store is not None else None
         if listed is not None:  # shown by a case saved under another finding: known
             self.first_saved[f.finding.signature] = LISTED
@@ -148,6 +174,19 @@ class FindingPipeline:
             else:  # _finish saves again, and reports it
                 self._say(f"  {f.finding.signature}: not saved yet: {error}")
         return "new" if res is None or res.status == "new" else "known"
+
+    def _keep_unconfirmed(self, f: Found) -> str:
+        """A finding whose confirmation raised: saved as found, marked unconfirmed, with the
+        error in its meta; never minimized (nothing showed it reproduces)."""
+        sig = f.finding.signature
+        path, error, res = None, None, None
+        if self.store is not None:
+            res, error = self._try_save(self._saved_case(f, f.case))
+            path = res.path if res is not None else None
+        new = res is None or res.status == "new"
+        self.saved.append(Saved(f, f.case, path, save_error=error, new=new, shows=frozenset({sig}), unconfirmed=True))
+        self._say(f"  {f.finding.kind}: {sig} -> {path or 'NOT SAVED'} (unconfirmed: its confirmation raised)")
+        return "new" if new else "known"
 
     def waiting(self, found: dict[str, Found]) -> bool:
         """Whether any of an op's findings is confirmed and waits to be settled."""
@@ -168,9 +207,32 @@ class FindingPipeline:
         waiting = sum(map(self._needs_time, order))
         for sig in order:
             needs = self._needs_time(sig)
-            self._settle(found[sig], groups_from, fair_share(until, waiting))
+            try:
+                self._settle(found[sig], groups_from, fair_share(until, waiting))
+            except Exception as exc:  # the finding stays, as confirmed and saved when first seen
+                self._fault("settle", exc, sig)
+                self._keep(found[sig])
             waiting -= needs
         found.clear()
+
+    def _keep(self, f: Found) -> None:
+        """After an internal error settling `f`: it is in `saved`, as it stands, unless it is there."""
+        sig = f.finding.signature
+        if any(sig in x.signatures for x in self.saved):
+            return
+        try:
+            self.saved.append(self._finish(f, interrupted=True))
+        except Exception as exc:
+            self._fault("save", exc, sig)
+            path = self.store.path_of(key_of(sig, self.cfg.target)) if self._in_store(sig) else None
+            self.saved.append(Saved(f, f.case, path, save_error=one_line(exc), confirmation=self.confirmed.get(sig),
+                                    shows=frozenset({sig})))
+
+    def _in_store(self, sig: str) -> bool:
+        try:
+            return self.store is not None and key_of(sig, self.cfg.target) in self.store
+        except Exception:
+            return False
 
     def settle_starved(self, until: float | None) -> None:
         """Once every op has run: each starved finding (its op's minimizing time was spent
@@ -181,7 +243,11 @@ class FindingPipeline:
                          key=lambda x: x.case.size_key())
         for k, x in enumerate(starved):
             share = fair_share(until, len(starved) - k)
-            m = self._minimized(x.found, share)
+            try:
+                m = self._minimized(x.found, share)
+            except Exception as exc:  # the saved case stays
+                self._fault("minimize", exc, x.found.finding.signature)
+                continue
             if m is None or m[0] == x.case or not set(x.signatures) <= m[4]:
                 continue
             case, log, seconds, minimized_confirmed, shows, confirmation = m
@@ -205,7 +271,7 @@ class FindingPipeline:
             if sig in self.confirmed and self.first_saved.get(sig) == LISTED:
                 self.saved.append(Saved(f, f.case, self.listed_at[sig], new=False))
             elif sig in self.confirmed:
-                self.saved.append(self._finish(f, interrupted=True))
+                self._keep(f)
 
     def _say(self, line: str) -> None:
         if self.progress:
@@ -213,10 +279,14 @@ class FindingPipeline:
 
     def _try_save(self, sc: SavedCase) -> tuple[SaveResult | None, str | None]:
         """`store.save`, or why it refused (say, the slot holds an unreadable case): one refused
-        save must not cost the run its other findings."""
+        save must not cost the run its other findings. Any other exception is kvfuzz's own: an
+        internal error."""
         try:
             return self.store.save(sc), None
         except (OSError, ValueError, BadInput) as exc:
+            return None, one_line(exc)
+        except Exception as exc:
+            self._fault("save", exc, sc.finding.signature)
             return None, one_line(exc)
 
     def _saved_case(self, f: Found, case: Case, log: tuple[str, ...] = (),
@@ -230,6 +300,12 @@ class FindingPipeline:
             meta["cross_check"] = cfg.cross_check
         if cfg.baseline:  # the case was judged against it: replay runs both again
             meta["baseline"] = cfg.baseline
+        errors = self.errors_of(signatures or [f.finding.signature])
+        if errors:  # kvfuzz's own exceptions on the way here (docs/case-format.md)
+            meta["internal_errors"] = errors
+        if any(e["stage"] == "confirm" and e.get("signature") == f.finding.signature for e in errors) \
+                and f.finding.signature not in self.confirmed:
+            meta["unconfirmed"] = True
         return SavedCase(
             case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
             device=self.device, versions=self.versions, origin=cfg.engine,
@@ -273,15 +349,22 @@ class FindingPipeline:
         minimized_confirmed = None
         starved = False
         if not interrupted:
-            m = self._minimized(f, until)
+            try:
+                m = self._minimized(f, until)
+            except Exception as exc:  # minimizing ended: the confirmed case stays
+                self._fault("minimize", exc, sig)
+                m = False
             if m is None:  # the op's --time-limit slot is spent, or its share less the reserve
                 starved = True
-                shows = {sig} | set(Checker(self.executor, f.finding.op).check(case, runs_to_show(sig)).signatures())
-            else:
+                try:
+                    shows |= set(Checker(self.executor, f.finding.op).check(case, runs_to_show(sig)).signatures())
+                except Exception as exc:  # what else it shows is for merging only
+                    self._fault("settle", exc, sig)
+            elif m:
                 case, log, seconds, minimized_confirmed, shows, c = m
                 confirmation = c or confirmation
         finding = f.finding
-        path, error = None, None
+        path, error, res = None, None, None
         if self.store is not None:
             res, error = self._try_save(self._saved_case(f, case, tuple(log)))
             if res is None:
@@ -293,9 +376,11 @@ class FindingPipeline:
                           f"{'; no minimizing time left, minimized after the last op if time allows' if starved else ''})")
         else:
             self._say(f"  {finding.kind}: {sig}")
-        # known: saved before this run saw it (by an earlier campaign, or a shard beside this one)
+        # known: saved before this run saw it (by an earlier campaign, or a shard beside this one);
+        # where its first save failed, this save says
         return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
-                     new=first_saved in (None, "new"), shows=frozenset(shows), starved=starved)
+                     new=first_saved == "new" or (first_saved is None and (res is None or res.status == "new")),
+                     shows=frozenset(shows), starved=starved)
 
     def _minimized(self, f: Found, until: float | None):
         """`f` minimized by `until` and its smaller case confirmed in fresh processes: (case, log,
@@ -308,6 +393,10 @@ class FindingPipeline:
             return None
         checker = Checker(self.executor, f.finding.op)
         m = minimize(f.case, checker.still_fails(sig), budget_s=budget, assess=checker.prepare)
+        for err in m.errors:  # the generic reducer's, which minimize outlived
+            err = dict(err, signature=sig)
+            self.internal_errors.append(err)
+            self._say(f"  {sig}: {describe(err)}")
         case, log, seconds = m.case, list(m.log), m.seconds
         minimized_confirmed, c = None, None
         shows = {sig}
@@ -316,7 +405,10 @@ class FindingPipeline:
             shows |= set(verdict.signatures())
             finding = next((x for x in verdict.findings if x.signature == sig), None)
             if finding is not None:
-                c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
+                try:
+                    c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
+                except Exception as exc:  # the minimized case is not confirmed: the first one stays
+                    self._fault("confirm", exc, sig)
             minimized_confirmed = bool(c and c.confirmed)
             if minimized_confirmed:
                 f.finding = finding
@@ -337,7 +429,12 @@ class FindingPipeline:
         groups = self.saved[groups_from:]
         host = next((g for g in groups if sig in g.shows), None)
         if host is not None:
-            self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")])
+            try:
+                self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")])
+            except Exception as exc:  # not merged: `f` stays a finding of its own, its first case saved
+                self._fault("absorb", exc, sig)
+                if sig not in host.signatures:
+                    self._keep(f)
             return
         if sig in self.held_elsewhere:  # another shard minimizes the corpus's case: none of this one's time
             self.saved.append(Saved(f, f.case, self.held_elsewhere[sig], new=False, shows=frozenset({sig})))
@@ -354,7 +451,13 @@ class FindingPipeline:
             self.saved.remove(g)
         self.saved.append(x)
         if taken:
-            self._absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures])
+            try:
+                self._absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures])
+            except Exception as exc:  # not merged: the findings it would have taken in stay
+                self._fault("absorb", exc, sig)
+                for g in taken:
+                    if not set(g.signatures) <= set(x.signatures):
+                        self.saved.append(g)
 
     def _absorb(self, host: Saved, sigs: list[str], new: list[bool]) -> None:
         """`host` stands for `sigs` too: its saved case is saved again listing them, and the cases

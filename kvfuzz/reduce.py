@@ -15,6 +15,11 @@ candidate is kept while `still_fails` holds. It must also be no larger in `minim
 admissible by the minimizer's rule (a valid case in the original's contract class, aliased
 inputs consistent), and its sequence must be simpler: shorter, or as long and smaller
 answer by answer. That order is a well-order, so the loop ends without the time budget too.
+
+`reduce` never raises for a candidate: a `still_fails`, `admissible` or `size` that raises on
+one counts as "no" for it, and an accepted candidate that shortens the sequence is read afresh
+before the next index is used. Its result is therefore the original case or a candidate
+`still_fails` accepted. `clock` (default `time.monotonic`) is the time the budget is read from.
 """
 
 from __future__ import annotations
@@ -116,30 +121,40 @@ def _with(choices: list[list], i: int, v: int) -> list[list]:
     return out
 
 
+def _says_yes(pred: Callable[[Case], Any], case: Case) -> bool:
+    """`pred(case)`, where a predicate that raises says no."""
+    try:
+        return bool(pred(case))
+    except Exception:
+        return False
+
+
 def reduce(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30.0,
            admissible: Callable[[Case], bool] | None = None,
-           size: Callable[[Case], Any] | None = None) -> Reduced | None:
-    """Shrink `case`'s recorded choices while `still_fails` holds (None: it has no record).
-    `admissible` and `size` default to the minimizer's rule and `minimize.rank`."""
+           size: Callable[[Case], Any] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> Reduced | None:
+    """Shrink `case`'s recorded choices while `still_fails` holds (None: it has no record, or
+    it cannot be replayed or sized). `admissible` and `size` default to the minimizer's rule
+    and `minimize.rank`."""
     from .minimize import _admissible, contract_class, rank  # the minimizer's rules (it imports this module)
 
     rec = recorded(case)
     if rec is None:
         return None
-    t0 = time.monotonic()
+    t0 = clock()
     deadline = t0 + budget_s
     size = size or rank
-    if admissible is None:
-        klass = contract_class(case)
-        admissible = lambda c: _admissible(c, klass)  # noqa: E731
     try:
+        if admissible is None:
+            klass = contract_class(case)
+            admissible = lambda c: _admissible(c, klass)  # noqa: E731
         current, choices = replay(rec, rec["choices"])
-    except Exception:
+        if current != case:
+            return None
+        choices = [list(c) for c in choices]
+        cur_key = (size(current), _order(choices))
+    except Exception:  # a record this generator cannot replay, or a case the rules cannot read
         return None
-    if current != case:
-        return None
-    choices = [list(c) for c in choices]
-    cur_key = (size(current), _order(choices))
     tried: set[bytes] = {current._identity()}
     log: list[str] = []
     steps = 0
@@ -149,10 +164,11 @@ def reduce(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30
         nonlocal current, choices, cur_key, steps
         try:
             cand, taken = replay(rec, cand_choices)
-        except Exception:  # choices the generator cannot build from: not a case
+            key = (size(cand), _order(taken))
+            simpler = key < cur_key  # no larger a case, and simpler choices
+        except Exception:  # choices the generator cannot build from (or size): not a case
             return False
-        key = (size(cand), _order(taken))
-        if not key < cur_key:  # no larger a case, and simpler choices
+        if not simpler:
             return False
         ident = cand._identity()
         if ident == current._identity():  # the same case from simpler choices: keep them
@@ -161,13 +177,10 @@ def reduce(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30
         if ident in tried:
             return False
         tried.add(ident)
-        if not admissible(cand):
+        if not _says_yes(admissible, cand):
             return False
         steps += 1
-        try:
-            ok = bool(still_fails(cand))
-        except Exception:
-            ok = False
+        ok = _says_yes(still_fails, cand)
         if ok:
             current, choices, cur_key = cand, [list(c) for c in taken], key
             log.append(f"choices: {desc}")
@@ -178,10 +191,10 @@ def reduce(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30
         progress = False
         kind, lo, hi, good = choices[i]
         bad = lo
-        while good - bad > 1 and time.monotonic() < deadline and i < len(choices):
+        while good - bad > 1 and clock() < deadline:
             mid = (bad + good) // 2
-            if choices[i][0] != kind or choices[i][1] != lo:
-                break  # an accepted move changed what choice i is
+            if i >= len(choices) or choices[i][:3] != [kind, lo, hi] or choices[i][3] != good:
+                break  # an accepted move shortened the sequence or changed what choice i is
             if attempt(f"choice {i} (int in [{lo}, {hi}]): {good} -> {mid}", _with(choices, i, mid)):
                 good, progress = mid, True
             else:
@@ -189,24 +202,24 @@ def reduce(case: Case, still_fails: Callable[[Case], bool], budget_s: float = 30
         return progress
 
     complete = False
-    while time.monotonic() < deadline:
+    while clock() < deadline:
         progress = False
         for desc, cand in _candidates(choices):
-            if time.monotonic() >= deadline:
+            if clock() >= deadline:
                 break
             if attempt(desc, cand):
                 progress = True
                 break  # the candidates of the new sequence
         if progress:
             continue
-        for i in range(len(choices)):
-            if time.monotonic() >= deadline:
-                break
+        i = 0
+        while i < len(choices) and clock() < deadline:  # an accepted bisection can shorten choices
             kind, lo, hi, v = choices[i]
             if kind == "int" and v - lo > 1 and hi - lo < BISECT_SPAN:
                 progress |= bisect(i)
+            i += 1
         if not progress:
-            complete = time.monotonic() < deadline
+            complete = clock() < deadline
             break
     result = current.with_meta(**{CHOICES: {**rec, "choices": choices, "digest": current.digest()}})
-    return Reduced(result, log, steps, time.monotonic() - t0, complete)
+    return Reduced(result, log, steps, clock() - t0, complete)

@@ -14,6 +14,9 @@ corpus did not already hold), lists known findings in its output, and is skipped
 target lacks the op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
 test run.
 
+Both list kvfuzz's internal errors (the report's `internal_errors`): a Markdown section, and a JUnit
+`<error>` of the op whose finding met one (its `system-err` where a new finding already fails it).
+
 Both carry the atheris engine's figures where a run has them (`engine` in an op's JSON: execs,
 execs/s, libFuzzer's coverage edges and features, ...): a table in the Markdown, `engine.*`
 properties of each op's JUnit test. Runs of the other engines have none, and get none.
@@ -69,7 +72,7 @@ def junit_xml(report: dict) -> str:
     findings = report.get("findings", [])
     suite = ET.Element("testsuite", name="kvfuzz", tests=str(len(ops)),
                        time=f"{report.get('seconds', 0):.2f}")
-    failures = skipped = 0
+    failures = skipped = errors = 0
     for op, stats in ops.items():
         case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}", name=op,
                              time=f"{stats.get('seconds', 0):.2f}")
@@ -96,6 +99,14 @@ def junit_xml(report: dict) -> str:
                   for f in flaky]
         if lines:
             ET.SubElement(case, "system-out").text = "\n".join(lines)
+        faults = [e for e in report.get("internal_errors", ()) if (e.get("signature") or "").split(":")[0] == op]
+        if faults:  # kvfuzz's own errors: an error of the test where no finding already fails it
+            text = "\n".join(f"{e.get('signature')}: {_fault_line(e)}" for e in faults)
+            if not new and not stats.get("skipped"):
+                errors += 1
+                ET.SubElement(case, "error", message=f"{len(faults)} internal error(s) of kvfuzz").text = text
+            else:
+                ET.SubElement(case, "system-err").text = text
     if report.get("baseline"):  # one test per class: a regression fails, a fix or a change is told
         classes = report.get("against_baseline") or against_baseline(findings)
         for kind, entries in classes.items():
@@ -111,8 +122,14 @@ def junit_xml(report: dict) -> str:
         suite.set("tests", str(len(ops) + len(classes)))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
-    suite.set("errors", "0")
+    suite.set("errors", str(errors))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _fault_line(e: dict) -> str:
+    from .internal import describe
+
+    return describe(e)
 
 
 def _contract(f: dict) -> str:
@@ -246,6 +263,9 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
             lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
                          f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
                          f"{f.get('contract', '?').replace('|', '/')} |")
+    if report.get("internal_errors"):  # kvfuzz's own: each ended one stage of one finding, which was kept
+        lines += ["", "## Internal errors of kvfuzz", ""]
+        lines += [f"- `{e.get('signature') or 'campaign'}`: {_fault_line(e)}" for e in report["internal_errors"]]
     if report.get("flaky"):
         lines += ["", "## Flaky (not saved)", ""]
         lines += [f"- `{f['signature']}`: {f['reproduced']} of {f['tries']} fresh runs{_contract(f)}"

@@ -106,8 +106,10 @@ class CorpusStore(abc.ABC):
 def _rank(saved: SavedCase) -> tuple:
     """Which of two cases of one defect a corpus keeps: the smaller, at equal size the one the
     minimizer went through (a campaign saves a finding as found, then its minimized form), and
-    then the one known to show more signatures (a campaign lists the findings it merged into it)."""
-    return saved.case.size_key(), not saved.minimized, -len(saved.signatures)
+    then the one known to show more signatures (a campaign lists the findings it merged into it),
+    and then the one that records more of kvfuzz's internal errors on its way (`meta.internal_errors`)."""
+    return (saved.case.size_key(), not saved.minimized, -len(saved.signatures),
+            -len(saved.case.meta.get("internal_errors") or ()))
 
 
 def _fsync_dir(path: Path) -> None:
