@@ -324,6 +324,7 @@ def _fuzz_jobs(args, cfg) -> int:
     from . import device as devmod
     from .campaign import check_forced_variant
     from .jobs import run_jobs
+    from .outcome import not_run_ops
     from .progress import make_display
     from .reports import engine_line
 
@@ -335,7 +336,8 @@ def _fuzz_jobs(args, cfg) -> int:
     argv = _without(args.argv[1:], {"--jobs", "--report", "--junit", "--markdown"})  # [0] is "fuzz"
     display = make_display()  # the shards' progress, summed per op
     try:
-        merged, code = run_jobs(argv, args.jobs, device, args.report, display.event, display.update)
+        merged, code = run_jobs(argv, args.jobs, device, args.report, display.event, display.update,
+                                fails=lambda new: fails_the_run(new, bool(args.baseline)))
     finally:
         display.close()
     _write_reports(args, merged)
@@ -356,10 +358,9 @@ def _fuzz_jobs(args, cfg) -> int:
             print(f"  {f['contract']}")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
-    new = [s for f in merged["findings"] if f.get("new", True) for s in f.get("signatures") or [f["signature"]]]
-    if code == 1 and args.baseline and not fails_the_run(new, True):
-        return 0  # against a baseline, only regressions and new crashes fail the run
-    return code
+    for op in not_run_ops(merged):
+        print(f"{op}: NOT RUN: {merged['ops'][op].get('reason')}")
+    return code  # against a baseline, only regressions and new crashes fail the run (`fails`)
 
 
 def _write_reports(args, report: dict) -> None:

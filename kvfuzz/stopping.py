@@ -1,8 +1,9 @@
 """How a run is stopped: SIGINT, SIGTERM and `--time-limit`'s alarm raise KeyboardInterrupt in
 the main thread (the campaign keeps what it found and writes its reports), and `stopped_by()`
-says which of them did. Once the run is stopping, signals that follow (a scheduler's second
-SIGTERM, a second Ctrl-C) are held back inside `deferred()`, where the workers are closed and
-the reports written, and a worker gets `close_wait_s()` to exit before it is killed.
+says which of them did. Only the first stops the run: those that follow (a scheduler's second
+SIGTERM to the process group, a second Ctrl-C) are noted, and so is any inside `deferred()`,
+where the workers are closed and the reports written; a worker then gets `close_wait_s()` to
+exit before it is killed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def close_wait_s() -> float:
 def _handler(why: str):
     def handle(signum, frame) -> None:
         note(why)
-        if not _deferring[0]:
+        if not _deferring[0] and len(_why) == 1:  # the first stops the run; the stop is under way for the rest
             raise KeyboardInterrupt
     return handle
 
