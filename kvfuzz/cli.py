@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
     f.add_argument("--time-limit", type=float, metavar="SECONDS",
-                   help="wall clock for the whole run, confirming and minimizing included: each op gets "
-                   "an equal slot (findings left unminimized are saved as confirmed); past it, the run "
-                   "stops as on SIGTERM (for a nightly's fixed slot)")
+                   help="wall clock for the whole run, start-up, confirming and minimizing included: each op "
+                   "gets an equal share of the time left when its turn comes (findings left unminimized are "
+                   "saved as confirmed; an op left no time is reported not run, exit 3); past it, the run "
+                   "stops as on SIGTERM, reports written (for a nightly's fixed slot)")
     f.add_argument("--engine", choices=tuple(ENGINES), default="batch",
                    help="batch: seeded generation, many cases per synchronisation (default); "
                    "hypothesis: one case at a time through Hypothesis, which shrinks as it goes; "
