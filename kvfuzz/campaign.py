@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import IMPORTED_AT, cross, environment
+from . import IMPORTED_AT, cross, environment, stopping
 from . import baseline as baseline_mod
 from . import device as devmod
 from .check import settle_variant
@@ -36,7 +36,9 @@ from .execute import one_line
 from .internal import internal_error
 from .judge import Verdict
 from .ops import CONTRACTS, contract_status, get_contract
-from .pipeline import Flaky, FindingPipeline, Saved, within
+from .outcome import op_status
+from .pipeline import Flaky, FindingPipeline, Saved
+from .plan import Plan
 from .progress import OpProgress, lines_to
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
 
@@ -140,6 +142,9 @@ class CampaignResult:
     since_import_s: float | None = None
     notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
     internal_errors: list[dict] = field(default_factory=list)  # kvfuzz's own exceptions (internal.py)
+    not_run: dict[str, str] = field(default_factory=dict)  # op -> why it ran no case
+    cut_short_by: str | None = None  # "SIGTERM", "the time limit (45 s)", ... (when interrupted)
+    cut_op: str | None = None  # the op that was running when the run was cut short
 
     @property
     def cases(self) -> int:
@@ -152,6 +157,12 @@ class CampaignResult:
     @property
     def new(self) -> list[Saved]:
         return [x for x in self.saved if x.new]
+
+    def op_json(self, s: OpStats) -> dict:
+        """An op's stats with its `status` and `reason` (outcome.py)."""
+        status, reason = op_status(s.to_json(), self.not_run.get(s.op),
+                                   self.cut_short_by if s.op == self.cut_op else None)
+        return s.to_json() | {"status": status, "reason": reason}
 
     def report(self) -> dict:
         doc = {
@@ -172,10 +183,12 @@ class CampaignResult:
             "startup_s": round(self.startup_s, 2),
             "since_import_s": None if self.since_import_s is None else round(self.since_import_s, 2),
             "interrupted": self.interrupted,
+            "cut_short": self.interrupted,
+            "cut_short_by": self.cut_short_by,
             "cases": self.cases,
             "cases_per_s": round(self.cases / max(sum(s.seconds for s in self.stats), 1e-9), 1),
             "not_target": self.not_target,
-            "ops": {s.op: s.to_json() for s in self.stats},
+            "ops": {s.op: self.op_json(s) for s in self.stats},
             "findings": [self._finding(x) for x in self.saved],
             "flaky": [{
                 "op": x.finding.finding.op,
@@ -295,7 +308,9 @@ _first_campaign = [True]  # whether this process has run no campaign yet (its re
 def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = None,
                  status: Callable[[OpProgress], None] | None = None) -> CampaignResult:
     """`progress` gets event lines (findings, an op done); `status` a snapshot of the current op
-    a few times a second and at each change of stage (`progress.py` shows them)."""
+    a few times a second and at each change of stage (`progress.py` shows them). Stopped
+    (KeyboardInterrupt: SIGINT, SIGTERM, --time-limit's alarm) at any point, start-up included,
+    it still returns its result, cut short, and writes its report."""
     cfg.validate()
     if status is None and progress is not None:
         status = lines_to(progress, PROGRESS_EVERY_S)
@@ -303,58 +318,16 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     if state is not None and cfg.corpus is None:
         cfg.corpus = Path(cfg.campaign_dir) / "corpus"
     t0 = time.monotonic()
-    # the worker starts first: it imports torch and Triton (and probes the interpreter) while
-    # this process does the same, instead of after it
-    early = early_worker(cfg.target, cfg.device) if cfg.isolate else None
-    try:
-        device = devmod.select(cfg.device)
-        if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # later workers inherit it
-            os.environ["TRITON_CACHE_DIR"] = str(devmod.triton_cache_dir(cfg.target, device))
-    except BaseException:
-        discard(early)
-        raise
-    executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s, standby=True,
-                             early=early)
-    lacking = [op for op in cfg.ops if op in executor.missing] if cfg.ops_named else []
-    if lacking:  # before anything runs; a campaign over all ops skips them instead
-        executor.close()
-        raise TargetLoadError(f"target {cfg.target} has no {lacking[0]}: {executor.missing[lacking[0]]}")
-    try:
-        check_forced_variant(cfg, executor)
-    except BadInput:
-        executor.close()
-        raise
-    fresh = _fresh_workers(executor, cfg, device)
-    if cfg.cross_check:
-        try:
-            executor = cross.pair(executor, fresh, cfg.target, device, cfg.cross_check, cfg.case_timeout_s,
-                                  standby=True)
-        except BaseException:
-            executor.close()
-            raise
-        fresh = executor.fresh
-    if cfg.baseline:
-        try:
-            executor = baseline_mod.pair(executor, fresh, cfg.target, cfg.baseline, device, cfg.case_timeout_s,
-                                         isolate=cfg.isolate, standby=True, ops=cfg.ops)
-        except BaseException:
-            executor.close()
-            raise
-        fresh = executor.fresh
-    store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
-    versions = environment_versions(devmod.gpu_name(device))
-    pipeline = FindingPipeline(cfg, executor, fresh, device, versions, store, progress)
-    engine_cls = engine_class(cfg.engine)
     stats: list[OpStats] = []
     found: dict[str, Found] = {}  # the current op's findings, not yet settled
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
     interrupted = False
-    runnable = [op for op in cfg.ops if op not in executor.missing]
-    per_op = cfg.budget_s / max(len(runnable), 1)  # an op the target lacks leaves its share to the others
-    slots = time_slots(runnable, t0, cfg.time_limit_s)
-    shown = {op: OpProgress(op, cfg.target, devmod.describe(device), f"{cfg.shard[0]}/{cfg.shard[1]}",
-                            budget=per_op) for op in cfg.ops}
+    not_run: dict[str, str] = {}  # op -> why it ran no case
+    executor: Executor | None = None
+    pipeline: FindingPipeline | None = None
+    device = cfg.device
+    shown = {op: OpProgress(op, cfg.target, "", f"{cfg.shard[0]}/{cfg.shard[1]}") for op in cfg.ops}
 
     def show(op: str, stage: str, s: OpStats | None = None, t_op: float = 0.0) -> None:
         """A snapshot of `op` for `status` (new/known/flaky are kept up to date in `shown`)."""
@@ -367,9 +340,20 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if status:
             status(dataclasses.replace(p))
 
-    for op in cfg.ops:
-        show(op, "waiting")
     try:
+        executor, fresh, device = _start(cfg)
+        store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
+        versions = environment_versions(devmod.gpu_name(device))
+        pipeline = FindingPipeline(cfg, executor, fresh, device, versions, store, progress)
+        engine_cls = engine_class(cfg.engine)
+        runnable = [op for op in cfg.ops if op not in executor.missing]
+        # an op the target lacks leaves its share to the others; start-up is behind us: each
+        # op's share comes out of what is left when its turn comes
+        plan = Plan(runnable, cfg.budget_s, cfg.time_limit_s, started=t0)
+        for p in shown.values():
+            p.device, p.budget = devmod.describe(device), cfg.budget_s / max(len(runnable), 1)
+        for op in cfg.ops:
+            show(op, "waiting")
         for op in cfg.ops:
             if op in executor.missing:
                 s = OpStats(op, skipped=executor.missing[op])
@@ -379,7 +363,15 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     progress(f"[{op}] skipped: {s.skipped}")
                 continue
             variant = forced_variant(cfg, executor, op)  # --variant, else the target's (its release)
+            turn = plan.turn(op)
+            if turn is None:
+                not_run[op] = f"the time limit ({cfg.time_limit_s:g} s) left it no time"
+                stats.append(OpStats(op, contract_variant=variant))
+                plan.done(op, 0.0)
+                show(op, "not run")
+                continue
             found, current, t_op = {}, OpStats(op, contract_variant=variant), time.monotonic()
+            shown[op].budget = turn.budget_s
             last = [0.0]
             show(op, "fuzzing", current, t_op)
 
@@ -399,80 +391,109 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
                 show(op, "fuzzing", current, t_op)
 
-            fuzz_end, op_end = slots.get(op, (None, None))
             options = EngineOptions(seed=cfg.stream_seed(), pool_seed=cfg.seed, shard=cfg.shard, device=device,
                                     target=cfg.target, in_contract_only=cfg.in_contract_only, variant=variant,
                                     rerun_every=cfg.rerun_for(device), batch=cfg.batch,
                                     cross_every=cfg.cross_check_every if cfg.cross_check else 0,
                                     case_timeout_s=cfg.case_timeout_s, shrink_budget_s=cfg.minimize_budget_s / 2,
                                     campaign_dir=cfg.campaign_dir)
-            s, found = run_engine(engine_cls(op, executor, options), budget_s=within(per_op, fuzz_end),
-                                  max_cases=cfg.max_cases, start=state.start(op) if state else 0, until=fuzz_end,
-                                  known=found, stats=current, on_case=on_case, sink=on_new)
+            s, found = run_engine(engine_cls(op, executor, options), budget_s=turn.budget_s,
+                                  max_cases=cfg.max_cases, start=state.start(op) if state else 0,
+                                  until=turn.fuzz_end, first_by=turn.first_by, known=found, stats=current,
+                                  on_case=on_case, sink=on_new)
             current = None
             stats.append(s)
+            plan.done(op, s.seconds)
             if state is not None:
                 state.note(op, s.position, force=True)
+            if not s.cases:
+                not_run[op] = f"no case finished in its {s.seconds:.1f} s"
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
             show(op, "minimizing" if pipeline.waiting(found) else "done", s, t_op)
-            pipeline.settle(found, op_end)
+            pipeline.settle(found, turn.op_end)
             show(op, "done")
         # findings whose op's minimizing time ran out, in what the later ops left unused
-        pipeline.settle_starved(max(slots.values())[1] if slots else None)
+        pipeline.settle_starved(plan.end)
     except KeyboardInterrupt:
-        # SIGINT, or SIGTERM from a job scheduler (the CLI maps it here): keep what was found,
+        # SIGINT, SIGTERM or --time-limit's alarm (stopping.py): keep what was found,
         # unminimized, and still write the report
         interrupted = True
-        if current is not None:
-            current.seconds = time.monotonic() - t_op
-            stats.append(current)
-            if state is not None:
-                state.note(current.op, current.position, force=True)
-        if current is not None:
-            show(current.op, "interrupted")
-        if progress:
-            progress(f"interrupted: saving {len(found)} unsaved finding(s) without minimizing")
-        pipeline.save_unminimized(found)
+        with stopping.deferred():
+            if current is not None:
+                current.seconds = time.monotonic() - t_op
+                stats.append(current)
+                if state is not None:
+                    state.note(current.op, current.position, force=True)
+                show(current.op, "cut short")
+            if progress:
+                progress(f"cut short by {stopping.stopped_by() or 'an interrupt'}: saving {len(found)} unsaved "
+                         "finding(s) without minimizing")
+            if pipeline is not None:
+                pipeline.save_unminimized(found)
     finally:
-        executor.close()
-    since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
-    _first_campaign[0] = False
-    result = CampaignResult(cfg, device, executor.description, stats, pipeline.saved, time.monotonic() - t0,
-                            versions["gpu"], interrupted, pipeline.flaky, first_case[0], versions, since_import,
-                            notes=environment.notes(), internal_errors=pipeline.internal_errors)
-    if cfg.report:
-        write_json_atomic(cfg.report, result.report())
+        with stopping.deferred():
+            if executor is not None:
+                executor.close()
+    with stopping.deferred():
+        reached = {s.op for s in stats}
+        stopped = stopping.stopped_by() or "an interrupt"
+        for op in cfg.ops:
+            if op not in reached:  # the run was stopped before its turn
+                stats.append(OpStats(op))
+                not_run[op] = f"the run was stopped by {stopped} before its turn"
+        stats.sort(key=lambda s: cfg.ops.index(s.op))
+        since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
+        _first_campaign[0] = False
+        versions = pipeline.versions if pipeline is not None else {"gpu": devmod.describe(device)}
+        result = CampaignResult(cfg, device, executor.description if executor else cfg.target, stats,
+                                pipeline.saved if pipeline else [], time.monotonic() - t0,
+                                versions["gpu"], interrupted, pipeline.flaky if pipeline else [], first_case[0],
+                                versions, since_import, notes=environment.notes(), not_run=not_run,
+                                cut_short_by=stopped if interrupted else None,
+                                cut_op=current.op if interrupted and current is not None else None,
+                                internal_errors=pipeline.internal_errors if pipeline is not None else [])
+        if cfg.report:
+            write_json_atomic(cfg.report, result.report())
     return result
 
 
-# exit codes of `kvfuzz fuzz`; where several apply, the first of EXIT_PRECEDENCE wins
-EXIT_CLEAN, EXIT_FINDING, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
-EXIT_PRECEDENCE = (EXIT_FINDING, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED)
-
-
-def exit_code(*, finding: bool = False, bad_input: bool = False, internal: bool = False,
-              interrupted: bool = False) -> int:
-    """A run's exit code: 1 a new finding fails it, 2 bad input, 4 kvfuzz had an internal error
-    (a finding is kept, not lost: the report lists the error), 130 interrupted, 0 clean."""
-    applies = {EXIT_FINDING: finding, EXIT_BAD_INPUT: bad_input, EXIT_INTERNAL: internal,
-               EXIT_INTERRUPTED: interrupted}
-    return next((code for code in EXIT_PRECEDENCE if applies[code]), EXIT_CLEAN)
-
-
-# --time-limit: each op the target has gets an equal slot of the wall clock; the last
-# MINIMIZE_SHARE of a slot is for minimizing its findings (what is left unminimized is saved as
-# first confirmed), and HEADROOM of the limit is kept back for closing workers and the report
-MINIMIZE_SHARE = 0.4
-HEADROOM = 0.05
-
-
-def time_slots(ops: list[str], t0: float, limit_s: float | None) -> dict[str, tuple[float, float]]:
-    """op -> (when it stops drawing cases, when its minimizing stops), as monotonic times."""
-    if not limit_s or not ops:
-        return {}
-    slot = limit_s * (1 - HEADROOM) / len(ops)
-    return {op: (t0 + slot * (k + 1 - MINIMIZE_SHARE), t0 + slot * (k + 1)) for k, op in enumerate(ops)}
+def _start(cfg: CampaignConfig) -> tuple[Executor, Callable[[], WorkerExecutor], str]:
+    """The campaign's executor (its worker, a cross-check's or a baseline's beside it), where
+    confirmations get fresh workers, and the device; what was started is closed if this fails
+    or is interrupted."""
+    # the worker starts first: it imports torch and Triton (and probes the interpreter) while
+    # this process does the same, instead of after it
+    early = early_worker(cfg.target, cfg.device) if cfg.isolate else None
+    try:
+        device = devmod.select(cfg.device)
+        if device == "cuda" and "TRITON_CACHE_DIR" not in os.environ:  # later workers inherit it
+            os.environ["TRITON_CACHE_DIR"] = str(devmod.triton_cache_dir(cfg.target, device))
+        executor = make_executor(cfg.target, device, isolate=cfg.isolate, timeout_s=cfg.case_timeout_s,
+                                 standby=True, early=early)
+    except BaseException:
+        with stopping.deferred():
+            discard(early)
+        raise
+    try:
+        lacking = [op for op in cfg.ops if op in executor.missing] if cfg.ops_named else []
+        if lacking:  # before anything runs; a campaign over all ops skips them instead
+            raise TargetLoadError(f"target {cfg.target} has no {lacking[0]}: {executor.missing[lacking[0]]}")
+        check_forced_variant(cfg, executor)
+        fresh = _fresh_workers(executor, cfg, device)
+        if cfg.cross_check:
+            executor = cross.pair(executor, fresh, cfg.target, device, cfg.cross_check, cfg.case_timeout_s,
+                                  standby=True)
+            fresh = executor.fresh
+        if cfg.baseline:
+            executor = baseline_mod.pair(executor, fresh, cfg.target, cfg.baseline, device, cfg.case_timeout_s,
+                                         isolate=cfg.isolate, standby=True, ops=cfg.ops)
+            fresh = executor.fresh
+    except BaseException:
+        with stopping.deferred():
+            executor.close()
+        raise
+    return executor, fresh, device
 
 
 def _fresh_workers(executor: Executor, cfg: CampaignConfig, device: str) -> Callable[[], WorkerExecutor]:

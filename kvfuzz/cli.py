@@ -9,7 +9,9 @@ commands:
   corpus    ls | merge SRC... DST | prune: manage saved cases
   ops       list the ops, their entry points, kernel paths and contract variants
 
-Exit status: 0 clean, 1 findings (or the replayed case still fails), 2 bad usage or input.
+Exit status: 0 clean, 1 findings (or the replayed case still fails), 2 bad usage or input;
+`fuzz` also 4 an internal error of kvfuzz, 130 cut short (SIGINT, SIGTERM, --time-limit), 3 an
+op asked for ran no case (the first that applies, in this order: 1, 2, 4, 130, 3).
 Only this module prints or exits; everything it calls is library code.
 """
 
@@ -17,9 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 
@@ -58,9 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
     f.add_argument("--time-limit", type=float, metavar="SECONDS",
-                   help="wall clock for the whole run, confirming and minimizing included: each op gets "
-                   "an equal slot (findings left unminimized are saved as confirmed); past it, the run "
-                   "stops as on SIGTERM (for a nightly's fixed slot)")
+                   help="wall clock for the whole run, start-up, confirming and minimizing included: each op "
+                   "gets an equal share of the time left when its turn comes (findings left unminimized are "
+                   "saved as confirmed; an op left no time is reported not run, exit 3); past it, the run "
+                   "stops as on SIGTERM, reports written (for a nightly's fixed slot)")
     f.add_argument("--engine", choices=tuple(ENGINES), default="batch",
                    help="batch: seeded generation, many cases per synchronisation (default); "
                    "hypothesis: one case at a time through Hypothesis, which shrinks as it goes; "
@@ -194,20 +196,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
-    main_thread = threading.current_thread() is threading.main_thread()
+    from . import stopping
+
     # a job scheduler's SIGTERM ends a run like Ctrl-C: workers closed, findings and report kept
-    old = signal.signal(signal.SIGTERM, signal.default_int_handler) if main_thread else None
     try:
-        return args.run(args)
+        with stopping.stop_on_signals():
+            return args.run(args)
     except BadInput as exc:
         print(f"kvfuzz: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvfuzz: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, old)
 
 
 def _say_notes(report: dict) -> None:
@@ -232,7 +232,10 @@ def _say_internal_errors(report: dict) -> None:
 
 
 def cmd_fuzz(args) -> int:
-    from .campaign import CampaignConfig, exit_code, run_campaign
+    from . import stopping
+    from .campaign import CampaignConfig, run_campaign
+    from .outcome import CUT_SHORT, NOT_RUN, exit_code, not_run_ops
+    from .plan import reserve_s
     from .ops import CONTRACTS, contract_status
     from .progress import make_display
     from .reports import engine_line
@@ -261,22 +264,28 @@ def cmd_fuzz(args) -> int:
     prefix = f"[shard {cfg.shard[0]}/{cfg.shard[1]}] " if cfg.shard != (1, 1) else ""
     display = make_display(prefix=prefix)  # a live table on a terminal, plain lines in a log
     # --time-limit: the campaign plans to end inside it; should a case or a worker start outlast
-    # the plan, SIGALRM at the limit stops the run as SIGTERM does (findings and report kept)
-    alarm = (args.time_limit or 0) > 0 and threading.current_thread() is threading.main_thread()
-    if alarm:
-        signal.signal(signal.SIGALRM, signal.default_int_handler)
-        signal.setitimer(signal.ITIMER_REAL, args.time_limit)
+    # the plan, SIGALRM stops the run as SIGTERM does (findings and reports kept), early enough
+    # that closing the workers and writing the reports still fit
+    limit = args.time_limit
+    alarm = stopping.alarm(limit - reserve_s(limit) / 2, f"the time limit ({limit:g} s)") if limit else nullcontext()
     try:
-        result = run_campaign(cfg, progress=display.event, status=display.update)
+        with alarm:
+            result = run_campaign(cfg, progress=display.event, status=display.update)
     finally:
-        if alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         display.close()
+    with stopping.deferred():  # a second SIGTERM while the reports are written waits for them
+        report = result.report()
+        _write_reports(args, report)
     for s in result.stats:
+        line = report["ops"][s.op]
         status = f"skipped ({s.skipped})" if s.skipped else f"{s.cases} cases in {s.seconds:.1f} s" + (
             f" [variant {s.contract_variant}]" if s.contract_variant else "")
         if s.engine:  # the atheris engine's figures
             status += f"; {engine_line(s.engine)}"
+        if line["status"] == NOT_RUN:
+            status = f"NOT RUN: {line['reason']}"
+        elif line["status"] == CUT_SHORT:
+            status += f" ({line['reason']})"
         print(f"{s.op}: {status}")
     for x in result.saved:
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
@@ -288,22 +297,23 @@ def cmd_fuzz(args) -> int:
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
-    report = result.report()
-    _write_reports(args, report)
     _say_notes(report)
     _say_internal_errors(report)
     known = len(result.saved) - len(result.new)
+    not_run = not_run_ops(report)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
-          + (" (interrupted)" if result.interrupted else ""))
-    # a finding the corpus already held fails nothing new
-    fails = any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline)))
-    if result.not_target and not fails:
-        first = next(m for s in result.stats for m in s.not_target_messages)
-        raise BadInput(f"{result.not_target} runs failed for reasons that are not the target's "
-                       f"(this machine's Triton, or kvfuzz itself), e.g. {first}")
-    return exit_code(finding=fails, internal=bool(report["internal_errors"]), interrupted=result.interrupted)
+          + (f" (cut short by {result.cut_short_by})" if result.interrupted else "")
+          + (f"; {len(not_run)} op(s) ran no case: {', '.join(not_run)}" if not_run else ""))
+    code = exit_code(failing=any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline))),
+                     not_target=result.not_target, internal_errors=result.internal_errors,
+                     cut_short=result.interrupted, not_run=not_run)
+    if code == 2:
+        first = next((m for s in result.stats for m in s.not_target_messages), "")
+        print(f"kvfuzz: error: {result.not_target} runs failed for reasons that are not the target's "
+              f"(this machine's Triton, or kvfuzz itself), e.g. {first}", file=sys.stderr)
+    return code
 
 
 def fails_the_run(signatures: list[str], baseline: bool) -> list[str]:
@@ -323,6 +333,7 @@ def _fuzz_jobs(args, cfg) -> int:
     from . import device as devmod
     from .campaign import check_forced_variant
     from .jobs import run_jobs
+    from .outcome import not_run_ops
     from .progress import make_display
     from .reports import engine_line
 
@@ -334,7 +345,8 @@ def _fuzz_jobs(args, cfg) -> int:
     argv = _without(args.argv[1:], {"--jobs", "--report", "--junit", "--markdown"})  # [0] is "fuzz"
     display = make_display()  # the shards' progress, summed per op
     try:
-        merged, code = run_jobs(argv, args.jobs, device, args.report, display.event, display.update)
+        merged, code = run_jobs(argv, args.jobs, device, args.report, display.event, display.update,
+                                fails=lambda new: fails_the_run(new, bool(args.baseline)))
     finally:
         display.close()
     _write_reports(args, merged)
@@ -356,10 +368,9 @@ def _fuzz_jobs(args, cfg) -> int:
             print(f"  {f['contract']}")
     print(f"kvfuzz: {merged['cases']} cases, {len(merged['findings'])} findings, {args.jobs} jobs, "
           f"target {args.target} on {merged.get('device_name')} in {merged['seconds']:.1f} s")
-    new = [s for f in merged["findings"] if f.get("new", True) for s in f.get("signatures") or [f["signature"]]]
-    if code == 1 and args.baseline and not fails_the_run(new, True):
-        return 0  # against a baseline, only regressions and new crashes fail the run
-    return code
+    for op in not_run_ops(merged):
+        print(f"{op}: NOT RUN: {merged['ops'][op].get('reason')}")
+    return code  # against a baseline, only regressions and new crashes fail the run (`fails`)
 
 
 def _write_reports(args, report: dict) -> None:

@@ -4,7 +4,7 @@ An exception while a finding is confirmed, minimized, reduced, saved, merged or 
 defect of kvfuzz, not of the target: it ends that stage for that finding only (the finding is
 kept, saved as far as it got), and the campaign goes on. `internal_error` turns it into the
 record the saved case's `meta["internal_errors"]` and the JSON report's `internal_errors` hold,
-and the run exits `EXIT_INTERNAL` where no finding or bad input decides its exit code.
+and the run exits 4 (`outcome.INTERNAL_ERROR`) where no finding or bad input decides its exit code.
 """
 
 from __future__ import annotations

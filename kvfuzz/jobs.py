@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import spawn
+from .outcome import CUT_SHORT, NOT_RUN, RAN, SKIPPED, exit_code, not_run_ops
 from .progress import JSON_ENV, parse
 
 REPORT_FIELDS_SUMMED = ("cases", "shrink_runs", "reruns", "batches", "lost_batches", "classes", "variants",
@@ -59,8 +60,10 @@ def _drain(p: subprocess.Popen) -> str:
     return out
 
 
-def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, status=None) -> tuple[dict, int]:
-    """Run `kvfuzz fuzz ARGV --shard I/JOBS` for I = 1..JOBS; (merged report, exit status)."""
+def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, status=None,
+             fails=bool) -> tuple[dict, int]:
+    """Run `kvfuzz fuzz ARGV --shard I/JOBS` for I = 1..JOBS; (merged report, exit status).
+    `fails(signatures)`: whether the new findings' signatures fail the run."""
     gpus = gpu_count() if device == "cuda" else 0
     with tempfile.TemporaryDirectory(prefix="kvfuzz-jobs-") as tmp:
         procs, relays = [], []
@@ -100,16 +103,21 @@ def run_jobs(argv: list[str], jobs: int, device: str, report: Path | None, say, 
             if path.is_file():
                 reports.append(json.loads(path.read_text()))
     merged = merge_reports(reports, jobs)
+    if interrupted:  # this process was stopped, and stopped its shards
+        from . import stopping
+
+        merged["interrupted"] = merged["cut_short"] = True
+        merged["cut_short_by"] = merged.get("cut_short_by") or stopping.stopped_by()
     if report is not None:
         from .campaign import write_json_atomic
 
         write_json_atomic(report, merged)
-    from .campaign import exit_code
-
-    new = [f for f in merged["findings"] if f.get("new", True)]
-    return merged, exit_code(finding=bool(new), bad_input=any(c == 2 for c in codes),
-                             internal=any(c == 4 for c in codes) or bool(merged["internal_errors"]),
-                             interrupted=any(c == 130 for c in codes))
+    new = [s for f in merged["findings"] if f.get("new", True) for s in f.get("signatures") or [f["signature"]]]
+    # the shards' own statuses count too: one that died (2), or had an internal error (4)
+    return merged, exit_code(failing=bool(fails(new)), bad_input=any(c == 2 for c in codes),
+                             internal_errors=merged.get("internal_errors") or [c for c in codes if c == 4],
+                             cut_short=interrupted or merged["cut_short"] or any(c == 130 for c in codes),
+                             not_run=not_run_ops(merged))
 
 
 def _summed(timelines: list[list]) -> list[list]:
@@ -127,14 +135,27 @@ def _summed(timelines: list[list]) -> list[list]:
     return out
 
 
+def _merged_status(merged: dict, shards: list[dict]) -> tuple[str, str | None]:
+    """An op's status over its shards (outcome.py): cut short if any shard's was, not run if no
+    shard ran a case of it, skipped where the target lacks it, else ran."""
+    if merged.get("skipped"):
+        return SKIPPED, str(merged["skipped"])
+    cut = [s.get("reason") for s in shards if s.get("status") == CUT_SHORT]
+    if cut:
+        return CUT_SHORT, cut[0]
+    if not merged.get("cases"):
+        return NOT_RUN, next((s.get("reason") for s in shards if s.get("reason")), "no shard ran a case of it")
+    return RAN, None
+
+
 def merge_reports(reports: list[dict], jobs: int) -> dict:
     """One report from the shards' reports: counts summed, coverage added up, findings listed
     once per defect (entries that share a signature are one, with every signature listed) and
     flaky findings once per signature."""
     out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
     if not reports:
-        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, not_target=0,
-                   internal_errors=[])
+        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, cut_short=True,
+                   cut_short_by=None, not_target=0, internal_errors=[])
         return out
     first = reports[0]
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check",
@@ -145,7 +166,8 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
         got = [r[key] for r in reports if r.get(key) is not None]
         out[key] = max(got) if got else None
     out["notes"] = list(dict.fromkeys(n for r in reports for n in r.get("notes", ())))
-    out["interrupted"] = any(r.get("interrupted") for r in reports)
+    out["interrupted"] = out["cut_short"] = any(r.get("interrupted") for r in reports)
+    out["cut_short_by"] = next((r["cut_short_by"] for r in reports if r.get("cut_short_by")), None)
     out["cases"] = sum(r["cases"] for r in reports)
     out["cases_per_s"] = round(out["cases"] / max(out["seconds"], 1e-9), 1)
     out["not_target"] = sum(r.get("not_target", 0) for r in reports)
@@ -170,8 +192,9 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
                     e[k] = round(e[k] + s["engine"].get(k, 0), 1)
                 for k in ("cov", "ft"):
                     e[k] = max(e[k], s["engine"].get(k, 0))
-    for m in ops.values():
+    for op, m in ops.items():
         m["timeline"] = _summed(m.pop("timelines", []))
+        m["status"], m["reason"] = _merged_status(m, [r["ops"][op] for r in reports if op in r["ops"]])
     out["ops"] = {op: {k: dict(v) if isinstance(v, Counter) else v for k, v in m.items()} for op, m in ops.items()}
     seen: dict = {}  # signature -> the merged finding that stands for it
     out["findings"] = []

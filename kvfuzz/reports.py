@@ -10,8 +10,9 @@ Both say of every finding whether its saved case is in or out of contract, and t
 breaks (the report's `contract`, `Contract.status_text`).
 
 `junit_xml`: one test per op and target. It fails when the op has a new finding (one the
-corpus did not already hold), lists known findings in its output, and is skipped when the
-target lacks the op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
+corpus did not already hold) or ran no case (its `reason` the message), lists known findings in
+its output (and that the op was cut short, if it was), and is skipped when the target lacks the
+op. CI pages (GitHub Actions, GitLab, Jenkins) render it as they render any
 test run.
 
 Both list kvfuzz's internal errors (the report's `internal_errors`): a Markdown section, and a JUnit
@@ -83,9 +84,15 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
         mine = [f for f in findings if f["op"] == op]
         new = [f for f in mine if f.get("new", True)]
+        status, reason = stats.get("status"), stats.get("reason")
+        if status:
+            ET.SubElement(props, "property", name="status", value=status)
         if stats.get("skipped"):
             skipped += 1
             ET.SubElement(case, "skipped", message=str(stats["skipped"]))
+        elif not stats.get("cases"):  # an op asked for that ran no case is not a pass
+            failures += 1
+            ET.SubElement(case, "failure", message=f"ran no case: {reason or 'no case finished'}")
         elif new:
             failures += 1
             failure = ET.SubElement(case, "failure", message=f"{len(new)} new finding(s): "
@@ -97,6 +104,8 @@ def junit_xml(report: dict) -> str:
         lines = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in known]
         lines += [f"flaky: {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs{_contract(f)}"
                   for f in flaky]
+        if status == "cut_short":
+            lines.insert(0, f"{reason}: the op ran part of its share")
         if lines:
             ET.SubElement(case, "system-out").text = "\n".join(lines)
         faults = [e for e in report.get("internal_errors", ()) if (e.get("signature") or "").split(":")[0] == op]
@@ -235,16 +244,23 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
              f"{report.get('cases', 0)} cases in {report.get('seconds', 0)} s, {len(new)} new findings, "
              f"{len(findings) - len(new)} known, {len(report.get('flaky', []))} flaky; seed {report.get('seed')}"
              + (f", {report['jobs']} jobs" if report.get("jobs") else "")
-             + (" (interrupted)" if report.get("interrupted") else ""), "",
+             + (f" (cut short by {report.get('cut_short_by') or 'an interrupt'})" if report.get("interrupted") else ""),
+             "",
              "| op | cases | cases/s | classes | variants | compiled | findings | not the target's |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for op, s in ops.items():
         if s.get("skipped"):
             lines.append(f"| {op} | skipped: {s['skipped']} | | | | | | |")
             continue
+        if not s.get("cases"):
+            lines.append(f"| {op} | **ran no case**: {s.get('reason') or 'no case finished'} | | | | | | |")
+            continue
         rate = s["cases"] / max(s.get("seconds", 0) or 1e-9, 1e-9)
         lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
+    cut = [f"{op} ({s['reason']})" for op, s in ops.items() if s.get("status") == "cut_short" and s.get("cases")]
+    if cut:
+        lines += ["", "Cut short while running: " + ", ".join(cut) + "."]
     lines += _engine_table(ops)
     if report.get("baseline"):
         classes = report.get("against_baseline") or against_baseline(findings)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import segments, spawn
+from . import segments, spawn, stopping
 from .case import Case
 from .errors import BadInput, TargetLoadError
 from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
@@ -383,7 +383,7 @@ class WorkerExecutor:
         if self.proc and self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=stopping.close_wait_s())  # short once the run is stopping
             except Exception:
                 self._kill()
         self.proc = None

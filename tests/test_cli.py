@@ -212,7 +212,7 @@ def test_an_interrupted_fuzz_run_keeps_its_finding_and_report(tmp_path, sig, sig
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 1, out + err  # a finding was saved
-    assert "(interrupted)" in out and "Traceback" not in err, out + err
+    assert f"(cut short by {sig})" in out and "Traceback" not in err, out + err
     doc = json.loads(report.read_text())
     assert doc["interrupted"] is True and doc["cases"] >= 1
     [finding] = doc["findings"]

@@ -1,7 +1,7 @@
 """`--time-limit`: a nightly gives each target a fixed slot. Confirming findings extends an op's
-budget (so a target full of known defects still gets fuzzed), which on the H200 made a 90 s
-budget take 266 s and cut the last target of the night; under a time limit every op the target
-has gets an equal slot of the wall clock and the run ends inside it."""
+budget (so a target full of known defects still gets fuzzed), which can make a run take three
+times its budget and cut the last target of the night; under a time limit every op the target
+has gets a share of the wall clock (plan.py) and the run ends inside it."""
 
 from __future__ import annotations
 
@@ -9,18 +9,9 @@ import time
 
 import pytest
 
-from kvfuzz.campaign import HEADROOM, MINIMIZE_SHARE, CampaignConfig, run_campaign, time_slots
+from kvfuzz.campaign import CampaignConfig, run_campaign
 from kvfuzz.cli import main
 from kvfuzz.errors import BadInput
-
-
-def test_slots_split_the_limit_evenly_with_time_to_minimize_and_headroom():
-    s = time_slots(["a", "b"], 100.0, 40.0)
-    slot = 40.0 * (1 - HEADROOM) / 2
-    assert s["a"] == (100.0 + slot * (1 - MINIMIZE_SHARE), 100.0 + slot)
-    assert s["b"] == (100.0 + slot * (2 - MINIMIZE_SHARE), 100.0 + 2 * slot)
-    assert max(end for _, end in s.values()) < 100.0 + 40.0
-    assert time_slots(["a"], 0.0, None) == {} and time_slots([], 0.0, 10.0) == {}
 
 
 @pytest.mark.slow
@@ -38,7 +29,7 @@ def test_a_defective_target_fuzzes_every_op_and_ends_inside_its_limit(seed_path,
     assert set(ran) == {"decode_metadata", "swa_spec_page_table", "num_kv_splits"}  # the seed has no q8kv8
     assert all(n > 0 for n in ran.values()), ran
     assert r.saved and not r.interrupted
-    # the plan ends at (1 - HEADROOM) of the limit, plus a batch or a minimizing step in flight
+    # the plan ends a reserve before the limit, plus a batch or a minimizing step in flight
     # and closing the workers; without the limit the first op alone would run 1200 s. The bound
     # is loose so that a slow host (CI) passes: it tells the two apart, not how fast the host is.
     assert took < 2 * limit, took

@@ -58,7 +58,7 @@ class OpRun:
     def __init__(self, op: str, *, budget_s: float, max_cases: int, start: int = 0, until: float | None = None,
                  known: dict[str, Found] | None = None, stats: OpStats | None = None,
                  on_case: Callable[[OpStats, Verdict], None] | None = None,
-                 sink: Callable[[Found], None] | None = None) -> None:
+                 sink: Callable[[Found], None] | None = None, first_by: float | None = None) -> None:
         self.stats = OpStats(op) if stats is None else stats
         self.found: dict[str, Found] = {} if known is None else known
         self.max_cases = max_cases  # this run's: a resumed stream counts from `start`
@@ -68,6 +68,9 @@ class OpRun:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + budget_s
         self.until = math.inf if until is None else until  # a hard stop (--time-limit)
+        # until then the op's first case is drawn however little of its share is left (the
+        # run's end under --time-limit: an op whose turn came runs at least one batch)
+        self.first_by = first_by
         self.extended = 0.0  # seconds that do not count as fuzzing (confirming, Hypothesis' shrinking)
         self.set_aside: set[str] = set()  # signatures that did not show with their case run alone
 
@@ -75,7 +78,9 @@ class OpRun:
         return min(self.deadline + self.extended, self.until) - time.monotonic()
 
     def in_time(self) -> bool:
-        return self.time_left() > 0
+        if self.time_left() > 0:
+            return True
+        return not self.stats.cases and self.first_by is not None and time.monotonic() < self.first_by
 
     def extend(self, seconds: float) -> None:
         """`seconds` spent on something other than fuzzing: the budget moves on by as much."""

@@ -116,6 +116,7 @@ class BatchEngine(Engine):
             return batch_
 
         flight: dict = {}  # the batch the worker runs now: prepared, launches, and its result once collected
+        batch_s = [0.0]  # the last batch's seconds from its submission to its result
 
         def collect() -> None:
             """Collect the batch in flight (before the worker is asked anything else)."""
@@ -123,6 +124,7 @@ class BatchEngine(Engine):
                 t = tick()
                 flight["result"] = executor.collect()
                 stats.add_stage("wait", tick() - t)
+                batch_s[0] = tick() - flight["submitted"]
 
         def recorded(p: Prepared) -> Case:
             """A finding's case with its choices recorded: drawn again, so only findings pay for it."""
@@ -189,7 +191,13 @@ class BatchEngine(Engine):
             stats.compiled = executor.compiled - compiled_before
 
         def more() -> bool:
-            return run.in_time() and max(drawn, skip_until[0]) < max_cases
+            if max(drawn, skip_until[0]) >= max_cases:
+                return False
+            if drawn == run.start:  # the first batch: whenever the op is in time (OpRun.first_by included)
+                return run.in_time()
+            # a batch drawn now runs after the one in flight (if any): under a hard stop (--time-limit)
+            # none that the last batch's duration says would end past it
+            return run.in_time() and run.until - time.monotonic() > batch_s[0] * (2 if flight else 1)
 
         # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
         nxt, packed = drawn_and_packed() if more() else ([], None)  # packed: nxt's image and launches
@@ -201,7 +209,7 @@ class BatchEngine(Engine):
                 flight.clear()
             if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
                 t = tick()
-                flight.update(prepared=nxt, launches=submit(nxt, packed))
+                flight.update(prepared=nxt, launches=submit(nxt, packed), submitted=t)
                 stats.add_stage("submit", tick() - t)
                 nxt, packed = [], None
             if done:
