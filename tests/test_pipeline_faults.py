@@ -138,15 +138,3 @@ def test_a_fault_in_one_stage_loses_no_finding(stage, clean, tmp_path, monkeypat
         if stage == "confirm":
             assert meta["unconfirmed"] is True
             assert all(f["unconfirmed"] for f in report["findings"])
-
-
-def test_the_exit_code_precedence():
-    from kvfuzz.campaign import exit_code
-
-    assert exit_code() == 0
-    assert exit_code(internal=True) == 4
-    assert exit_code(internal=True, finding=True) == 1
-    assert exit_code(internal=True, bad_input=True) == 2
-    assert exit_code(internal=True, interrupted=True) == 4
-    assert exit_code(interrupted=True) == 130
-    assert exit_code(finding=True, bad_input=True, interrupted=True) == 1
