@@ -105,25 +105,23 @@ def judged_variant(stdout: str) -> str | None:
 
 
 def cause(row: Row) -> str | None:
-    """Why a row's verdicts disagree, the first that explains it; None where they agree."""
+    """Why a row's verdicts disagree: every cause that applies, joined by '; ' (the first names
+    the row's class in the table's counts); None where they agree."""
     if row.agrees:
         return None
     replay = row.runs.get("replay")
     scripts = {t: r for t, r in row.runs.items() if t != "replay" and r.rc is not None}
-    for tool, r in scripts.items():
-        if r.raised:
-            return (f"script raised: the {tool} script died of {r.raised} (exit {r.rc}, read as "
-                    f"'{r.verdict}'), not a verdict")
+    causes = [f"script raised: the {tool} script died of {r.raised} (exit {r.rc}, read as '{r.verdict}'), "
+              "not a verdict" for tool, r in scripts.items() if r.raised]
     if replay is not None and replay.variant and replay.variant != row.variant and any(
             r.verdict != replay.verdict for r in scripts.values()):
-        return (f"script variant: the scripts judge by the case's variant {row.variant}; replay judges "
-                f"{row.target} by {replay.variant}")
-    for tool, r in row.runs.items():
-        if r.verdict == "timeout" or r.verdict.startswith(("killed", "exit")):
-            return f"{tool} {r.verdict}: {r.tail}"
+        causes.append(f"script variant: the scripts judge by the case's variant {row.variant}; replay judges "
+                      f"{row.target} by {replay.variant}")
+    causes += [f"{tool} {r.verdict}: {r.tail}" for tool, r in row.runs.items()
+               if r.verdict == "timeout" or r.verdict.startswith(("killed", "exit"))]
     if replay is not None and replay.varies:
-        return "varies: replay's runs differ by nature (shown in k of n runs)"
-    return "other: " + "; ".join(f"{t} {r.verdict}" for t, r in row.runs.items())
+        causes.append("varies: replay's runs differ by nature (shown in k of n runs)")
+    return "; ".join(causes) or "other: " + "; ".join(f"{t} {r.verdict}" for t, r in row.runs.items())
 
 
 # --------------------------------------------------------------------------- what to check

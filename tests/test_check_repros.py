@@ -81,6 +81,10 @@ def test_each_disagreement_gets_its_cause():
     assert row(PASS, cr.Run(124, "timeout", tail="ran past 9 s"), PASS).cause == "full timeout: ran past 9 s"
     assert row(cr.Run(1, "fail", varies=True), PASS, PASS).cause.startswith("varies")
     assert row(FAIL, PASS, PASS).cause == "other: replay fail; full pass; short pass"
+    # every cause that applies: a short script's exception beside the full script's variant
+    r = row(cr.Run(1, "fail", variant="v2p"), cr.Run(2, "cannot-run"), cr.Run(1, "fail", raised="TypeError"))
+    assert r.cause.startswith("script raised: the short script died of TypeError")
+    assert "; script variant: the scripts judge by the case's variant default" in r.cause
 
 
 def fake_runner(calls: list):
