@@ -5,9 +5,10 @@ a readable id (`op:kind:key`). A case runs in a kvfuzz worker subprocess, so a c
 kernel fails one test; under `pytest -n auto` each xdist worker keeps its own kvfuzz worker,
 pinned to one GPU when there are several. A case whose target cannot be loaded here is
 skipped with the reason; `xfail` cases are strict: a fixed defect shows up as a failure. A
-defect whose runs differ by nature (`nondeterministic`) is a non-strict xfail: a replay that
-happens not to show it passes, so `pytest` over any corpus kvfuzz writes gives the same answer
-every time.
+defect whose runs differ by nature (`nondeterministic`) is judged as `kvfuzz replay` judges it,
+over several runs (replay.check_runs: a finding any of them shows counts), and is a non-strict
+xfail: a replay where no run shows it passes, so `pytest` over any corpus kvfuzz writes gives the
+same answer every time.
 
 Cheap to load: nothing heavy is imported until a case runs.
 """
@@ -201,7 +202,7 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         from .check import Checker
         from .errors import BadInput
-        from .replay import Replayed, render
+        from .replay import Replayed, check_runs, render
 
         if self.untriaged:
             pytest.skip(self.untriaged)
@@ -216,8 +217,8 @@ class CaseItem(pytest.Item):
             checker = Checker.for_saved(ex, self.saved.case, spec, spec == self.saved.target)
         except BadInput as exc:
             raise CaseFailed(str(exc)) from None
-        verdict = checker.check(checker.adopt(self.saved.case), repeats=2)
-        r = Replayed(self.saved, spec, device, verdict, ex.description)
+        verdict, runs, shown, failing = check_runs(checker, checker.adopt(self.saved.case), self.saved)
+        r = Replayed(self.saved, spec, device, verdict, ex.description, runs, shown, failing)
         self.rendered = render(r)
         if self.saved.expected == "xfail" and self.must_pass_on is None:
             if r.same_defect or (not self.saved.strict and shows_varying(self.saved, verdict)):

@@ -4,18 +4,26 @@
 contract and which rule it breaks, prints its inputs (small ones in full, larger ones
 summarised with the rows that matter: kvfuzz/show.py) and, per finding, the wrong cells'
 expected and actual values.
+
+A case whose verdict varies by nature (a `nondeterministic` finding saved or shown: a race, a
+read of stray memory) is run `RUNS` times (`check_runs`) and judged by all of them: a finding
+any run shows counts, said as "shown in k of n runs" where not every run shows it, so a replay
+of such a case fails (exit 1) every time the defect shows in any of its runs, not by chance.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import device as devmod
 from .corpus import SavedCase
 from .errors import BadInput
+from .findings import VARIES, defect_kind
 from .judge import Verdict
 from .worker import make_executor
+
+RUNS = 5  # runs of a case whose verdict varies by nature; a defect that shows in 1 of 2 runs is missed in 3%
 
 
 @dataclass
@@ -23,8 +31,16 @@ class Replayed:
     saved: SavedCase
     target: str
     device: str
-    verdict: Verdict
+    verdict: Verdict  # every run's findings (check_runs)
     description: str
+    runs: int = 1  # runs judged
+    shown: dict[str, int] = field(default_factory=dict)  # signature -> runs that showed it
+    failing: int = 0  # runs with any finding
+
+    @property
+    def varies(self) -> bool:
+        """Whether some runs failed and others did not."""
+        return 0 < self.failing < self.runs
 
     @property
     def fails(self) -> bool:
@@ -87,10 +103,38 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
         case = checker.adopt(saved.case)
         if case is not saved.case:
             saved = dataclasses.replace(saved, case=case)
-        verdict = checker.check(case, repeats=2)
-        return Replayed(saved, spec, dev, verdict, executor.description)
+        verdict, runs, shown, failing = check_runs(checker, case, saved)
+        return Replayed(saved, spec, dev, verdict, executor.description, runs, shown, failing)
     finally:
         executor.close()
+
+
+def varies_by_nature(saved: SavedCase, verdict: Verdict) -> bool:
+    """Whether a case's verdict can differ between runs: its saved finding, or one its run
+    shows, is of a kind whose runs differ by nature."""
+    kinds = {defect_kind(s) for s in saved.signatures} | {f.kind for f in verdict.findings}
+    return bool(kinds & VARIES)
+
+
+def check_runs(checker, case, saved: SavedCase, runs: int = RUNS) -> tuple[Verdict, int, dict[str, int], int]:
+    """(the verdict on every run, runs judged, {signature: runs that showed it}, runs with a
+    finding): one run (two calls, the probes where they differ) for a case whose verdict
+    cannot vary; `runs` of them, every finding of any run in the verdict, for one that can."""
+    prepared = checker.prepare(case)
+    verdict = checker.check(prepared, repeats=2)
+    n = runs if varies_by_nature(saved, verdict) else 1
+    shown = {s: 1 for s in dict.fromkeys(verdict.signatures())}
+    failing = int(verdict.failed)
+    for _ in range(n - 1):
+        again = checker.check(prepared, repeats=2)
+        failing += again.failed
+        for f in again.findings:
+            if f.signature not in shown:
+                verdict.findings.append(f)
+            shown[f.signature] = shown.get(f.signature, 0) + 1
+        if verdict.refused is None:
+            verdict.refused = again.refused
+    return verdict, n, shown, failing
 
 
 VERSIONS_CHECKED = ("torch", "triton", "numpy", "gpu")
@@ -135,11 +179,13 @@ def render(r: Replayed, name: str | None = None) -> str:
     lines.append("outputs")
     lines += [f"  {out}: {spec.describe()}" for out, spec in sorted(c.tensors.items()) if out not in c.values]
     if not v.findings:
-        lines.append("verdict  PASS: no findings")
+        lines.append("verdict  PASS: no findings" + (f" in {r.runs} runs" if r.runs > 1 else ""))
         return "\n".join(lines)
-    lines.append(f"verdict  FAIL: {len(v.findings)} finding(s)")
+    lines.append(f"verdict  FAIL: {len(v.findings)} finding(s)"
+                 + (f", shown in {r.failing} of {r.runs} runs (its runs differ by nature)" if r.varies else ""))
     for f in v.findings:
-        lines.append(f"  {f.kind}: {f.signature}")
+        k = r.shown.get(f.signature, r.runs)
+        lines.append(f"  {f.kind}: {f.signature}" + (f"  (shown in {k} of {r.runs} runs)" if k < r.runs else ""))
         lines.append(f"    {f.message}")
         lines += [f"    {line}" for line in cell_lines(f, c)]
     return "\n".join(lines)
