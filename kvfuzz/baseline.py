@@ -2,20 +2,28 @@
 
 Every case runs on the target and on a baseline target (the merge base of a pull request,
 the previous release) from the same arena image, so both see identical inputs, strides and
-guard bands, and each run is judged by the oracle. Against the two verdicts a case is:
+guard bands, and each run is judged by the oracle. The two verdicts are compared unit by
+unit, where a unit is an output cell, a byte outside every tensor's elements or of an input
+(`out_of_bounds_write`, `input_modified`), an out-of-bounds read's place (input and band),
+or the run itself (a crash, a must-refuse case accepted). Each unit a target finding covers
+is
 
-* `regression`: the baseline right, the target wrong;
-* `fixed`: the baseline wrong, the target right;
-* `changed`: both wrong, differently (the target shows a signature the baseline does not,
-  or, where it shows none of its own, the baseline one the target does not).
+* `regression`: the baseline right on it (judged, and not wrong there), the target wrong;
+* `changed`: both wrong, differently (another value left there, another crash; or the
+  baseline's run judged nothing there: it crashed or raised);
+* shared: the baseline wrong there the same way (the same value).
 
-These are findings of their own kinds, beside the ordinary ones, with the ordinary finding
-they stand on in their signature (`op:path:regression:TENSOR:KIND.WHERE`), so a regression is
-new even where the target's ordinary signature is already known from other cases. The
-classes live in `Checker` (check.py), the one checking path: confirmation in fresh processes,
-the minimizer (a minimized regression is still a regression), replay and the pytest plugin
-all see them. Two outputs that are wrong the same way but with other values are not told
-apart (the signature is the same).
+A target finding takes the class of its worst unit (regression, then changed, then shared),
+so a cell the target newly gets wrong is a regression even where the baseline fails other
+cells of the case. A baseline finding with a unit the target gets right is `fixed`. The
+regressions, changes and fixes are findings of their own kinds, beside the ordinary ones, with
+the ordinary finding they stand on in their signature (`op:path:regression:TENSOR:KIND.WHERE`),
+so a regression is new even where the target's ordinary signature is already known from other
+cases; the ordinary finding carries its class (`Finding.against`): a shared one is the
+baseline's defect too, and the campaign does not confirm or minimize it on the target alone
+(pipeline.py). The classes live in `Checker` (check.py), the one checking path: confirmation in
+fresh processes, the minimizer (a minimized regression is still a regression), replay and the
+pytest plugin all see them.
 
 `BaselineExecutor` pairs the campaign's executor with a worker for the baseline; each batch
 goes to both workers at once (two processes run side by side: a baseline run costs at most a
@@ -27,6 +35,8 @@ neither fits is skipped with the reason, and a pair with no op in common is refu
 from __future__ import annotations
 
 import dataclasses
+import threading
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -37,6 +47,10 @@ from .errors import BadInput, TargetLoadError
 from .execute import BatchResult, Launch, Outcome, Prepared, outcomes
 from .findings import CLASSES, Finding
 from .judge import Verdict, judge, quick_verdict
+from .materialize import NOBODY
+from .ops import CONTRACTS
+from .places import charge_writes
+from .rules import after_error_rule, output_rules
 from .targets import variant_lacks
 from .worker import Executor, InProcessExecutor, WorkerExecutor
 
@@ -45,41 +59,180 @@ from .worker import Executor, InProcessExecutor, WorkerExecutor
 # nothing about a change (the seed against itself on the H200 gave such pairs), so it stays the
 # target's ordinary finding
 NOT_COMPARED = ("oracle_disagreement", "backend_divergence", "nondeterministic") + CLASSES
+MAX_UNITS = 8  # units shown per class finding
 
 
-def compare(target: Verdict, base: Verdict, baseline: str) -> list[Finding]:
-    """The regression, fix or change one case shows between the target's verdict and the
-    baseline's (`baseline`: its spec, for the messages); [] where they agree."""
-    if target.not_target or base.not_target:
-        return []
-    mine = {f.signature: f for f in target.findings if f.kind not in NOT_COMPARED}
-    theirs = {f.signature: f for f in base.findings if f.kind not in NOT_COMPARED}
-    if set(mine) == set(theirs):
-        return []
-    if not theirs:
-        return [_class("regression", f, f"baseline {baseline} is right on this case; the target: {f.message}")
-                for f in mine.values()]
-    if not mine:
-        return [_class("fixed", f, f"the target is right on this case; baseline {baseline}: {f.message}")
-                for f in theirs.values()]
-    new = [f for s, f in mine.items() if s not in theirs]
-    if new:
-        return [_class("changed", f, f"both are wrong, differently: the target shows this, baseline {baseline} "
-                                     f"shows {', '.join(sorted(theirs))}; the target: {f.message}") for f in new]
-    return [_class("changed", f, f"both are wrong, differently: baseline {baseline} also shows this, the "
-                                 f"target only {', '.join(sorted(mine))}; baseline: {f.message}")
-            for s, f in theirs.items() if s not in mine]
+@dataclass
+class Side:
+    """One target's verdict on a case, with the units each compared finding covers:
+    `wrong`: signature -> {unit: what the run left there}; a unit is a tuple whose first item
+    is its domain ("outputs", "memory", "reads", "run"); `judged`: the domains this run lets
+    one judge (a lost run judges no output cell, a refused in-contract run no output)."""
+
+    verdict: Verdict
+    wrong: dict[str, dict[tuple, object]]
+    judged: frozenset[str]
 
 
-def _class(kind: str, f: Finding, message: str) -> Finding:
-    return Finding(kind, f.op, f.path, f.tensor, f"{f.kind}.{f.where}", message, f.cells)
+def side(p: Prepared, outcome: Outcome, verdict: Verdict) -> Side:
+    """`verdict` (on `outcome`, a run of the prepared case `p`) with the units of each of its
+    compared findings, told by the judge's own rules on the run's arena."""
+    first, plan = outcome.runs[0], p.plan
+    judged = {"run"}
+    if first.after is not None:
+        judged.add("memory")
+        if len(outcome.runs) > 1:
+            judged.add("reads")
+        if (p.status == "in_contract" and first.error is None) or (p.status == "must_refuse" and first.error):
+            judged.add("outputs")
+    compared = [f for f in verdict.findings if f.kind not in NOT_COMPARED]
+    wrong: dict[str, dict[tuple, object]] = {}
+    kinds = {f.kind for f in compared}
+    cells = _output_units(p, first) if first.after is not None and kinds & {"mismatch", "untouched_write"} else {}
+    memory = _memory_units(p, first.after) if first.after is not None and \
+        kinds & {"out_of_bounds_write", "input_modified"} else {}
+    for f in compared:
+        if f.kind in ("crash", "invalid_accepted"):
+            units = {("run", f.kind): f.where}
+        elif f.kind == "out_of_bounds_read":
+            units = {("reads", f.tensor, f.where): None}
+        elif f.kind in ("mismatch", "untouched_write"):
+            units = cells.get((f.kind, f.tensor, f.where), {})
+        else:
+            units = memory.get((f.kind, f.tensor, f.where), {})
+        wrong[f.signature] = units or {("run", f.signature): None}  # nothing told: the signature is the unit
+    return Side(verdict, wrong, frozenset(judged))
+
+
+def _output_units(p: Prepared, first) -> dict[tuple, dict[tuple, object]]:
+    """(kind, tensor, where) -> {("outputs", tensor, index): value left} for each output
+    finding, by rules.output_rules (in contract) or rules.after_error_rule (a refused
+    must-refuse case)."""
+    contract, plan = CONTRACTS[p.case.op], p.plan
+    out: dict[tuple, dict[tuple, object]] = {}
+    refused = p.status == "must_refuse" and first.error is not None
+    if not refused and (p.status != "in_contract" or first.error is not None or p.expected is None):
+        return out
+    cells = None if refused else contract.cells(p.case)
+    for name in contract.outputs:
+        r = plan.regions.get(name)
+        if r is None:
+            continue
+        got = r.elements(first.after).astype(np.int64)
+        before = r.elements(plan.image).astype(np.int64)
+        if refused:
+            hit = after_error_rule(name, got, before, first.error_type)
+            rules = [hit] if hit is not None else []
+        else:
+            c = cells[name]
+            rules = output_rules(name, c.required, c.untouched, got, before,
+                                 [np.asarray(a[name]) for a in p.expected.accepted()])
+        for kind, where, _, mask in rules:
+            out[(kind, name, where)] = {("outputs", name, tuple(int(i) for i in idx)): int(got[tuple(idx)])
+                                        for idx in np.argwhere(mask)}
+    return out
+
+
+def _memory_units(p: Prepared, after: np.ndarray) -> dict[tuple, dict[tuple, object]]:
+    """(kind, tensor, where) -> {("memory", byte): value left} for the stray bytes (charged to
+    the output whose store overran, as the judge charges them) and the input bytes that changed."""
+    contract, plan = CONTRACTS[p.case.op], p.plan
+    if after.shape != plan.image.shape:
+        return {}
+    changed = np.flatnonzero(after != plan.image)
+    owner = plan.owner_of(changed)
+    out: dict[tuple, dict[tuple, object]] = {}
+    stray = changed[owner == NOBODY]
+    for (tensor, where), (bytes_, _) in charge_writes(plan.regions.values(), contract.outputs, stray.tolist()).items():
+        out[("out_of_bounds_write", tensor, where)] = {("memory", b): int(after[b]) for b in bytes_}
+    for i, name in enumerate(plan.names):
+        if name not in contract.outputs and (owner == i).any():
+            out[("input_modified", name, "elements")] = {("memory", int(b)): int(after[b]) for b in changed[owner == i]}
+    return out
+
+
+def compare(target: Side, base: Side, baseline: str) -> tuple[list[Finding], dict[str, str]]:
+    """(the regressions, changes and fixes one case shows between the target's side and the
+    baseline's, {each compared target finding's signature: its class, "regression", "changed"
+    or "shared"}); `baseline`: its spec, for the messages."""
+    if target.verdict.not_target or base.verdict.not_target:
+        return [], {}
+    theirs = {u: v for units in base.wrong.values() for u, v in units.items()}
+    mine = {u: v for units in target.wrong.values() for u, v in units.items()}
+    found, classes = [], {}
+    for f in target.verdict.findings:
+        units = target.wrong.get(f.signature)
+        if units is None:
+            continue
+        regressed = {u: v for u, v in units.items() if u[0] in base.judged and u not in theirs}
+        changed = {u: v for u, v in units.items() if u not in regressed and theirs.get(u, _UNJUDGED) != v}
+        kind = "regression" if regressed else "changed" if changed else "shared"
+        classes[f.signature] = kind
+        if kind == "shared":
+            continue
+        shown = regressed or changed
+        words = _count(shown)
+        message = (f"{words} the baseline {baseline} gets right" if kind == "regression" else
+                   f"{words} both get wrong, differently (baseline {baseline})")
+        others = len(changed) if kind == "regression" and changed else 0
+        shared = len(units) - len(regressed) - len(changed)
+        extra = "".join(f"; {n} {what}" for n, what in ((others, "wrong on both, differently"),
+                                                        (shared, "wrong on both the same way")) if n)
+        found.append(_class(kind, f, f"{message}{extra}; the target: {f.message}", _shown(shown, theirs)))
+    for f in base.verdict.findings:
+        units = base.wrong.get(f.signature)
+        if units is None:
+            continue
+        fixed = {u: v for u, v in units.items() if u[0] in target.judged and u not in mine}
+        if fixed:
+            found.append(_class("fixed", f, f"the target gets {_count(fixed)} right that baseline {baseline} "
+                                            f"gets wrong; baseline: {f.message}", _shown(fixed, mine, "baseline")))
+    return found, classes
+
+
+_UNJUDGED = object()  # what a side left on a unit it does not judge: never equal to a value
+
+
+def _count(units: dict) -> str:
+    domain = next(iter(units))[0]
+    noun = {"outputs": "cell", "memory": "byte", "reads": "read place"}.get(domain)
+    return f"{len(units)} {noun}{'s' if len(units) != 1 else ''}" if noun else "the run"
+
+
+def _shown(units: dict, other: dict, who: str = "target") -> tuple[dict, ...]:
+    """The first units, as a finding's cells: where, and what each side left there."""
+    rows = []
+    for u, v in list(units.items())[:MAX_UNITS]:
+        row: dict = {"unit": u[0]}
+        if u[0] == "outputs":
+            row.update(tensor=u[1], index=list(u[2]))
+        elif u[0] == "memory":
+            row["byte"] = u[1]
+        elif u[0] == "reads":
+            row.update(tensor=u[1], where=u[2])
+        else:
+            row["what"] = u[1]
+        theirs = other.get(u)
+        row.update({who: v, ("baseline" if who == "target" else "target"): theirs})
+        rows.append(row)
+    return tuple(rows)
+
+
+def _class(kind: str, f: Finding, message: str, cells: tuple = ()) -> Finding:
+    return Finding(kind, f.op, f.path, f.tensor, f"{f.kind}.{f.where}", message, cells or f.cells)
 
 
 def with_baseline(p: Prepared, outcome: Outcome, verdict: Verdict, baseline: str) -> Verdict:
-    """`verdict` (the target's) with the classes its case shows against the baseline's run."""
+    """`verdict` (the target's) with the classes its case shows against the baseline's run:
+    each compared finding marked with its class (`Finding.against`), and the regression,
+    change and fix findings added."""
     b = outcome.baseline
     base = quick_verdict(p, b) or judge(p.case, b, prepared=p)
-    verdict.findings += compare(verdict, base, baseline)
+    if not verdict.findings and not base.findings:
+        return verdict
+    found, classes = compare(side(p, outcome, verdict), side(p, b, base), baseline)
+    verdict.findings = [dataclasses.replace(f, against=classes[f.signature]) if f.signature in classes else f
+                        for f in verdict.findings] + found
     return verdict
 
 
@@ -165,10 +318,14 @@ class BaselineExecutor:
         return BaselineExecutor(a, b, self.spec, self.missing, self.variants)
 
     def close(self) -> None:
+        """Both workers closed at once, each with its bounded wait (a worker that does not exit
+        in time is killed): closing the pair costs one wait, not two."""
+        other = threading.Thread(target=self.baseline.close, name="kvfuzz-close-baseline", daemon=True)
+        other.start()
         try:
             self.primary.close()
         finally:
-            self.baseline.close()
+            other.join()
 
 
 def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:

@@ -138,6 +138,7 @@ class CampaignResult:
     # whole start-up of `kvfuzz fuzz`: imports, device choice, the worker's start); else None
     since_import_s: float | None = None
     notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
+    shared: list[Found] = field(default_factory=list)  # --baseline: findings the baseline shows the same way
 
     @property
     def cases(self) -> int:
@@ -207,6 +208,14 @@ class CampaignResult:
             from .reports import against_baseline
 
             doc["against_baseline"] = against_baseline(doc["findings"])
+            doc["shared_with_baseline"] = [{
+                "op": f.finding.op,
+                "signature": f.finding.signature,
+                "message": f.finding.message,
+                "contract": contract_status(f.first),
+                "case_digest": f.first.digest(),
+                "found_after_s": f.found_after_s,
+            } for f in self.shared]
         return doc
 
 
@@ -421,7 +430,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     _first_campaign[0] = False
     result = CampaignResult(cfg, device, executor.description, stats, pipeline.saved, time.monotonic() - t0,
                             versions["gpu"], interrupted, pipeline.flaky, first_case[0], versions, since_import,
-                            notes=environment.notes())
+                            notes=environment.notes(), shared=pipeline.shared)
     if cfg.report:
         write_json_atomic(cfg.report, result.report())
     return result

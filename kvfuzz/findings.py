@@ -87,6 +87,9 @@ class Finding:
     where: str  # coarse class of where: all / partial / before / after / gap / an error type
     message: str
     cells: tuple[dict[str, Any], ...] = field(default=(), compare=False)  # first differing cells
+    # against a baseline (baseline.py): "regression", "changed" or "shared" (the baseline wrong
+    # the same way on every unit it covers); "" alone, or a kind never compared
+    against: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -106,9 +109,10 @@ class Finding:
             "signature": self.signature,
             "message": self.message,
             "cells": [dict(c) for c in self.cells],
+            **({"against": self.against} if self.against else {}),
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Finding":
         return cls(d["kind"], d["op"], d["path"], d["tensor"], d["where"], d["message"],
-                   tuple(d.get("cells", ())))
+                   tuple(d.get("cells", ())), d.get("against", ""))

@@ -20,10 +20,19 @@ touches): a finding whose minimized case shows the signature of another finding 
 equals its minimized case, takes that finding in (`_settle`, `_absorb`). The corpus then holds
 one case, whose meta lists every signature it shows, and the report one finding with its
 signatures. The report's findings come out of `saved` and `flaky`.
+
+Against a baseline (baseline.py) each ordinary finding carries its class on the case it was
+first seen on (`Finding.against`). One the baseline shares (wrong the same way on every unit)
+is the baseline's defect: it is listed (`shared`, the report's `shared_with_baseline`) and
+costs nothing more: no confirmation, no minimizing, no saved case. One under a regression or
+change stands with that class finding, which the same case shows: it is not confirmed alone
+but merged into the class finding when the op settles (`under_class`); only where no class
+finding of the op shows it is it confirmed and settled on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from dataclasses import dataclass, field
@@ -113,6 +122,8 @@ class FindingPipeline:
         self.versions, self.store, self.progress = versions, store, progress
         self.saved: list[Saved] = []
         self.flaky: list[Flaky] = []
+        self.shared: list[Found] = []  # --baseline: findings the baseline shows the same way
+        self.under_class: dict[str, Found] = {}  # --baseline: ordinary findings a class finding stands for
         self.confirmed: dict[str, Confirmation] = {}
         self.first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
         self.listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
@@ -125,7 +136,15 @@ class FindingPipeline:
     def add(self, f: Found) -> str:
         """A finding an engine has just recorded: confirmed in fresh processes before it
         counts, then on disk at once (a SIGKILL during the long minimization that follows must
-        not lose it). Returns "flaky", "known" or "new" (new to the corpus)."""
+        not lose it). Returns "flaky", "known" or "new" (new to the corpus). Against a baseline,
+        a finding it shares, or one a class finding stands for, is not confirmed here: "known"."""
+        if f.finding.against == "shared":
+            self.shared.append(f)
+            self._say(f"  shared with the baseline: {f.finding.signature} (not confirmed alone)")
+            return "known"
+        if f.finding.against in CLASSES:
+            self.under_class[f.finding.signature] = f
+            return "known"
         sc = self._saved_case(f, f.case)
         c = confirm(sc, self.fresh, self.cfg.confirm_tries)
         if not c.confirmed:  # stays in the engine's findings, so the engine does not report it again
@@ -170,7 +189,21 @@ class FindingPipeline:
             needs = self._needs_time(sig)
             self._settle(found[sig], groups_from, fair_share(until, waiting))
             waiting -= needs
+        for sig in [s for s in found if s in self.under_class]:
+            self._settle_under_class(self.under_class.pop(sig), groups_from, until)
         found.clear()
+
+    def _settle_under_class(self, f: Found, groups_from: int, until: float | None) -> None:
+        """An ordinary finding a regression or change stands for: taken in by the op's class
+        finding whose case shows it; else (that one was flaky, or its case no longer shows it)
+        confirmed and settled on its own."""
+        sig = f.finding.signature
+        if any(sig in g.shows for g in self.saved[groups_from:]):
+            self._settle(f, groups_from, until)  # a host shows it: absorbed, nothing run
+            return
+        if self.add(dataclasses.replace(f, finding=dataclasses.replace(f.finding, against=""))) == "flaky":
+            return
+        self._settle(f, groups_from, fair_share(until, 1))
 
     def settle_starved(self, until: float | None) -> None:
         """Once every op has run: each starved finding (its op's minimizing time was spent
