@@ -109,7 +109,8 @@ def test_a_cell_right_where_the_baseline_was_wrong_is_fixed():
     wrong = _f("mismatch", where="partial")
     found, marks = _classes(_side((wrong, {(0, 1): 5})), _side((wrong, {(0, 1): 5, (0, 2): 7})))
     assert found == ["decode_metadata:general:fixed:page_table:mismatch.partial"] and marks == {MISMATCH: "shared"}
-    assert _classes(_side(), _side((wrong, {(0, 1): 5})))[0] == ["decode_metadata:general:fixed:page_table:mismatch.partial"]
+    assert _classes(_side(), _side((wrong, {(0, 1): 5})))[0] == \
+        ["decode_metadata:general:fixed:page_table:mismatch.partial"]
 
 
 def test_bytes_written_out_of_bounds_are_classed_byte_by_byte():
@@ -133,7 +134,8 @@ def test_runs_that_judge_nothing_there_are_not_right_there():
     lost = _side((crash, {("run", "crash"): "SIGSEGV"}), judged=frozenset({"run"}))
     found, marks = _classes(_side((wrong, {(0, 1): 5})), lost)
     # the cells a change; the crash the target does not have, fixed
-    assert found == ["decode_metadata:general:changed:page_table:mismatch.all", "decode_metadata:general:fixed:-:crash.SIGSEGV"]
+    assert found == ["decode_metadata:general:changed:page_table:mismatch.all",
+                     "decode_metadata:general:fixed:-:crash.SIGSEGV"]
     found, _ = _classes(lost, _side((wrong, {(0, 1): 5})))
     assert found == ["decode_metadata:general:regression:-:crash.SIGSEGV"]  # the baseline's cells: not judged here
     timeout = _side((_f("crash", "-", "timeout"), {("run", "crash"): "timeout"}), judged=frozenset({"run"}))
