@@ -304,14 +304,18 @@ class BaselineExecutor:
         return self.collect()
 
     def fresh(self) -> "BaselineExecutor":
-        """Two processes that have run no case (confirmations)."""
+        """A target process that has run no case (confirmations), beside the baseline's (`_theirs`)."""
         return self._paired(self.fresh_primary() if self.fresh_primary else self.primary.fresh(),
-                            self.fresh_baseline() if self.fresh_baseline else self.baseline.fresh())
+                            self.fresh_baseline() if self.fresh_baseline else _Lent(self.baseline))
 
     def fresh_many(self, n: int) -> list["BaselineExecutor"]:
-        """`n` pairs of fresh processes, started together."""
+        """`n` fresh target processes, started together, each beside the baseline's. What a
+        confirmation proves in fresh processes is the target's wrong answer; the baseline's
+        side of the comparison runs in the pair's own baseline worker (lent, not closed), so a
+        confirmation starts `n` processes, not `2n`. Running in this process (`--in-process`),
+        the baseline's side gets fresh workers too: a crash there must not end the campaign."""
         mine = _many(self.fresh_primary, n) if self.fresh_primary else self.primary.fresh_many(n)
-        theirs = _many(self.fresh_baseline, n) if self.fresh_baseline else self.baseline.fresh_many(n)
+        theirs = _many(self.fresh_baseline, n) if self.fresh_baseline else [_Lent(self.baseline)] * n
         return [self._paired(a, b) for a, b in zip(mine, theirs)]
 
     def _paired(self, a: Executor, b: Executor) -> "BaselineExecutor":
@@ -326,6 +330,20 @@ class BaselineExecutor:
             self.primary.close()
         finally:
             other.join()
+
+
+class _Lent:
+    """The pair's baseline worker lent to a confirmation: it runs the confirmation's cases (one
+    at a time, between the engine's batches) and stays open when the confirmation closes it."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    def __getattr__(self, name: str):
+        return getattr(self._executor, name)
+
+    def close(self) -> None:
+        pass
 
 
 def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:

@@ -297,3 +297,45 @@ def test_bench_measures_the_checked_loop_with_its_baseline(device, capsys):
     assert main(["bench", "--baseline", "/nope/x.py", "--op", "num_kv_splits", "--budget", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--baseline /nope/x.py" in err[0]
+
+
+def _pipeline(tmp_path):
+    from kvfuzz.campaign import CampaignConfig
+    from kvfuzz.pipeline import FindingPipeline
+
+    def fresh():
+        raise AssertionError("a process was started to confirm it")
+
+    cfg = CampaignConfig(target="builtin", baseline="builtin", ops=["decode_metadata"])
+    return FindingPipeline(cfg, None, fresh, "cpu", {}, None)
+
+
+def test_a_finding_the_baseline_shares_is_listed_and_costs_nothing(tmp_path):
+    import dataclasses
+
+    from kvfuzz.engines.common import Found
+
+    pl = _pipeline(tmp_path)
+    case = hand.decode(ps=1, delta=3)
+    f = Found(dataclasses.replace(_f("mismatch"), against="shared"), case, case)
+    assert pl.add(f) == "known" and pl.shared == [f] and not pl.confirmed
+    pl.settle({f.finding.signature: f})
+    assert pl.saved == [] and pl.flaky == []
+
+
+def test_a_finding_under_a_class_joins_the_class_finding_unconfirmed(tmp_path):
+    import dataclasses
+
+    from kvfuzz.engines.common import Found
+    from kvfuzz.pipeline import Saved
+
+    pl = _pipeline(tmp_path)
+    case = hand.decode(ps=1, delta=3)
+    ordinary = dataclasses.replace(_f("mismatch"), against="regression")
+    f = Found(ordinary, case, case)
+    assert pl.add(f) == "known" and not pl.confirmed and pl.under_class == {ordinary.signature: f}
+    regression = Finding("regression", "decode_metadata", "general", "page_table", "mismatch.all", "r")
+    host = Saved(Found(regression, case, case), case, None, shows=frozenset({regression.signature, ordinary.signature}))
+    pl.saved.append(host)
+    pl._settle_under_class(pl.under_class.pop(ordinary.signature), 0, None)
+    assert pl.saved == [host] and host.signatures == [regression.signature, ordinary.signature]
