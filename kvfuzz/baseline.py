@@ -62,22 +62,34 @@ NOT_COMPARED = ("oracle_disagreement", "backend_divergence", "nondeterministic")
 MAX_UNITS = 8  # units shown per class finding
 
 
+# one place's units a finding covers: (their indices, ascending: flat element indices of an
+# output, arena byte offsets, or [0] for a place that is one unit; the value the run left on
+# each; the output's shape, to show an index, or None)
+Units = tuple[np.ndarray, np.ndarray, "tuple[int, ...] | None"]
+
+
 @dataclass
 class Side:
     """One target's verdict on a case, with the units each compared finding covers:
-    `wrong`: signature -> {unit: what the run left there}; a unit is a tuple whose first item
-    is its domain ("outputs", "memory", "reads", "run"); `judged`: the domains this run lets
-    one judge (a lost run judges no output cell, a refused in-contract run no output)."""
+    `wrong`: signature -> {place: Units}; a place is a tuple whose first item is its domain:
+    ("outputs", TENSOR), ("memory",), ("reads", INPUT, WHERE), ("run", KIND); `judged`: the
+    domains this run lets one judge (a lost run judges no output cell, a refused in-contract
+    run no output)."""
 
     verdict: Verdict
-    wrong: dict[str, dict[tuple, object]]
+    wrong: dict[str, dict[tuple, Units]]
     judged: frozenset[str]
+
+
+def one(value: object) -> Units:
+    """A place that is one unit (a crash, a read's place), with what the run left there."""
+    return np.zeros(1, np.int64), np.array([value], dtype=object), None
 
 
 def side(p: Prepared, outcome: Outcome, verdict: Verdict) -> Side:
     """`verdict` (on `outcome`, a run of the prepared case `p`) with the units of each of its
     compared findings, told by the judge's own rules on the run's arena."""
-    first, plan = outcome.runs[0], p.plan
+    first = outcome.runs[0]
     judged = {"run"}
     if first.after is not None:
         judged.add("memory")
@@ -86,30 +98,28 @@ def side(p: Prepared, outcome: Outcome, verdict: Verdict) -> Side:
         if (p.status == "in_contract" and first.error is None) or (p.status == "must_refuse" and first.error):
             judged.add("outputs")
     compared = [f for f in verdict.findings if f.kind not in NOT_COMPARED]
-    wrong: dict[str, dict[tuple, object]] = {}
     kinds = {f.kind for f in compared}
     cells = _output_units(p, first) if first.after is not None and kinds & {"mismatch", "untouched_write"} else {}
     memory = _memory_units(p, first.after) if first.after is not None and \
         kinds & {"out_of_bounds_write", "input_modified"} else {}
+    wrong: dict[str, dict[tuple, Units]] = {}
     for f in compared:
         if f.kind in ("crash", "invalid_accepted"):
-            units = {("run", f.kind): f.where}
+            units = {("run", f.kind): one(f.where)}
         elif f.kind == "out_of_bounds_read":
-            units = {("reads", f.tensor, f.where): None}
-        elif f.kind in ("mismatch", "untouched_write"):
-            units = cells.get((f.kind, f.tensor, f.where), {})
+            units = {("reads", f.tensor, f.where): one(None)}
         else:
-            units = memory.get((f.kind, f.tensor, f.where), {})
-        wrong[f.signature] = units or {("run", f.signature): None}  # nothing told: the signature is the unit
+            got = (cells if f.kind in ("mismatch", "untouched_write") else memory).get((f.kind, f.tensor, f.where))
+            units = {got[0]: got[1]} if got is not None else {("run", f.signature): one(None)}  # none told
+        wrong[f.signature] = units
     return Side(verdict, wrong, frozenset(judged))
 
 
-def _output_units(p: Prepared, first) -> dict[tuple, dict[tuple, object]]:
-    """(kind, tensor, where) -> {("outputs", tensor, index): value left} for each output
-    finding, by rules.output_rules (in contract) or rules.after_error_rule (a refused
-    must-refuse case)."""
+def _output_units(p: Prepared, first) -> dict[tuple, tuple[tuple, Units]]:
+    """(kind, tensor, where) -> (("outputs", tensor), its cells' Units) for each output finding,
+    by rules.output_rules (in contract) or rules.after_error_rule (a refused must-refuse case)."""
     contract, plan = CONTRACTS[p.case.op], p.plan
-    out: dict[tuple, dict[tuple, object]] = {}
+    out: dict[tuple, tuple[tuple, Units]] = {}
     refused = p.status == "must_refuse" and first.error is not None
     if not refused and (p.status != "in_contract" or first.error is not None or p.expected is None):
         return out
@@ -128,27 +138,61 @@ def _output_units(p: Prepared, first) -> dict[tuple, dict[tuple, object]]:
             rules = output_rules(name, c.required, c.untouched, got, before,
                                  [np.asarray(a[name]) for a in p.expected.accepted()])
         for kind, where, _, mask in rules:
-            out[(kind, name, where)] = {("outputs", name, tuple(int(i) for i in idx)): int(got[tuple(idx)])
-                                        for idx in np.argwhere(mask)}
+            idx = np.flatnonzero(np.asarray(mask).reshape(-1))
+            out[(kind, name, where)] = (("outputs", name), (idx, got.reshape(-1)[idx], tuple(got.shape)))
     return out
 
 
-def _memory_units(p: Prepared, after: np.ndarray) -> dict[tuple, dict[tuple, object]]:
-    """(kind, tensor, where) -> {("memory", byte): value left} for the stray bytes (charged to
-    the output whose store overran, as the judge charges them) and the input bytes that changed."""
+def _memory_units(p: Prepared, after: np.ndarray) -> dict[tuple, tuple[tuple, Units]]:
+    """(kind, tensor, where) -> (("memory",), Units of arena bytes) for the stray bytes (charged
+    to the output whose store overran, as the judge charges them) and the input bytes that changed."""
     contract, plan = CONTRACTS[p.case.op], p.plan
     if after.shape != plan.image.shape:
         return {}
     changed = np.flatnonzero(after != plan.image)
     owner = plan.owner_of(changed)
-    out: dict[tuple, dict[tuple, object]] = {}
+    out: dict[tuple, tuple[tuple, Units]] = {}
     stray = changed[owner == NOBODY]
     for (tensor, where), (bytes_, _) in charge_writes(plan.regions.values(), contract.outputs, stray.tolist()).items():
-        out[("out_of_bounds_write", tensor, where)] = {("memory", b): int(after[b]) for b in bytes_}
+        at = np.asarray(bytes_, np.int64)
+        out[("out_of_bounds_write", tensor, where)] = (("memory",), (at, after[at].astype(np.int64), None))
     for i, name in enumerate(plan.names):
-        if name not in contract.outputs and (owner == i).any():
-            out[("input_modified", name, "elements")] = {("memory", int(b)): int(after[b]) for b in changed[owner == i]}
+        at = changed[owner == i]
+        if name not in contract.outputs and at.size:
+            out[("input_modified", name, "elements")] = (("memory",), (at, after[at].astype(np.int64), None))
     return out
+
+
+def _merged(side_: Side) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """place -> (indices ascending, values): every compared finding's units of a side at once."""
+    parts: dict[tuple, list[Units]] = {}
+    for units in side_.wrong.values():
+        for place, u in units.items():
+            parts.setdefault(place, []).append(u)
+    out = {}
+    for place, us in parts.items():
+        idx = np.concatenate([u[0] for u in us])
+        vals = np.concatenate([np.asarray(u[1], dtype=object) for u in us]) if any(u[1].dtype == object for u in us) \
+            else np.concatenate([u[1] for u in us])
+        order = np.argsort(idx, kind="stable")
+        out[place] = idx[order], vals[order]
+    return out
+
+
+def _against(idx: np.ndarray, vals: np.ndarray, other: tuple[np.ndarray, np.ndarray] | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(present, same, the other side's values where present) of units `idx` with `vals`
+    against the other side's units of the same place (None: none)."""
+    if other is None or other[0].size == 0:
+        false = np.zeros(idx.size, bool)
+        return false, false, np.full(idx.size, None, dtype=object)
+    oi, ov = other
+    pos = np.minimum(np.searchsorted(oi, idx), oi.size - 1)
+    present = oi[pos] == idx
+    theirs = ov[pos].astype(object)
+    same = present & np.asarray(theirs == vals, dtype=bool)
+    theirs[~present] = None  # the other side is right there
+    return present, same, theirs
 
 
 def compare(target: Side, base: Side, baseline: str) -> tuple[list[Finding], dict[str, str]]:
@@ -157,65 +201,84 @@ def compare(target: Side, base: Side, baseline: str) -> tuple[list[Finding], dic
     or "shared"}); `baseline`: its spec, for the messages."""
     if target.verdict.not_target or base.verdict.not_target:
         return [], {}
-    theirs = {u: v for units in base.wrong.values() for u, v in units.items()}
-    mine = {u: v for units in target.wrong.values() for u, v in units.items()}
+    theirs, mine = _merged(base), _merged(target)
     found, classes = [], {}
     for f in target.verdict.findings:
         units = target.wrong.get(f.signature)
         if units is None:
             continue
-        regressed = {u: v for u, v in units.items() if u[0] in base.judged and u not in theirs}
-        changed = {u: v for u, v in units.items() if u not in regressed and theirs.get(u, _UNJUDGED) != v}
-        kind = "regression" if regressed else "changed" if changed else "shared"
+        counts = {"regression": 0, "changed": 0, "shared": 0}
+        rows: dict[str, list[dict]] = {"regression": [], "changed": []}
+        noun = None
+        for place, (idx, vals, shape) in units.items():
+            noun = noun or place[0]
+            if place[0] in base.judged:
+                present, same, other = _against(idx, vals, theirs.get(place))
+            else:  # the baseline's run judged nothing there: wrong on both, differently
+                present, same, other = np.ones(idx.size, bool), np.zeros(idx.size, bool), \
+                    np.full(idx.size, "not judged", dtype=object)
+            for kind, mask in (("regression", ~present), ("changed", present & ~same), ("shared", same)):
+                counts[kind] += int(mask.sum())
+                if kind in rows:
+                    rows[kind] += _rows(place, shape, idx, vals, other, mask, MAX_UNITS - len(rows[kind]))
+        kind = "regression" if counts["regression"] else "changed" if counts["changed"] else "shared"
         classes[f.signature] = kind
         if kind == "shared":
             continue
-        shown = regressed or changed
-        words = _count(shown)
+        words = _count(counts[kind], noun)
         message = (f"{words} the baseline {baseline} gets right" if kind == "regression" else
                    f"{words} both get wrong, differently (baseline {baseline})")
-        others = len(changed) if kind == "regression" and changed else 0
-        shared = len(units) - len(regressed) - len(changed)
+        others = counts["changed"] if kind == "regression" else 0
         extra = "".join(f"; {n} {what}" for n, what in ((others, "wrong on both, differently"),
-                                                        (shared, "wrong on both the same way")) if n)
-        found.append(_class(kind, f, f"{message}{extra}; the target: {f.message}", _shown(shown, theirs)))
+                                                        (counts["shared"], "wrong on both the same way")) if n)
+        found.append(_class(kind, f, f"{message}{extra}; the target: {f.message}", tuple(rows[kind])))
     for f in base.verdict.findings:
         units = base.wrong.get(f.signature)
         if units is None:
             continue
-        fixed = {u: v for u, v in units.items() if u[0] in target.judged and u not in mine}
-        if fixed:
-            found.append(_class("fixed", f, f"the target gets {_count(fixed)} right that baseline {baseline} "
-                                            f"gets wrong; baseline: {f.message}", _shown(fixed, mine, "baseline")))
+        n, rows, noun = 0, [], None
+        for place, (idx, vals, shape) in units.items():
+            if place[0] not in target.judged:
+                continue
+            noun = noun or place[0]
+            present, _, _ = _against(idx, vals, mine.get(place))
+            n += int((~present).sum())
+            rows += _rows(place, shape, idx, vals, None, ~present, MAX_UNITS - len(rows), who="baseline")
+        if n:
+            found.append(_class("fixed", f, f"the target gets {_count(n, noun)} right that baseline {baseline} "
+                                            f"gets wrong; baseline: {f.message}", tuple(rows)))
     return found, classes
 
 
-_UNJUDGED = object()  # what a side left on a unit it does not judge: never equal to a value
+def _count(n: int, domain: str | None) -> str:
+    noun = {"outputs": "cell", "memory": "byte", "reads": "read place"}.get(domain or "")
+    return f"{n} {noun}{'s' if n != 1 else ''}" if noun else "the run"
 
 
-def _count(units: dict) -> str:
-    domain = next(iter(units))[0]
-    noun = {"outputs": "cell", "memory": "byte", "reads": "read place"}.get(domain)
-    return f"{len(units)} {noun}{'s' if len(units) != 1 else ''}" if noun else "the run"
-
-
-def _shown(units: dict, other: dict, who: str = "target") -> tuple[dict, ...]:
-    """The first units, as a finding's cells: where, and what each side left there."""
+def _rows(place: tuple, shape, idx: np.ndarray, vals: np.ndarray, other: np.ndarray | None, mask: np.ndarray,
+          room: int, who: str = "target") -> list[dict]:
+    """The first `room` units of `mask`, as a finding's cells: where, and what each side left there."""
     rows = []
-    for u, v in list(units.items())[:MAX_UNITS]:
-        row: dict = {"unit": u[0]}
-        if u[0] == "outputs":
-            row.update(tensor=u[1], index=list(u[2]))
-        elif u[0] == "memory":
-            row["byte"] = u[1]
-        elif u[0] == "reads":
-            row.update(tensor=u[1], where=u[2])
+    for k in np.flatnonzero(mask)[:max(room, 0)]:
+        row: dict = {"unit": place[0]}
+        if place[0] == "outputs":
+            row.update(tensor=place[1], index=[int(i) for i in np.unravel_index(int(idx[k]), shape)])
+        elif place[0] == "memory":
+            row["byte"] = int(idx[k])
+        elif place[0] == "reads":
+            row.update(tensor=place[1], where=place[2])
         else:
-            row["what"] = u[1]
-        theirs = other.get(u)
-        row.update({who: v, ("baseline" if who == "target" else "target"): theirs})
+            row["what"] = place[1]
+        theirs = None if other is None else other[k]
+        row[who] = _plain(vals[k])
+        row["baseline" if who == "target" else "target"] = _plain(theirs)
         rows.append(row)
-    return tuple(rows)
+    return rows
+
+
+def _plain(v):
+    """A value as JSON holds it."""
+    return int(v) if isinstance(v, (np.integer, int)) and not isinstance(v, bool) else v
 
 
 def _class(kind: str, f: Finding, message: str, cells: tuple = ()) -> Finding:

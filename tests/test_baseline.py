@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cases as hand
@@ -62,11 +63,28 @@ def _v(*findings: Finding, not_target: str | None = None) -> Verdict:
 ALL = frozenset({"run", "memory", "reads", "outputs"})
 
 
+SHAPE = (4, 4)  # page_table's, in the sides built by hand
+
+
 def _side(*wrong: tuple[Finding, dict], judged=ALL, not_target: str | None = None) -> Side:
-    """A side built by hand: each finding with the units it covers ({index: value} of
-    page_table's cells, or whole units)."""
-    units = {f.signature: {(u if isinstance(u, tuple) and isinstance(u[0], str) else ("outputs", f.tensor, u)): v
-                           for u, v in cells.items()} for f, cells in wrong}
+    """A side built by hand: each finding with the units it covers, {index: value} of
+    page_table's cells, or {("memory", byte): value} and {("run", kind): value}."""
+    units = {}
+    for f, cells in wrong:
+        places: dict = {}
+        for u, v in cells.items():
+            if u[0] == "memory":
+                place, i = ("memory",), u[1]
+            elif isinstance(u[0], str):
+                place, i = u, 0
+            else:
+                place, i = ("outputs", f.tensor), int(np.ravel_multi_index(u, SHAPE))
+            places.setdefault(place, []).append((i, v))
+        units[f.signature] = {
+            place: (np.array([i for i, _ in items], np.int64),
+                    np.array([v for _, v in items], dtype=object if place[0] == "run" else np.int64),
+                    SHAPE if place[0] == "outputs" else None)
+            for place, items in ((pl, sorted(it)) for pl, it in places.items())}
     return Side(_v(*(f for f, _ in wrong), not_target=not_target), units, judged)
 
 
