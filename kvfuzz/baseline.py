@@ -2,20 +2,28 @@
 
 Every case runs on the target and on a baseline target (the merge base of a pull request,
 the previous release) from the same arena image, so both see identical inputs, strides and
-guard bands, and each run is judged by the oracle. Against the two verdicts a case is:
+guard bands, and each run is judged by the oracle. The two verdicts are compared unit by
+unit, where a unit is an output cell, a byte outside every tensor's elements or of an input
+(`out_of_bounds_write`, `input_modified`), an out-of-bounds read's place (input and band),
+or the run itself (a crash, a must-refuse case accepted). Each unit a target finding covers
+is
 
-* `regression`: the baseline right, the target wrong;
-* `fixed`: the baseline wrong, the target right;
-* `changed`: both wrong, differently (the target shows a signature the baseline does not,
-  or, where it shows none of its own, the baseline one the target does not).
+* `regression`: the baseline right on it (judged, and not wrong there), the target wrong;
+* `changed`: both wrong, differently (another value left there, another crash; or the
+  baseline's run judged nothing there: it crashed or raised);
+* shared: the baseline wrong there the same way (the same value).
 
-These are findings of their own kinds, beside the ordinary ones, with the ordinary finding
-they stand on in their signature (`op:path:regression:TENSOR:KIND.WHERE`), so a regression is
-new even where the target's ordinary signature is already known from other cases. The
-classes live in `Checker` (check.py), the one checking path: confirmation in fresh processes,
-the minimizer (a minimized regression is still a regression), replay and the pytest plugin
-all see them. Two outputs that are wrong the same way but with other values are not told
-apart (the signature is the same).
+A target finding takes the class of its worst unit (regression, then changed, then shared),
+so a cell the target newly gets wrong is a regression even where the baseline fails other
+cells of the case. A baseline finding with a unit the target gets right is `fixed`. The
+regressions, changes and fixes are findings of their own kinds, beside the ordinary ones, with
+the ordinary finding they stand on in their signature (`op:path:regression:TENSOR:KIND.WHERE`),
+so a regression is new even where the target's ordinary signature is already known from other
+cases; the ordinary finding carries its class (`Finding.against`): a shared one is the
+baseline's defect too, and the campaign does not confirm or minimize it on the target alone
+(pipeline.py). The classes live in `Checker` (check.py), the one checking path: confirmation in
+fresh processes, the minimizer (a minimized regression is still a regression), replay and the
+pytest plugin all see them.
 
 `BaselineExecutor` pairs the campaign's executor with a worker for the baseline; each batch
 goes to both workers at once (two processes run side by side: a baseline run costs at most a
@@ -27,6 +35,8 @@ neither fits is skipped with the reason, and a pair with no op in common is refu
 from __future__ import annotations
 
 import dataclasses
+import threading
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -37,6 +47,10 @@ from .errors import BadInput, TargetLoadError
 from .execute import BatchResult, Launch, Outcome, Prepared, outcomes
 from .findings import CLASSES, Finding
 from .judge import Verdict, judge, quick_verdict
+from .materialize import NOBODY
+from .ops import CONTRACTS
+from .places import charge_writes
+from .rules import after_error_rule, output_rules
 from .targets import variant_lacks
 from .worker import Executor, InProcessExecutor, WorkerExecutor
 
@@ -45,41 +59,243 @@ from .worker import Executor, InProcessExecutor, WorkerExecutor
 # nothing about a change (the seed against itself on the H200 gave such pairs), so it stays the
 # target's ordinary finding
 NOT_COMPARED = ("oracle_disagreement", "backend_divergence", "nondeterministic") + CLASSES
+MAX_UNITS = 8  # units shown per class finding
 
 
-def compare(target: Verdict, base: Verdict, baseline: str) -> list[Finding]:
-    """The regression, fix or change one case shows between the target's verdict and the
-    baseline's (`baseline`: its spec, for the messages); [] where they agree."""
-    if target.not_target or base.not_target:
-        return []
-    mine = {f.signature: f for f in target.findings if f.kind not in NOT_COMPARED}
-    theirs = {f.signature: f for f in base.findings if f.kind not in NOT_COMPARED}
-    if set(mine) == set(theirs):
-        return []
-    if not theirs:
-        return [_class("regression", f, f"baseline {baseline} is right on this case; the target: {f.message}")
-                for f in mine.values()]
-    if not mine:
-        return [_class("fixed", f, f"the target is right on this case; baseline {baseline}: {f.message}")
-                for f in theirs.values()]
-    new = [f for s, f in mine.items() if s not in theirs]
-    if new:
-        return [_class("changed", f, f"both are wrong, differently: the target shows this, baseline {baseline} "
-                                     f"shows {', '.join(sorted(theirs))}; the target: {f.message}") for f in new]
-    return [_class("changed", f, f"both are wrong, differently: baseline {baseline} also shows this, the "
-                                 f"target only {', '.join(sorted(mine))}; baseline: {f.message}")
-            for s, f in theirs.items() if s not in mine]
+# one place's units a finding covers: (their indices, ascending: flat element indices of an
+# output, arena byte offsets, or [0] for a place that is one unit; the value the run left on
+# each; the output's shape, to show an index, or None)
+Units = tuple[np.ndarray, np.ndarray, "tuple[int, ...] | None"]
 
 
-def _class(kind: str, f: Finding, message: str) -> Finding:
-    return Finding(kind, f.op, f.path, f.tensor, f"{f.kind}.{f.where}", message, f.cells)
+@dataclass
+class Side:
+    """One target's verdict on a case, with the units each compared finding covers:
+    `wrong`: signature -> {place: Units}; a place is a tuple whose first item is its domain:
+    ("outputs", TENSOR), ("memory",), ("reads", INPUT, WHERE), ("run", KIND); `judged`: the
+    domains this run lets one judge (a lost run judges no output cell, a refused in-contract
+    run no output)."""
+
+    verdict: Verdict
+    wrong: dict[str, dict[tuple, Units]]
+    judged: frozenset[str]
+
+
+def one(value: object) -> Units:
+    """A place that is one unit (a crash, a read's place), with what the run left there."""
+    return np.zeros(1, np.int64), np.array([value], dtype=object), None
+
+
+def side(p: Prepared, outcome: Outcome, verdict: Verdict) -> Side:
+    """`verdict` (on `outcome`, a run of the prepared case `p`) with the units of each of its
+    compared findings, told by the judge's own rules on the run's arena."""
+    first = outcome.runs[0]
+    judged = {"run"}
+    if first.after is not None:
+        judged.add("memory")
+        if len(outcome.runs) > 1:
+            judged.add("reads")
+        if (p.status == "in_contract" and first.error is None) or (p.status == "must_refuse" and first.error):
+            judged.add("outputs")
+    compared = [f for f in verdict.findings if f.kind not in NOT_COMPARED]
+    kinds = {f.kind for f in compared}
+    cells = _output_units(p, first) if first.after is not None and kinds & {"mismatch", "untouched_write"} else {}
+    memory = _memory_units(p, first.after) if first.after is not None and \
+        kinds & {"out_of_bounds_write", "input_modified"} else {}
+    wrong: dict[str, dict[tuple, Units]] = {}
+    for f in compared:
+        if f.kind in ("crash", "invalid_accepted"):
+            units = {("run", f.kind): one(f.where)}
+        elif f.kind == "out_of_bounds_read":
+            units = {("reads", f.tensor, f.where): one(None)}
+        else:
+            got = (cells if f.kind in ("mismatch", "untouched_write") else memory).get((f.kind, f.tensor, f.where))
+            units = {got[0]: got[1]} if got is not None else {("run", f.signature): one(None)}  # none told
+        wrong[f.signature] = units
+    return Side(verdict, wrong, frozenset(judged))
+
+
+def _output_units(p: Prepared, first) -> dict[tuple, tuple[tuple, Units]]:
+    """(kind, tensor, where) -> (("outputs", tensor), its cells' Units) for each output finding,
+    by rules.output_rules (in contract) or rules.after_error_rule (a refused must-refuse case)."""
+    contract, plan = CONTRACTS[p.case.op], p.plan
+    out: dict[tuple, tuple[tuple, Units]] = {}
+    refused = p.status == "must_refuse" and first.error is not None
+    if not refused and (p.status != "in_contract" or first.error is not None or p.expected is None):
+        return out
+    cells = None if refused else contract.cells(p.case)
+    for name in contract.outputs:
+        r = plan.regions.get(name)
+        if r is None:
+            continue
+        got = r.elements(first.after).astype(np.int64)
+        before = r.elements(plan.image).astype(np.int64)
+        if refused:
+            hit = after_error_rule(name, got, before, first.error_type)
+            rules = [hit] if hit is not None else []
+        else:
+            c = cells[name]
+            rules = output_rules(name, c.required, c.untouched, got, before,
+                                 [np.asarray(a[name]) for a in p.expected.accepted()])
+        for kind, where, _, mask in rules:
+            idx = np.flatnonzero(np.asarray(mask).reshape(-1))
+            out[(kind, name, where)] = (("outputs", name), (idx, got.reshape(-1)[idx], tuple(got.shape)))
+    return out
+
+
+def _memory_units(p: Prepared, after: np.ndarray) -> dict[tuple, tuple[tuple, Units]]:
+    """(kind, tensor, where) -> (("memory",), Units of arena bytes) for the stray bytes (charged
+    to the output whose store overran, as the judge charges them) and the input bytes that changed."""
+    contract, plan = CONTRACTS[p.case.op], p.plan
+    if after.shape != plan.image.shape:
+        return {}
+    changed = np.flatnonzero(after != plan.image)
+    owner = plan.owner_of(changed)
+    out: dict[tuple, tuple[tuple, Units]] = {}
+    stray = changed[owner == NOBODY]
+    for (tensor, where), (bytes_, _) in charge_writes(plan.regions.values(), contract.outputs, stray.tolist()).items():
+        at = np.asarray(bytes_, np.int64)
+        out[("out_of_bounds_write", tensor, where)] = (("memory",), (at, after[at].astype(np.int64), None))
+    for i, name in enumerate(plan.names):
+        at = changed[owner == i]
+        if name not in contract.outputs and at.size:
+            out[("input_modified", name, "elements")] = (("memory",), (at, after[at].astype(np.int64), None))
+    return out
+
+
+def _merged(side_: Side) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """place -> (indices ascending, values): every compared finding's units of a side at once."""
+    parts: dict[tuple, list[Units]] = {}
+    for units in side_.wrong.values():
+        for place, u in units.items():
+            parts.setdefault(place, []).append(u)
+    out = {}
+    for place, us in parts.items():
+        idx = np.concatenate([u[0] for u in us])
+        vals = np.concatenate([np.asarray(u[1], dtype=object) for u in us]) if any(u[1].dtype == object for u in us) \
+            else np.concatenate([u[1] for u in us])
+        order = np.argsort(idx, kind="stable")
+        out[place] = idx[order], vals[order]
+    return out
+
+
+def _against(idx: np.ndarray, vals: np.ndarray, other: tuple[np.ndarray, np.ndarray] | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(present, same, the other side's values where present) of units `idx` with `vals`
+    against the other side's units of the same place (None: none)."""
+    if other is None or other[0].size == 0:
+        false = np.zeros(idx.size, bool)
+        return false, false, np.full(idx.size, None, dtype=object)
+    oi, ov = other
+    pos = np.minimum(np.searchsorted(oi, idx), oi.size - 1)
+    present = oi[pos] == idx
+    theirs = ov[pos].astype(object)
+    same = present & np.asarray(theirs == vals, dtype=bool)
+    theirs[~present] = None  # the other side is right there
+    return present, same, theirs
+
+
+def compare(target: Side, base: Side, baseline: str) -> tuple[list[Finding], dict[str, str]]:
+    """(the regressions, changes and fixes one case shows between the target's side and the
+    baseline's, {each compared target finding's signature: its class, "regression", "changed"
+    or "shared"}); `baseline`: its spec, for the messages."""
+    if target.verdict.not_target or base.verdict.not_target:
+        return [], {}
+    theirs, mine = _merged(base), _merged(target)
+    found, classes = [], {}
+    for f in target.verdict.findings:
+        units = target.wrong.get(f.signature)
+        if units is None:
+            continue
+        counts = {"regression": 0, "changed": 0, "shared": 0}
+        rows: dict[str, list[dict]] = {"regression": [], "changed": []}
+        noun = None
+        for place, (idx, vals, shape) in units.items():
+            noun = noun or place[0]
+            if place[0] in base.judged:
+                present, same, other = _against(idx, vals, theirs.get(place))
+            else:  # the baseline's run judged nothing there: wrong on both, differently
+                present, same, other = np.ones(idx.size, bool), np.zeros(idx.size, bool), \
+                    np.full(idx.size, "not judged", dtype=object)
+            for kind, mask in (("regression", ~present), ("changed", present & ~same), ("shared", same)):
+                counts[kind] += int(mask.sum())
+                if kind in rows:
+                    rows[kind] += _rows(place, shape, idx, vals, other, mask, MAX_UNITS - len(rows[kind]))
+        kind = "regression" if counts["regression"] else "changed" if counts["changed"] else "shared"
+        classes[f.signature] = kind
+        if kind == "shared":
+            continue
+        words = _count(counts[kind], noun)
+        message = (f"{words} the baseline {baseline} gets right" if kind == "regression" else
+                   f"{words} both get wrong, differently (baseline {baseline})")
+        others = counts["changed"] if kind == "regression" else 0
+        extra = "".join(f"; {n} {what}" for n, what in ((others, "wrong on both, differently"),
+                                                        (counts["shared"], "wrong on both the same way")) if n)
+        found.append(_class(kind, f, f"{message}{extra}; the target: {f.message}", tuple(rows[kind])))
+    for f in base.verdict.findings:
+        units = base.wrong.get(f.signature)
+        if units is None:
+            continue
+        n, rows, noun = 0, [], None
+        for place, (idx, vals, shape) in units.items():
+            if place[0] not in target.judged:
+                continue
+            noun = noun or place[0]
+            present, _, _ = _against(idx, vals, mine.get(place))
+            n += int((~present).sum())
+            rows += _rows(place, shape, idx, vals, None, ~present, MAX_UNITS - len(rows), who="baseline")
+        if n:
+            found.append(_class("fixed", f, f"the target gets {_count(n, noun)} right that baseline {baseline} "
+                                            f"gets wrong; baseline: {f.message}", tuple(rows)))
+    return found, classes
+
+
+def _count(n: int, domain: str | None) -> str:
+    noun = {"outputs": "cell", "memory": "byte", "reads": "read place"}.get(domain or "")
+    return f"{n} {noun}{'s' if n != 1 else ''}" if noun else "the run"
+
+
+def _rows(place: tuple, shape, idx: np.ndarray, vals: np.ndarray, other: np.ndarray | None, mask: np.ndarray,
+          room: int, who: str = "target") -> list[dict]:
+    """The first `room` units of `mask`, as a finding's cells: where, and what each side left there."""
+    rows = []
+    for k in np.flatnonzero(mask)[:max(room, 0)]:
+        row: dict = {"unit": place[0]}
+        if place[0] == "outputs":
+            row.update(tensor=place[1], index=[int(i) for i in np.unravel_index(int(idx[k]), shape)])
+        elif place[0] == "memory":
+            row["byte"] = int(idx[k])
+        elif place[0] == "reads":
+            row.update(tensor=place[1], where=place[2])
+        else:
+            row["what"] = place[1]
+        theirs = None if other is None else other[k]
+        row[who] = _plain(vals[k])
+        row["baseline" if who == "target" else "target"] = _plain(theirs)
+        rows.append(row)
+    return rows
+
+
+def _plain(v):
+    """A value as JSON holds it."""
+    return int(v) if isinstance(v, (np.integer, int)) and not isinstance(v, bool) else v
+
+
+def _class(kind: str, f: Finding, message: str, cells: tuple = ()) -> Finding:
+    return Finding(kind, f.op, f.path, f.tensor, f"{f.kind}.{f.where}", message, cells or f.cells)
 
 
 def with_baseline(p: Prepared, outcome: Outcome, verdict: Verdict, baseline: str) -> Verdict:
-    """`verdict` (the target's) with the classes its case shows against the baseline's run."""
+    """`verdict` (the target's) with the classes its case shows against the baseline's run:
+    each compared finding marked with its class (`Finding.against`), and the regression,
+    change and fix findings added."""
     b = outcome.baseline
     base = quick_verdict(p, b) or judge(p.case, b, prepared=p)
-    verdict.findings += compare(verdict, base, baseline)
+    if not verdict.findings and not base.findings:
+        return verdict
+    found, classes = compare(side(p, outcome, verdict), side(p, b, base), baseline)
+    verdict.findings = [dataclasses.replace(f, against=classes[f.signature]) if f.signature in classes else f
+                        for f in verdict.findings] + found
     return verdict
 
 
@@ -151,24 +367,46 @@ class BaselineExecutor:
         return self.collect()
 
     def fresh(self) -> "BaselineExecutor":
-        """Two processes that have run no case (confirmations)."""
+        """A target process that has run no case (confirmations), beside the baseline's (`_theirs`)."""
         return self._paired(self.fresh_primary() if self.fresh_primary else self.primary.fresh(),
-                            self.fresh_baseline() if self.fresh_baseline else self.baseline.fresh())
+                            self.fresh_baseline() if self.fresh_baseline else _Lent(self.baseline))
 
     def fresh_many(self, n: int) -> list["BaselineExecutor"]:
-        """`n` pairs of fresh processes, started together."""
+        """`n` fresh target processes, started together, each beside the baseline's. What a
+        confirmation proves in fresh processes is the target's wrong answer; the baseline's
+        side of the comparison runs in the pair's own baseline worker (lent, not closed), so a
+        confirmation starts `n` processes, not `2n`. Running in this process (`--in-process`),
+        the baseline's side gets fresh workers too: a crash there must not end the campaign."""
         mine = _many(self.fresh_primary, n) if self.fresh_primary else self.primary.fresh_many(n)
-        theirs = _many(self.fresh_baseline, n) if self.fresh_baseline else self.baseline.fresh_many(n)
+        theirs = _many(self.fresh_baseline, n) if self.fresh_baseline else [_Lent(self.baseline)] * n
         return [self._paired(a, b) for a, b in zip(mine, theirs)]
 
     def _paired(self, a: Executor, b: Executor) -> "BaselineExecutor":
         return BaselineExecutor(a, b, self.spec, self.missing, self.variants)
 
     def close(self) -> None:
+        """Both workers closed at once, each with its bounded wait (a worker that does not exit
+        in time is killed): closing the pair costs one wait, not two."""
+        other = threading.Thread(target=self.baseline.close, name="kvfuzz-close-baseline", daemon=True)
+        other.start()
         try:
             self.primary.close()
         finally:
-            self.baseline.close()
+            other.join()
+
+
+class _Lent:
+    """The pair's baseline worker lent to a confirmation: it runs the confirmation's cases (one
+    at a time, between the engine's batches) and stays open when the confirmation closes it."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    def __getattr__(self, name: str):
+        return getattr(self._executor, name)
+
+    def close(self) -> None:
+        pass
 
 
 def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:

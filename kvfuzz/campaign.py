@@ -145,6 +145,7 @@ class CampaignResult:
     not_run: dict[str, str] = field(default_factory=dict)  # op -> why it ran no case
     cut_short_by: str | None = None  # "SIGTERM", "the time limit (45 s)", ... (when interrupted)
     cut_op: str | None = None  # the op that was running when the run was cut short
+    shared: list[Found] = field(default_factory=list)  # --baseline: findings the baseline shows the same way
 
     @property
     def cases(self) -> int:
@@ -205,6 +206,14 @@ class CampaignResult:
             from .reports import against_baseline
 
             doc["against_baseline"] = against_baseline(doc["findings"])
+            doc["shared_with_baseline"] = [{
+                "op": f.finding.op,
+                "signature": f.finding.signature,
+                "message": f.finding.message,
+                "contract": contract_status(f.first),
+                "case_digest": f.first.digest(),
+                "found_after_s": f.found_after_s,
+            } for f in self.shared]
         return doc
 
     def _finding(self, x: Saved) -> dict:
@@ -452,7 +461,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                 versions, since_import, notes=environment.notes(), not_run=not_run,
                                 cut_short_by=stopped if interrupted else None,
                                 cut_op=current.op if interrupted and current is not None else None,
-                                internal_errors=pipeline.internal_errors if pipeline is not None else [])
+                                internal_errors=pipeline.internal_errors if pipeline is not None else [],
+                                shared=pipeline.shared if pipeline is not None else [])
         if cfg.report:
             write_json_atomic(cfg.report, result.report())
     return result

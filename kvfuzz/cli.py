@@ -297,6 +297,8 @@ def cmd_fuzz(args) -> int:
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
+    for f in result.shared:  # --baseline: the baseline's defect too, not confirmed on the target alone
+        print(f"SHARED {f.finding.signature}: baseline {args.baseline} gets it wrong the same way (not saved)")
     _say_notes(report)
     _say_internal_errors(report)
     known = len(result.saved) - len(result.new)

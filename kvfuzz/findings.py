@@ -18,9 +18,9 @@ KINDS = (
     "backend_divergence",  # the cross-check backend (the interpreter) gives another arena or raises otherwise
     # --baseline (baseline.py): the same case on the target and on a baseline target, each judged by
     # the oracle; `where` names the ordinary finding it stands on, as KIND.WHERE
-    "regression",  # the baseline right, the target wrong
-    "fixed",  # the baseline wrong, the target right
-    "changed",  # both wrong, differently (another signature)
+    "regression",  # a unit (cell, byte, read place, the run) the baseline gets right, the target wrong
+    "fixed",  # a unit the baseline gets wrong, the target right
+    "changed",  # a unit both get wrong, differently (another value, another crash)
 )
 CLASSES = ("regression", "fixed", "changed")  # the kinds that compare a target with its baseline
 
@@ -87,6 +87,10 @@ class Finding:
     where: str  # coarse class of where: all / partial / before / after / gap / an error type
     message: str
     cells: tuple[dict[str, Any], ...] = field(default=(), compare=False)  # first differing cells
+    # against a baseline (baseline.py): "regression", "changed" or "shared" (the baseline wrong
+    # the same way on every unit it covers); "" alone, or a kind never compared. The campaign's
+    # (pipeline.py), not the saved case's: a case is judged against its baseline again on replay
+    against: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -216,4 +216,6 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
         from .reports import against_baseline
 
         out["against_baseline"] = against_baseline(out["findings"])
+        out["shared_with_baseline"] = list({f["signature"]: f for r in reports
+                                            for f in r.get("shared_with_baseline", [])}.values())
     return out

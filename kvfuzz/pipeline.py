@@ -26,10 +26,19 @@ confirmed, minimized, saved or merged ends that stage for that finding only (`in
 finding is kept as far as it got: a case whose confirmation raised is saved unconfirmed, one
 whose minimizing raised is saved as confirmed; the error goes into `internal_errors`, the saved
 case's `meta["internal_errors"]` and the report, and the campaign goes on.
+
+Against a baseline (baseline.py) each ordinary finding carries its class on the case it was
+first seen on (`Finding.against`). One the baseline shares (wrong the same way on every unit)
+is the baseline's defect: it is listed (`shared`, the report's `shared_with_baseline`) and
+costs nothing more: no confirmation, no minimizing, no saved case. One under a regression or
+change stands with that class finding, which the same case shows: it is not confirmed alone
+but merged into the class finding when the op settles (`under_class`); only where no class
+finding of the op shows it is it confirmed and settled on its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from dataclasses import dataclass, field
@@ -121,6 +130,8 @@ class FindingPipeline:
         self.versions, self.store, self.progress = versions, store, progress
         self.saved: list[Saved] = []
         self.flaky: list[Flaky] = []
+        self.shared: list[Found] = []  # --baseline: findings the baseline shows the same way
+        self.under_class: dict[str, Found] = {}  # --baseline: ordinary findings a class finding stands for
         self.confirmed: dict[str, Confirmation] = {}
         self.first_saved: dict[str, str] = {}  # signature -> store status when first seen ("new", "kept", LISTED)
         self.listed_at: dict[str, Path] = {}  # signature -> the saved case of another finding that lists it
@@ -147,7 +158,15 @@ class FindingPipeline:
         """A finding an engine has just recorded: confirmed in fresh processes before it
         counts, then on disk at once (a SIGKILL during the long minimization that follows must
         not lose it). Returns "flaky", "known" or "new" (new to the corpus). A confirmation that
-        raises saves the case unconfirmed (`_keep_unconfirmed`)."""
+        raises saves the case unconfirmed (`_keep_unconfirmed`). Against a baseline, a finding it
+        shares, or one a class finding stands for, is not confirmed here: "known"."""
+        if f.finding.against == "shared":
+            self.shared.append(f)
+            self._say(f"  shared with the baseline: {f.finding.signature} (not confirmed alone)")
+            return "known"
+        if f.finding.against in CLASSES:
+            self.under_class[f.finding.signature] = f
+            return "known"
         try:
             c = confirm(self._saved_case(f, f.case), self.fresh, self.cfg.confirm_tries)
         except Exception as exc:
@@ -213,6 +232,13 @@ class FindingPipeline:
                 self._fault("settle", exc, sig)
                 self._keep(found[sig])
             waiting -= needs
+        for sig in [s for s in found if s in self.under_class]:
+            f = self.under_class.pop(sig)
+            try:
+                self._settle_under_class(f, groups_from, until)
+            except Exception as exc:
+                self._fault("settle", exc, sig)
+                self._keep(f)
         found.clear()
 
     def _keep(self, f: Found) -> None:
@@ -233,6 +259,18 @@ class FindingPipeline:
             return self.store is not None and key_of(sig, self.cfg.target) in self.store
         except Exception:
             return False
+
+    def _settle_under_class(self, f: Found, groups_from: int, until: float | None) -> None:
+        """An ordinary finding a regression or change stands for: taken in by the op's class
+        finding whose case shows it; else (that one was flaky, or its case no longer shows it)
+        confirmed and settled on its own."""
+        sig = f.finding.signature
+        if any(sig in g.shows for g in self.saved[groups_from:]):
+            self._settle(f, groups_from, until)  # a host shows it: absorbed, nothing run
+            return
+        if self.add(dataclasses.replace(f, finding=dataclasses.replace(f.finding, against=""))) == "flaky":
+            return
+        self._settle(f, groups_from, fair_share(until, 1))
 
     def settle_starved(self, until: float | None) -> None:
         """Once every op has run: each starved finding (its op's minimizing time was spent

@@ -1,15 +1,21 @@
-"""One-line regressions injected into a release's kernel file, each fuzzed with and without
-`--baseline` (the release itself): which ones the baseline reports as `regression`, and which
-ones the same campaign without it misses (its findings are all signatures the release shows
-on its own in the same campaign).
+"""One-line regressions injected into a release's kernel file, each fuzzed with `--baseline` (the
+release itself): which ones come out a `regression`, what the release against itself shows (it
+must be no class at all), and what each run's wall time is against its budget.
 
-usage: python scripts/inject_regressions.py [--release-file PATH] [--budget S] [--device cpu|cuda]
-                                            [--only NAME,...] [--parallel N] [--json FILE]
+usage: python scripts/inject_regressions.py [--release X.Y.Z] [--release-file PATH] [--budget S]
+                                            [--device cpu|cuda] [--only NAME,...] [--parallel N]
+                                            [--without] [--json FILE]
 
-Default release file: sglang==0.5.14's (kvfuzz's cache). Each campaign runs one op, in
+`--release` picks the set of defects (`DEFECTS`: sglang 0.5.23's draft_extend_metadata and
+decode_metadata, the default; 0.5.14's older set) and the kernel file (kvfuzz's cache, or
+`--release-file`); the baseline is `sglang==X.Y.Z` (or that file). Each campaign runs one op, in
 contract, seed 1, in worker processes (`kvfuzz fuzz`, a real subprocess each; `--parallel` of them
-at once). `found after` is when the regression was first seen, in seconds of fuzzing (the report's
-`found_after_s`). docs/regressions.md keeps the table this prints.
+at once), and so does the release against itself for each op. `wall/budget` is the subprocess's
+wall time (start-up, confirming and minimizing included) over `--budget`; `found after` is when the
+regression was first seen, in seconds of fuzzing (the report's `found_after_s`). `--without` also
+fuzzes each copy without `--baseline` and says whether that run shows anything the release does
+not show alone. Exit 1 if a defect is not a `regression` or the release against itself shows a
+class. docs/regressions.md keeps the tables this prints.
 """
 
 from __future__ import annotations
@@ -23,20 +29,40 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# name, op, the line as the release has it, its regressed form, which occurrence, whether the
-# release already gets that output wrong in contract (its own defect masks the regression)
-REGRESSIONS = (
-    ("splits-threshold", "num_kv_splits", "if max_seq_len * 8 < min_seq_len * 10:",
-     "if max_seq_len * 9 < min_seq_len * 10:", 1, True),
-    ("spec-mixed-boundary", "swa_spec_page_table", "result = tl.where(offs_n < seq_len_a, a_val, b_val)",
-     "result = tl.where(offs_n <= seq_len_a, a_val, b_val)", 1, True),
-    ("decode-swa-shift", "decode_metadata", "swa_val = swa_slot >> SHIFT",
-     "swa_val = (swa_slot + 1) >> SHIFT", 1, True),
-    ("decode-general-total", "decode_metadata", "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc)",
-     "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc + 1)", 1, False),
-    ("decode-ps1-mask", "decode_metadata", "mask = col_offsets < max_seq_pages",
-     "mask = col_offsets <= max_seq_pages", 2, False),
-)
+CLASSES = ("regression", "fixed", "changed")
+
+# release -> (name, op, the line as the release has it, its regressed form, which occurrence,
+# whether the release already gets that output wrong in contract: its own defect masks it)
+DEFECTS = {
+    "0.5.23": (
+        ("de-q-total", "draft_extend_metadata", "tl.store(cu_seqlens_q + B * cu_seqlens_q_stride_0, acc_q)",
+         "tl.store(cu_seqlens_q + B * cu_seqlens_q_stride_0, acc_q + 1)", 1, False),
+        ("de-swa-loc-mask", "draft_extend_metadata", "tok_mask = tok_idx < tokens_per_req",
+         "tok_mask = tok_idx <= tokens_per_req", 1, False),
+        ("de-page-shift", "draft_extend_metadata", "page_table_val = page_index >> SHIFT",
+         "page_table_val = (page_index + 1) >> SHIFT", 1, False),
+        ("de-live-mask", "draft_extend_metadata", "mask = col_offsets < num_live_pages",
+         "mask = col_offsets <= num_live_pages", 1, False),
+        ("dec-total", "decode_metadata", "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc)",
+         "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc + 1)", 1, False),
+        ("dec-live-mask", "decode_metadata", "live_mask = cols < num_live_pages",
+         "live_mask = cols <= num_live_pages", 1, False),
+        ("dec-delta", "decode_metadata", "val = (seq + SEQ_LEN_DELTA).to(tl.int32)",
+         "val = (seq + SEQ_LEN_DELTA + 1).to(tl.int32)", 1, False),
+    ),
+    "0.5.14": (
+        ("splits-threshold", "num_kv_splits", "if max_seq_len * 8 < min_seq_len * 10:",
+         "if max_seq_len * 9 < min_seq_len * 10:", 1, True),
+        ("spec-mixed-boundary", "swa_spec_page_table", "result = tl.where(offs_n < seq_len_a, a_val, b_val)",
+         "result = tl.where(offs_n <= seq_len_a, a_val, b_val)", 1, True),
+        ("decode-swa-shift", "decode_metadata", "swa_val = swa_slot >> SHIFT",
+         "swa_val = (swa_slot + 1) >> SHIFT", 1, True),
+        ("decode-general-total", "decode_metadata", "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc)",
+         "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc + 1)", 1, False),
+        ("decode-ps1-mask", "decode_metadata", "mask = col_offsets < max_seq_pages",
+         "mask = col_offsets <= max_seq_pages", 2, False),
+    ),
+}
 
 
 def inject(source: str, old: str, new: str, nth: int) -> str:
@@ -47,71 +73,96 @@ def inject(source: str, old: str, new: str, nth: int) -> str:
 
 
 def campaign(target: str, op: str, budget: float, device: str, baseline: str | None, workdir: Path) -> dict:
-    report = workdir / f"r{time.monotonic_ns()}.json"
+    stamp = time.monotonic_ns()
+    report = workdir / f"r{stamp}.json"
     cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", target, "--op", op, "--budget", str(budget),
            "--device", device, "--in-contract-only", "--seed", "1", "--minimize-budget", "10",
-           "--report", str(report), "--corpus", str(workdir / f"c{time.monotonic_ns()}")]
+           "--report", str(report), "--corpus", str(workdir / f"c{stamp}")]
     if baseline:
         cmd += ["--baseline", baseline]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
     doc = json.loads(report.read_text()) if report.is_file() else {}
-    sigs = sorted({s for f in doc.get("findings", []) for s in f.get("signatures") or [f["signature"]]})
-    after = {s: f.get("found_after_s") for f in doc.get("findings", [])
-             for s in f.get("signatures") or [f["signature"]]}
-    return {"rc": p.returncode, "seconds": round(time.monotonic() - t0, 1), "cases": doc.get("cases"),
-            "signatures": sigs, "found_after_s": after,
-            "error": p.stderr.strip().splitlines()[-1:] if p.returncode == 2 else []}
+    findings = doc.get("findings", [])
+    sigs = sorted({s for f in findings for s in f.get("signatures") or [f["signature"]]})
+    after = {s: f.get("found_after_s") for f in findings for s in f.get("signatures") or [f["signature"]]}
+    return {"rc": p.returncode, "seconds": round(wall, 1), "wall_over_budget": round(wall / budget, 2),
+            "startup_s": doc.get("startup_s"), "cases": doc.get("cases"), "signatures": sigs,
+            "found_after_s": after, "flaky": [f["signature"] for f in doc.get("flaky", [])],
+            "shared": [f["signature"] for f in doc.get("shared_with_baseline", [])],
+            "error": p.stderr.strip().splitlines()[-1:] if p.returncode not in (0, 1) or not doc else []}
+
+
+def classes(run: dict) -> list[str]:
+    return [s for s in run["signatures"] if s.split(":")[2] in CLASSES]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--release-file", type=Path)
-    ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--release", default="0.5.23", choices=sorted(DEFECTS))
+    ap.add_argument("--release-file", type=Path, help="the release's kernel file (default: kvfuzz's cache)")
+    ap.add_argument("--budget", type=float, default=20.0)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="defect names, comma-separated (and `self` for the release against itself)")
     ap.add_argument("--parallel", type=int, default=1, help="campaigns at once (default 1)")
+    ap.add_argument("--without", action="store_true", help="also fuzz each copy without --baseline")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    baseline = f"sglang=={args.release}"
     if args.release_file is None:
         from kvfuzz.targets.wheels import sglang_kernel_file
 
-        args.release_file = sglang_kernel_file("0.5.14")
+        args.release_file = sglang_kernel_file(args.release)
+    else:
+        baseline = str(args.release_file.resolve())
     release = str(args.release_file.resolve())
     source = args.release_file.read_text()
-    chosen = [r for r in REGRESSIONS if not args.only or r[0] in args.only.split(",")]
-    rows = []
+    only = set(args.only.split(",")) if args.only else None
+    chosen = [d for d in DEFECTS[args.release] if only is None or d[0] in only]
+    ops = list(dict.fromkeys(d[1] for d in chosen or DEFECTS[args.release]))  # the release against itself
+    rows, selves = [], []
     with tempfile.TemporaryDirectory(prefix="kvfuzz-inject-") as tmp, ThreadPoolExecutor(max(1, args.parallel)) as pool:
         work = Path(tmp)
 
-        def run(target: str, op: str, baseline: str | None):
-            return pool.submit(campaign, target, op, args.budget, args.device, baseline, work)
-        # what the release shows on its own in the same campaign, per op
-        own = {op: run(release, op, None) for op in dict.fromkeys(r[1] for r in chosen)}
+        def run(target: str, op: str, against: str | None):
+            return pool.submit(campaign, target, op, args.budget, args.device, against, work)
+
         runs = []
         for name, op, old, new, nth, masked in chosen:
             target = work / f"{name}.py"
             target.write_text(inject(source, old, new, nth))
-            runs.append((name, op, old, new, masked, run(str(target), op, release), run(str(target), op, None)))
+            runs.append((name, op, old, new, masked, run(str(target), op, baseline),
+                         run(str(target), op, None) if args.without else None))
+        self_runs = {op: run(release, op, baseline) for op in ops} if only is None or "self" in only else {}
+        alone = {op: run(release, op, None) for op in ops} if args.without else {}
         for name, op, old, new, masked, with_f, without_f in runs:
-            with_b, without, alone = with_f.result(), without_f.result(), own[op].result()["signatures"]
-            regressions = [s for s in with_b["signatures"] if s.split(":")[2] == "regression"]
-            after = min((with_b["found_after_s"][s] for s in regressions if with_b["found_after_s"].get(s) is not None),
+            r = with_f.result()
+            regressions = [s for s in classes(r) if s.split(":")[2] == "regression"]
+            found = min((r["found_after_s"][s] for s in regressions if r["found_after_s"].get(s) is not None),
                         default=None)
-            row = {"name": name, "op": op, "masked": masked, "line": f"{old} -> {new}",
-                   "with_baseline": with_b, "without": without, "regressions": regressions,
-                   "found_after_s": after,
-                   "missed_without": not (set(without["signatures"]) - set(alone)),
-                   "release_alone": alone}
+            row = {"name": name, "op": op, "masked": masked, "line": f"{old} -> {new}", "run": r,
+                   "regressions": regressions, "found_after_s": found}
+            if without_f is not None:
+                row["without"] = w = without_f.result()
+                row["missed_without"] = not (set(w["signatures"]) - set(alone[op].result()["signatures"]))
             rows.append(row)
-            print(f"{name:22} {op:20} masked={masked!s:5} regression={'yes' if regressions else 'NO':3} "
-                  f"(found after {after} s of fuzzing; {with_b['seconds']} s, exit {with_b['rc']})  "
-                  f"without --baseline: {'missed' if row['missed_without'] else 'found'} (exit {without['rc']})",
-                  flush=True)
+            print(f"{name:16} {op:22} {'regression' if regressions else 'NO REGRESSION':13} "
+                  f"found after {found} s; wall/budget {r['wall_over_budget']} ({r['seconds']} s, start-up "
+                  f"{r['startup_s']} s, exit {r['rc']}); {len(r['shared'])} shared, {len(r['flaky'])} flaky"
+                  + (f"; without --baseline: {'missed' if row['missed_without'] else 'found'}" if without_f else "")
+                  + (f"  {r['error'][0]}" if r["error"] else ""), flush=True)
+        for op, f in self_runs.items():
+            r = f.result()
+            selves.append({"op": op, "run": r, "classes": classes(r)})
+            print(f"{'self':16} {op:22} {('classes: ' + ', '.join(classes(r))) if classes(r) else 'no class':13} "
+                  f"wall/budget {r['wall_over_budget']} ({r['seconds']} s, start-up {r['startup_s']} s, exit "
+                  f"{r['rc']}); {len(r['shared'])} shared, {len(r['flaky'])} flaky"
+                  + (f"  {r['error'][0]}" if r["error"] else ""), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"release": release, "budget_s": args.budget, "device": args.device,
-                                         "rows": rows}, indent=1) + "\n")
-    return 0 if all(r["regressions"] for r in rows) else 1
+        args.json.write_text(json.dumps({"release": release, "baseline": baseline, "budget_s": args.budget,
+                                         "device": args.device, "rows": rows, "self": selves}, indent=1) + "\n")
+    return 0 if all(r["regressions"] for r in rows) and not any(s["classes"] for s in selves) else 1
 
 
 if __name__ == "__main__":

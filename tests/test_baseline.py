@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cases as hand
-from kvfuzz.baseline import compare, pair
+from kvfuzz.baseline import Side, compare, pair
 from kvfuzz.check import Checker
 from kvfuzz.cli import fails_the_run, main
 from kvfuzz.errors import BadInput
@@ -45,7 +46,8 @@ def test_the_target_right_where_the_baseline_is_wrong_is_a_fix(device):
 
 @pytest.mark.parametrize("spec", ["builtin", MUTANT])
 def test_a_target_against_itself_shows_no_class(spec, device):
-    for case in (hand.decode(ps=1, delta=3), hand.decode(ps=2, B=3), hand.decode(ps=16, B=2)):
+    # (the mutant's ps=2, B>1 cases copy a random row: two runs of it differ, so not those)
+    for case in (hand.decode(ps=1, delta=3), hand.decode(ps=16, B=2), hand.decode(ps=2, B=1)):
         sigs = signatures(spec, spec, device, case)
         assert not [s for s in sigs if s.split(":")[2] in ("regression", "fixed", "changed")], sigs
 
@@ -58,22 +60,129 @@ def _v(*findings: Finding, not_target: str | None = None) -> Verdict:
     return Verdict("in_contract", [], list(findings), not_target=not_target)
 
 
-def test_compare_tells_regressions_fixes_and_changes_apart():
-    wrong, other = _f("mismatch"), _f("untouched_write", where="cells")
-    assert [f.signature for f in compare(_v(wrong), _v(), "B")] == \
-        ["decode_metadata:general:regression:page_table:mismatch.all"]
-    assert [f.kind for f in compare(_v(), _v(wrong), "B")] == ["fixed"]
-    assert compare(_v(wrong), _v(wrong), "B") == [] and compare(_v(), _v(), "B") == []
-    changed = compare(_v(wrong, other), _v(wrong), "B")  # a second defect on an output that has one
-    assert [f.signature for f in changed] == ["decode_metadata:general:changed:page_table:untouched_write.cells"]
-    assert [f.where for f in compare(_v(wrong), _v(wrong, other), "B")] == ["untouched_write.cells"]
+ALL = frozenset({"run", "memory", "reads", "outputs"})
+
+
+SHAPE = (4, 4)  # page_table's, in the sides built by hand
+
+
+def _side(*wrong: tuple[Finding, dict], judged=ALL, not_target: str | None = None) -> Side:
+    """A side built by hand: each finding with the units it covers, {index: value} of
+    page_table's cells, or {("memory", byte): value} and {("run", kind): value}."""
+    units = {}
+    for f, cells in wrong:
+        places: dict = {}
+        for u, v in cells.items():
+            if u[0] == "memory":
+                place, i = ("memory",), u[1]
+            elif isinstance(u[0], str):
+                place, i = u, 0
+            else:
+                place, i = ("outputs", f.tensor), int(np.ravel_multi_index(u, SHAPE))
+            places.setdefault(place, []).append((i, v))
+        units[f.signature] = {
+            place: (np.array([i for i, _ in items], np.int64),
+                    np.array([v for _, v in items], dtype=object if place[0] == "run" else np.int64),
+                    SHAPE if place[0] == "outputs" else None)
+            for place, items in ((pl, sorted(it)) for pl, it in places.items())}
+    return Side(_v(*(f for f, _ in wrong), not_target=not_target), units, judged)
+
+
+def _classes(target: Side, base: Side) -> tuple[list[str], dict[str, str]]:
+    found, marks = compare(target, base, "B")
+    return [f.signature for f in found], marks
+
+
+MISMATCH = "decode_metadata:general:mismatch:page_table:partial"
+
+
+def test_a_cell_the_baseline_gets_right_is_a_regression_though_it_fails_other_cells():
+    """The issue's case: the baseline fails some cells of the case, the target those same ones
+    the same way and one more; one signature on both sides, still a regression (per case it
+    was nothing, or `changed`)."""
+    wrong = _f("mismatch", where="partial")
+    found, marks = compare(_side((wrong, {(0, 1): 5, (0, 2): 6, (1, 0): 9})), _side((wrong, {(0, 1): 5, (0, 2): 6})),
+                           "B")
+    assert [f.signature for f in found] == ["decode_metadata:general:regression:page_table:mismatch.partial"]
+    assert marks == {MISMATCH: "regression"}
+    assert "1 cell the baseline B gets right; 2 wrong on both the same way" in found[0].message
+    assert found[0].cells == ({"unit": "outputs", "tensor": "page_table", "index": [1, 0], "target": 9,
+                               "baseline": None},)
+
+
+def test_cells_wrong_on_both_the_same_way_are_shared_and_differently_changed():
+    wrong = _f("mismatch", where="partial")
+    assert _classes(_side((wrong, {(0, 1): 5})), _side((wrong, {(0, 1): 5}))) == ([], {MISMATCH: "shared"})
+    # the target's finding is partial, the baseline's all: another signature, the same wrong cell
+    assert _classes(_side((wrong, {(0, 1): 5})), _side((_f("mismatch"), {(0, 1): 5, (0, 2): 7})))[1] == \
+        {MISMATCH: "shared"}
+    found, marks = _classes(_side((wrong, {(0, 1): 5, (0, 2): 3})), _side((wrong, {(0, 1): 5, (0, 2): 7})))
+    assert found == ["decode_metadata:general:changed:page_table:mismatch.partial"] and marks == {MISMATCH: "changed"}
+    # a regression outranks a change on the same finding
+    found, _ = _classes(_side((wrong, {(0, 1): 4, (0, 2): 3})), _side((wrong, {(0, 1): 5})))
+    assert found == ["decode_metadata:general:regression:page_table:mismatch.partial"]
+
+
+def test_a_cell_right_where_the_baseline_was_wrong_is_fixed():
+    wrong = _f("mismatch", where="partial")
+    found, marks = _classes(_side((wrong, {(0, 1): 5})), _side((wrong, {(0, 1): 5, (0, 2): 7})))
+    assert found == ["decode_metadata:general:fixed:page_table:mismatch.partial"] and marks == {MISMATCH: "shared"}
+    assert _classes(_side(), _side((wrong, {(0, 1): 5})))[0] == \
+        ["decode_metadata:general:fixed:page_table:mismatch.partial"]
+
+
+def test_bytes_written_out_of_bounds_are_classed_byte_by_byte():
+    """A wild write the baseline has too, at more bytes on the target: a regression, never a
+    new ordinary signature with no class."""
+    oob = _f("out_of_bounds_write", where="after")
+    sig = "decode_metadata:general:out_of_bounds_write:page_table:after"
+    found, marks = _classes(_side((oob, {("memory", 100): 1, ("memory", 101): 2})), _side((oob, {("memory", 100): 1})))
+    assert found == ["decode_metadata:general:regression:page_table:out_of_bounds_write.after"] and \
+        marks == {sig: "regression"}
+    assert _classes(_side((oob, {("memory", 100): 1})), _side((oob, {("memory", 100): 1}))) == ([], {sig: "shared"})
+    assert _classes(_side((oob, {("memory", 100): 3})), _side((oob, {("memory", 100): 1})))[1] == {sig: "changed"}
+
+
+def test_runs_that_judge_nothing_there_are_not_right_there():
+    """A baseline whose run was lost judged no cell: the target's wrong cells are a change, not a
+    regression; the target's crash where the baseline ran is a regression (the baseline's wrong
+    cells are not fixed there: the target judged none), and a crash on both, of another kind, a
+    change."""
+    wrong, crash = _f("mismatch"), _f("crash", "-", "SIGSEGV")
+    lost = _side((crash, {("run", "crash"): "SIGSEGV"}), judged=frozenset({"run"}))
+    found, marks = _classes(_side((wrong, {(0, 1): 5})), lost)
+    # the cells a change; the crash the target does not have, fixed
+    assert found == ["decode_metadata:general:changed:page_table:mismatch.all",
+                     "decode_metadata:general:fixed:-:crash.SIGSEGV"]
+    found, _ = _classes(lost, _side((wrong, {(0, 1): 5})))
+    assert found == ["decode_metadata:general:regression:-:crash.SIGSEGV"]  # the baseline's cells: not judged here
+    timeout = _side((_f("crash", "-", "timeout"), {("run", "crash"): "timeout"}), judged=frozenset({"run"}))
+    assert _classes(lost, timeout)[0] == ["decode_metadata:general:changed:-:crash.SIGSEGV"]
+    assert _classes(lost, lost) == ([], {"decode_metadata:general:crash:-:SIGSEGV": "shared"})
+
+
+def test_what_is_never_compared():
+    wrong = _f("mismatch")
     # kvfuzz's own failures and its oracles' disagreements compare nothing
-    assert compare(_v(wrong), _v(not_target="no worker"), "B") == []
-    assert compare(_v(_f("oracle_disagreement")), _v(), "B") == []
+    assert compare(_side((wrong, {(0, 1): 5})), _side(not_target="no worker"), "B") == ([], {})
+    assert compare(_side((_f("oracle_disagreement"), {})), _side(), "B")[0] == []
     # a race shows on some runs only: one side showing it says nothing about a change
     race = _f("nondeterministic", where="rerun")
-    assert compare(_v(race), _v(), "B") == [] and compare(_v(), _v(race), "B") == []
-    assert [f.kind for f in compare(_v(race, wrong), _v(), "B")] == ["regression"]  # the rest still compares
+    assert compare(_side((race, {})), _side(), "B")[0] == [] and compare(_side(), _side((race, {})), "B")[0] == []
+
+
+def test_every_compared_target_finding_is_marked_with_its_class(device):
+    """with_baseline on a real run: the mutant's in-place write, which builtin does not make,
+    is marked a regression; the class finding stands beside it."""
+    ex = paired(MUTANT, "builtin", device)
+    try:
+        verdict = Checker(ex, "decode_metadata").check(hand.decode(ps=1, delta=3))
+    finally:
+        ex.close()
+    marks = {f.signature: f.against for f in verdict.findings}
+    assert marks[MODIFIED] == "regression"
+    regression = next(f for f in verdict.findings if f.kind == "regression")
+    assert regression.cells and all(c["unit"] == "memory" and c["baseline"] is None for c in regression.cells)
 
 
 def test_a_class_keeps_the_runs_and_strictness_of_the_defect_it_stands_on():
@@ -206,3 +315,45 @@ def test_bench_measures_the_checked_loop_with_its_baseline(device, capsys):
     assert main(["bench", "--baseline", "/nope/x.py", "--op", "num_kv_splits", "--budget", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--baseline /nope/x.py" in err[0]
+
+
+def _pipeline(tmp_path):
+    from kvfuzz.campaign import CampaignConfig
+    from kvfuzz.pipeline import FindingPipeline
+
+    def fresh():
+        raise AssertionError("a process was started to confirm it")
+
+    cfg = CampaignConfig(target="builtin", baseline="builtin", ops=["decode_metadata"])
+    return FindingPipeline(cfg, None, fresh, "cpu", {}, None)
+
+
+def test_a_finding_the_baseline_shares_is_listed_and_costs_nothing(tmp_path):
+    import dataclasses
+
+    from kvfuzz.engines.common import Found
+
+    pl = _pipeline(tmp_path)
+    case = hand.decode(ps=1, delta=3)
+    f = Found(dataclasses.replace(_f("mismatch"), against="shared"), case, case)
+    assert pl.add(f) == "known" and pl.shared == [f] and not pl.confirmed
+    pl.settle({f.finding.signature: f})
+    assert pl.saved == [] and pl.flaky == []
+
+
+def test_a_finding_under_a_class_joins_the_class_finding_unconfirmed(tmp_path):
+    import dataclasses
+
+    from kvfuzz.engines.common import Found
+    from kvfuzz.pipeline import Saved
+
+    pl = _pipeline(tmp_path)
+    case = hand.decode(ps=1, delta=3)
+    ordinary = dataclasses.replace(_f("mismatch"), against="regression")
+    f = Found(ordinary, case, case)
+    assert pl.add(f) == "known" and not pl.confirmed and pl.under_class == {ordinary.signature: f}
+    regression = Finding("regression", "decode_metadata", "general", "page_table", "mismatch.all", "r")
+    host = Saved(Found(regression, case, case), case, None, shows=frozenset({regression.signature, ordinary.signature}))
+    pl.saved.append(host)
+    pl._settle_under_class(pl.under_class.pop(ordinary.signature), 0, None)
+    assert pl.saved == [host] and host.signatures == [regression.signature, ordinary.signature]
