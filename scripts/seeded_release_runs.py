@@ -86,7 +86,7 @@ def fuzz(name: str, op: str, target: str, args: argparse.Namespace, out: Path) -
     doc = json.loads(report.read_text()) if report.is_file() else None
     row = {"run": name, "op": op, "target": target, "exit": rc, "report": doc is not None, "wall_s": round(wall, 1)}
     if doc is not None:
-        row["cases"] = sum(s.get("cases", 0) for s in doc.get("ops", []))
+        row["cases"] = sum(s.get("cases", 0) for s in doc.get("ops", {}).values())
         row["findings"] = len(doc.get("findings", []))
         row["internal_errors"] = len(doc.get("internal_errors", []))
         row["cut_short"] = bool(doc.get("cut_short"))
