@@ -247,7 +247,8 @@ class CampaignResult:
             if all(dict(e, where=None) != dict(err, where=None) for e in self.internal_errors):
                 self.internal_errors.append(err)  # once, however often the report is made
             return {"op": x.found.finding.op, "kind": x.found.finding.kind, "signature": x.found.finding.signature,
-                    "message": x.found.finding.message, "signatures": x.signatures, "case": str(x.path) if x.path else None, "new": x.new,
+                    "message": x.found.finding.message, "signatures": x.signatures,
+                    "case": str(x.path) if x.path else None, "new": x.new,
                     "unconfirmed": x.unconfirmed, "internal_errors": mine()}
 
 

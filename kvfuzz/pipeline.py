@@ -177,6 +177,14 @@ class FindingPipeline:
             self._say(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
             return "flaky"
         self.confirmed[f.finding.signature] = c
+        try:
+            return self._first_save(f)
+        except Exception as exc:  # not on disk yet: settling the op saves it (`_finish`, `_keep`)
+            self._fault("save", exc, f.finding.signature)
+            return "new"
+
+    def _first_save(self, f: Found) -> str:
+        """A confirmed finding on disk at once, unless another saved case lists it: "new" or "known"."""
         res = None
         sc = self._saved_case(f, f.case)
         listed = self._listed_elsewhere(sc) if self.store is not None else None
@@ -200,7 +208,11 @@ class FindingPipeline:
         sig = f.finding.signature
         path, error, res = None, None, None
         if self.store is not None:
-            res, error = self._try_save(self._saved_case(f, f.case))
+            try:
+                res, error = self._try_save(self._saved_case(f, f.case))
+            except Exception as exc:
+                error = one_line(exc)
+                self._fault("save", exc, sig)
             path = res.path if res is not None else None
         new = res is None or res.status == "new"
         self.saved.append(Saved(f, f.case, path, save_error=error, new=new, shows=frozenset({sig}), unconfirmed=True))

@@ -138,3 +138,31 @@ def test_a_fault_in_one_stage_loses_no_finding(stage, clean, tmp_path, monkeypat
         if stage == "confirm":
             assert meta["unconfirmed"] is True
             assert all(f["unconfirmed"] for f in report["findings"])
+
+
+def test_a_fault_merging_two_findings_keeps_both(tmp_path, device, monkeypatch):
+    """One case shows two signatures: the second finding would be merged into the first
+    (`_absorb`). Merging raises: the second stays a finding of its own, saved with the error."""
+    import cases as hand
+    from kvfuzz.corpus import environment_versions, read_case_dir
+    from kvfuzz.engines.common import Found
+    from kvfuzz.judge import judge
+
+    case = hand.decode(ps=3, B=6, delta=3)  # a page size the mutant accepts, and its in-place write
+    verdict = judge(case, InProcessExecutor(MUTANT, device).run(case))
+    founds = {f.signature: Found(f, case, case) for f in verdict.findings}
+    assert len(founds) == 2
+    cfg = campaign.CampaignConfig(ops=["decode_metadata"], target=MUTANT, device=device, minimize_budget_s=0,
+                                  confirm_tries=2)
+    pipe = FindingPipeline(cfg, InProcessExecutor(MUTANT, device), lambda: InProcessExecutor(MUTANT, device), device,
+                           environment_versions(), DirectoryCorpus(tmp_path / "corpus"))
+    monkeypatch.setattr(FindingPipeline, "_absorb", _raise)
+    for f in founds.values():
+        assert pipe.add(f) == "new"
+    pipe.settle(dict(founds))
+    assert {s for x in pipe.saved for s in x.signatures} == set(founds)
+    assert len(pipe.saved) == 2 and all(x.path is not None for x in pipe.saved)
+    (err,) = pipe.internal_errors
+    assert err["stage"] == "absorb" and err["signature"] in founds
+    absorbed = next(x for x in pipe.saved if x.found.finding.signature == err["signature"])
+    assert read_case_dir(absorbed.path).case.meta["internal_errors"][0]["stage"] == "absorb"
