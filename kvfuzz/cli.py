@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from contextlib import nullcontext
 from pathlib import Path
