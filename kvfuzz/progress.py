@@ -49,7 +49,7 @@ class OpProgress:
     cross_checked: int = 0  # cases compared with the cross-check backend
     elapsed: float = 0.0  # seconds of the op so far
     budget: float = 0.0  # the op's generation budget (confirming and minimizing come on top)
-    stage: str = "waiting"  # waiting | fuzzing | confirming | minimizing | saving | done | skipped
+    stage: str = "waiting"  # waiting | fuzzing | confirming | minimizing | saving | done | skipped | not run | cut short
     stages: dict[str, int] = field(default_factory=dict)  # merged rows: stage -> shards in it
 
     def line(self) -> str:

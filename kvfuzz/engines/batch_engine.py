@@ -30,6 +30,7 @@ a fresh worker).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, Iterator
 
@@ -195,9 +196,16 @@ class BatchEngine(Engine):
                 return False
             if drawn == run.start:  # the first batch: whenever the op is in time (OpRun.first_by included)
                 return run.in_time()
-            # a batch drawn now runs after the one in flight (if any): under a hard stop (--time-limit)
-            # none that the last batch's duration says would end past it
-            return run.in_time() and run.until - time.monotonic() > batch_s[0] * (2 if flight else 1)
+            if not run.in_time():
+                return False
+            if run.until == math.inf:
+                return True
+            # under a hard stop (--time-limit) a batch drawn now runs after the one in flight (if
+            # any): none that the last batch's duration says would end past it, and none beside
+            # the op's first batch before that one's duration is known
+            if flight and not batch_s[0]:
+                return False
+            return run.until - time.monotonic() > batch_s[0] * (2 if flight else 1)
 
         # The worker runs batch k+1 while this process judges batch k and draws batch k+2.
         nxt, packed = drawn_and_packed() if more() else ([], None)  # packed: nxt's image and launches
