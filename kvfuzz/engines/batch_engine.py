@@ -35,7 +35,7 @@ from typing import Callable, Iterator
 
 from ..case import Case
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
-from ..findings import Finding
+from ..findings import MEMORY_FAULTS, Finding
 from ..judge import Verdict
 from ..reduce import record_case
 from ..strategies import GENERATORS
@@ -168,16 +168,16 @@ class BatchEngine(Engine):
                 return
             stats.lost_batches += 1
             for k, p in enumerate(prepared):  # one by one: the case that loses its run is the finding
-                if time.monotonic() >= run.until:  # each fault costs a new worker: past the hard stop, leave the rest
+                if not run.in_time():  # each fault costs a new worker: past the budget, leave the rest
                     stats.skipped_cases += len(prepared) - k
                     break
                 known = set(found)
                 collect()
                 verdict = self.checker.check(p, repeats=1)
                 take(p, verdict, prepared)
-                # a known hang or device fault again: its class keeps doing it, and each costs a new
+                # a known hang or memory fault again: its class keeps doing it, and each costs a new
                 # worker (a fault) or the case timeout (a hang): move on to the next stint
-                if any(f.where in ("timeout", "cuda_fault") and f.signature in known for f in verdict.findings):
+                if any(f.where in ("timeout", *MEMORY_FAULTS) and f.signature in known for f in verdict.findings):
                     skip_until[0] = (p.index // stint + 1) * stint
                     stats.skipped_cases += sum(q.index > p.index for q in prepared)
                     break
