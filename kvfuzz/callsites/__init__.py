@@ -38,13 +38,15 @@ def analyse(sources: dict[str, str]) -> list[dict]:
     out = []
     for site in find_sites(sources, names):
         found = resolve_def(site, defs)
-        if found is None:
+        if found is not None:
+            site.signature = f"{found[0]}:{found[1].lineno}"
+        if site.kind == "passed":  # its arguments are those of the call that launches it, a site of its own
+            pass
+        elif found is None:
             site.binding = [{"kind": "binding", "what": "no_definition",
                              "message": f"no single definition of {site.entry} this call reaches"}]
         else:
-            file, func = found
-            site.signature = f"{file}:{func.lineno}"
-            site.binding = binding.check(site.args, site.kwargs, binding.signature(func), site.kind == "launch")
+            site.binding = binding.check(site.args, site.kwargs, binding.signature(found[1]), site.kind == "launch")
         out.append(site.as_dict())
     return out
 

@@ -35,7 +35,8 @@ class Site:
     file: str  # inside the wheel, e.g. sglang/srt/layers/attention/triton_backend.py
     line: int
     function: str  # the enclosing function's qualified name (Class.method), "<module>" at top level
-    kind: str  # "launch": kernel[grid](...); "call": wrapper(...)
+    kind: str  # "launch": kernel[grid](...); "call": wrapper(...); "passed": handed to another call
+    # (`passed_to`), which launches it under another name
     grid: str | None
     args: list[str]  # positional arguments as written ("*x" for a starred one)
     kwargs: dict[str, str]  # keyword arguments as written ("**" for a ** expansion)
@@ -45,6 +46,7 @@ class Site:
     imported_from: str | None = None  # the module the entry's name is imported from in this file
     binding: list[dict] = field(default_factory=list)  # binding.py's findings (kind "binding")
     signature: str | None = None  # file:line of the definition the call binds to
+    passed_to: str | None = None  # kind "passed": the call the entry point is an argument of
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -185,11 +187,31 @@ class _Walker(ast.NodeVisitor):
             self.visit(s)
         self.conds.pop()
 
+    def _entry(self, name: str | None) -> tuple[str, str | None] | None:
+        """(entry point, module imported from) a called name stands for: an entry's name, its
+        import alias, or a parameter named after it (`<entry>_fn`: SGLang passes a kernel down so)."""
+        if name is None:
+            return None
+        if name in self.aliases:
+            return self.aliases[name]
+        params = {a.arg for f in self.stack if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs}
+        if name not in params:  # `<entry>_kernel` defined at module level is another kernel
+            return None
+        return next(((e, None) for e in self.entries if name.startswith(e + "_")), None)
+
     def visit_Call(self, node: ast.Call) -> None:
         name, grid, kind = _callee(node.func)
-        if name in self.aliases:
-            entry, module = self.aliases[name]
-            self.sites.append(self._site(node, entry, module, grid, kind))
+        found = self._entry(name)
+        if found:
+            self.sites.append(self._site(node, found[0], found[1], grid, kind))
+        for value in list(node.args) + [kw.value for kw in node.keywords]:  # the kernel handed on
+            passed = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+            if passed in self.aliases:
+                site = self._site(node, *self.aliases[passed], None, "passed")
+                site.passed_to = ast.unparse(node.func)
+                site.args, site.kwargs, site.dtypes = [], {}, {}  # the other call's, not the kernel's
+                self.sites.append(site)
         self.generic_visit(node)
 
     def _site(self, node: ast.Call, entry: str, module: str | None, grid: str | None, kind: str) -> Site:

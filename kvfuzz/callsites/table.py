@@ -14,6 +14,8 @@ def _place(site: dict) -> str:
 
 
 def _launch(site: dict) -> str:
+    if site["kind"] == "passed":
+        return f"passed to {site['passed_to']}"
     return f"[{site['grid']}]" if site["kind"] == "launch" else "call"
 
 
@@ -59,7 +61,7 @@ def markdown(data: dict) -> str:
         "# SGLang's call sites of kvfuzz's ops",
         "",
         "Where each SGLang release launches the kernels kvfuzz fuzzes, read from the release wheel's",
-        "Python sources with `ast` (`kvfuzz/callsites/`): every `kernel[grid](...)` launch and every",
+        "Python sources with `ast` (`kvfuzz/callsites/`): every launch of a kernel on a grid and every",
         "call of a wrapper that is an op's entry point, in the attention backends, the speculative paths,",
         "the graph runners and the memory pools (modules under `sglang/test/` are left out). Per site:",
         "where it is, the enclosing function, the grid, the arguments as written, the dtype of each",
@@ -127,6 +129,7 @@ def cli_lines(data: dict, version: str) -> list[str]:
         lines.append(f"  {op}: {len(sites)} site{'s' if len(sites) != 1 else ''}")
         for s in sites:
             extra = "; ".join(x for x in (_dtypes(s), _selected(s)) if x)
-            lines.append(f"    {_place(s)} {s['function']} {_launch(s)}({_arguments(s)})" + (f"  [{extra}]" if extra else ""))
+            call = _launch(s) if s["kind"] == "passed" else f"{_launch(s)}({_arguments(s)})"
+            lines.append(f"    {_place(s)} {s['function']} {call}" + (f"  [{extra}]" if extra else ""))
             lines += [f"      binding: {b['message']}" for b in s["binding"]]
     return lines
