@@ -28,7 +28,14 @@ DOC = ROOT / "docs" / "callsites.md"
 
 
 def _dump(data: dict) -> str:
-    return json.dumps(data, indent=1, sort_keys=False) + "\n"
+    """The data as JSON with one call site a line (small, and a diff shows the sites that changed)."""
+    out = [f'{{"format": {data["format"]}, "releases": {{']
+    for i, (version, entry) in enumerate(data["releases"].items()):
+        head = {k: v for k, v in entry.items() if k != "sites"}
+        out.append(f"{json.dumps(version)}: {json.dumps(head)[:-1]}, \"sites\": [")
+        out += [json.dumps(site) + ("," if j < len(entry["sites"]) - 1 else "") for j, site in enumerate(entry["sites"])]
+        out.append("]}" + ("," if i < len(data["releases"]) - 1 else ""))
+    return "\n".join(out) + "\n}}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

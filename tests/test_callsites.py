@@ -4,6 +4,7 @@ slow drift check of the shipped data against the wheels (needs PyPI or the wheel
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,34 @@ def test_ops_target_prints_the_release_call_sites():
     assert any("kv_index_translator.py" in line and "[(bs, num_token_blocks)]" in line for line in lines)
     assert cli_lines(load(), "0.5.15.post1") == [
         "call sites: kvfuzz has no call-site data for sglang 0.5.15.post1 (docs/callsites.md)"]
+
+
+def _gen_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_callsites", ROOT / "scripts" / "gen_callsites.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_exits_1_on_drift_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    gen = _gen_script()
+    data, doc = tmp_path / "callsites.json", tmp_path / "callsites.md"
+    monkeypatch.setattr(gen, "DATA", data)
+    monkeypatch.setattr(gen, "DOC", doc)
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    wheel = {"wheel": "sglang-9.9.9.whl", "sha256": "0", "sites": analyse(_sources())}
+    monkeypatch.setattr(gen, "build", lambda version: wheel)
+    assert gen.main(["--release", "9.9.9"]) == 0
+    assert json.loads(data.read_text())["releases"]["9.9.9"] == wheel
+    assert doc.read_text() == markdown(json.loads(data.read_text()))
+    assert gen.main(["--check"]) == 0
+    wheel = {**wheel, "sites": wheel["sites"][1:]}  # the release's callers changed
+    before = data.read_text()
+    assert gen.main(["--check"]) == 1
+    assert "drift: sglang 9.9.9" in capsys.readouterr().out
+    assert data.read_text() == before
 
 
 @pytest.mark.slow
