@@ -168,7 +168,12 @@ def test_shipped_data_covers_every_op_for_the_releases_it_covers():
         ops = {s["op"] for s in releases[f"0.5.{minor}"]["sites"]}
         assert {op for op in records() if minor >= first.get(op, 6)} <= ops, f"0.5.{minor}"
     mla = [s for s in releases["0.4.10.post1"]["sites"] if s["file"].endswith("cutlass_mla_backend.py")]
-    assert mla and all(b["param"] == "NUM_PAGE_PER_BLOCK" for s in mla for b in s["binding"])
+    # the known case: PAGE_SIZE, 8th by position, lands in the NUM_PAGE_PER_BLOCK slot; no other
+    assert [(b["param"], b["means"]) for s in mla for b in s["binding"]] == [("NUM_PAGE_PER_BLOCK", "PAGED_SIZE")] * 3
+    assert [b for v in releases if v != "0.4.10.post1" for s in releases[v]["sites"] for b in s["binding"]] == []
+    searched = data["searched"]  # 0.4.0 - 0.5.5, searched for binding findings only: none
+    assert {"0.4.0", "0.4.9", "0.5.5"} <= set(searched)
+    assert all(s["sites"] > 0 and s["binding"] == [] for s in searched.values())
 
 
 def test_docs_are_the_shipped_data_rendered():
@@ -215,7 +220,7 @@ def test_check_exits_1_on_drift_and_writes_nothing(monkeypatch, tmp_path, capsys
 def test_shipped_data_is_what_the_wheels_give():
     """Drift: the checked-in data of two releases against their wheels (PyPI or the wheel cache)."""
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_callsites.py"), "--check",
-                           "--release", "0.4.10.post1", "--release", "0.5.23"],
+                           "--release", "0.4.10.post1", "--release", "0.5.23", "--search", "0.4.9"],
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode == 2 and "cannot fetch" in proc.stderr:
         pytest.skip(proc.stderr.strip())

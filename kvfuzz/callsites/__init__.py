@@ -59,9 +59,18 @@ def build(version: str) -> dict:
     return {"wheel": wheel, "sha256": sha, "sites": analyse(sources)}
 
 
+def search_summary(built: dict) -> dict:
+    """What the data keeps of a release searched for binding findings only: its wheel, its
+    count of call sites, and each finding with its site."""
+    return {"wheel": built["wheel"], "sha256": built["sha256"], "sites": len(built["sites"]),
+            "binding": [{"file": s["file"], "line": s["line"], "entry": s["entry"], **b}
+                        for s in built["sites"] for b in s["binding"]]}
+
+
 @lru_cache(maxsize=1)
 def load() -> dict:
-    """The shipped call-site data: {"format", "releases": {version: build(version)}}."""
+    """The shipped call-site data: {"format", "releases": {version: build(version)},
+    "searched": {version: search_summary(build(version))}}."""
     return json.loads(DATA.read_text())
 
 
