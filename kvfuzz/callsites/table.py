@@ -43,7 +43,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") if text else "-"
 
 
-def _ops_in_order(data: dict) -> list[str]:
+def _ops_in_order() -> list[str]:
     from ..ops import records
 
     return list(records())
@@ -56,7 +56,7 @@ def _releases(data: dict) -> list[str]:
 def markdown(data: dict) -> str:
     """docs/callsites.md."""
     releases = _releases(data)
-    ops = _ops_in_order(data)
+    ops = _ops_in_order()
     lines = [
         "# SGLang's call sites of kvfuzz's ops",
         "",
@@ -131,7 +131,7 @@ def cli_lines(data: dict, version: str) -> list[str]:
     if entry is None:
         return [f"call sites: kvfuzz has no call-site data for sglang {version} (docs/callsites.md)"]
     lines = [f"call sites in sglang {version} ({entry['wheel']}; docs/callsites.md):"]
-    for op in _ops_in_order(data):
+    for op in _ops_in_order():
         sites = [s for s in entry["sites"] if s["op"] == op]
         if not sites:
             continue
