@@ -188,6 +188,19 @@ def test_ops_target_prints_the_release_call_sites():
         "call sites: kvfuzz has no call-site data for sglang 0.5.15.post1 (docs/callsites.md)"]
 
 
+def test_kvfuzz_ops_prints_the_call_sites_of_a_release_target(capsys):
+    from kvfuzz.cli import main
+
+    rc = main(["ops", "--target", "sglang==0.5.23", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    if rc == 2 and "cannot fetch" in err:  # no PyPI and no cached kernel files
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    assert "call sites in sglang 0.5.23" in out
+    assert "srt/mem_cache/kv_index_translator.py:600 KVIndexTranslator.pack_read_stream [(bs, num_token_blocks)]" in out
+    assert main(["ops"]) == 0 and "call sites" not in capsys.readouterr().out
+
+
 def _gen_script():
     import importlib.util
 
