@@ -122,6 +122,8 @@ def test_a_kernel_handed_on_is_followed_to_its_launch_not_to_other_kernels():
     assert [(s["file"], s["line"], s["kind"], s["function"]) for s in sites] == [
         ("sglang/srt/planner.py", 3, "call", "plan"), ("sglang/srt/runner.py", 5, "passed", "run")]
     assert sites[0]["binding"] == [] and sites[1]["passed_to"] == "model.plan"
+    # the helper holding the launch is followed one level up, to where it is called
+    assert [(c["file"], c["line"], c["function"]) for c in sites[0]["callers"]] == [("sglang/srt/runner.py", 5, "run")]
 
 
 def _sig(text: str):
@@ -184,6 +186,7 @@ def test_ops_target_prints_the_release_call_sites():
     lines = cli_lines(load(), "0.5.23")
     assert lines[0].startswith("call sites in sglang 0.5.23")
     assert any("kv_index_translator.py" in line and "[(bs, num_token_blocks)]" in line for line in lines)
+    assert "      via srt/speculative/eagle_info.py:121 EagleVerifyInput.generate_attn_arg_prefill (speculative)" in lines
     assert cli_lines(load(), "0.5.15.post1") == [
         "call sites: kvfuzz has no call-site data for sglang 0.5.15.post1 (docs/callsites.md)"]
 

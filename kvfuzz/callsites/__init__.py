@@ -2,8 +2,8 @@
 
 `build(version)` reads a release wheel's Python sources (sources.py), finds every call of an
 op's entry point (extract.py; modules under `sglang/test/` are not production callers and are
-left out) and replays each call's arguments against the definition it reaches in the same
-release (binding.py). `scripts/gen_callsites.py` writes the result for each release into
+left out) and the callers of the helpers holding them (one level up), and replays each call's
+arguments against the definition it reaches in the same release (binding.py). `scripts/gen_callsites.py` writes the result for each release into
 `kvfuzz/callsites/data/callsites.json` (shipped with kvfuzz) and `docs/callsites.md`
 (table.py); `load()` reads the shipped data, `kvfuzz ops --target sglang==X` prints a release's.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import BadInput
 from . import binding
-from .extract import find_defs, find_sites, resolve_def
+from .extract import find_callers, find_defs, find_sites, resolve_def
 
 DATA = Path(__file__).parent / "data" / "callsites.json"
 FORMAT = 1
@@ -36,7 +36,9 @@ def analyse(sources: dict[str, str]) -> list[dict]:
     sources = {f: t for f, t in sources.items() if not f.startswith(SKIPPED)}
     defs = find_defs(sources, set(names))
     out = []
-    for site in find_sites(sources, names):
+    sites = find_sites(sources, names)
+    find_callers(sources, sites)
+    for site in sites:
         found = resolve_def(site, defs)
         if found is not None:
             site.signature = f"{found[0]}:{found[1].lineno}"

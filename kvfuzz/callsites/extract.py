@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 _BACKEND_NAMES = {"flashattention": "fa3"}
 _SPEC_WORDS = ("eagle", "draft", "verify", "speculative", "spec_")
 _GRAPH_WORDS = ("cuda_graph", "capture", "replay", "graph_runner")
+MAX_DEFS = 3  # a helper defined more often than this has too common a name to follow to its callers
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Site:
     binding: list[dict] = field(default_factory=list)  # binding.py's findings (kind "binding")
     signature: str | None = None  # file:line of the definition the call binds to
     passed_to: str | None = None  # kind "passed": the call the entry point is an argument of
+    callers: list[dict] = field(default_factory=list)  # find_callers: where the enclosing helper is called
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -143,7 +145,7 @@ def _options(file: str, function: str, conditions: list[str], texts: list[str]) 
     """The server options the site's file, function and conditions name."""
     out: dict[str, str] = {}
     stem = file.rsplit("/", 1)[-1][:-3]
-    if "/attention/" in file and stem.endswith("_backend"):
+    if is_backend(file):
         name = stem[: -len("_backend")]
         out["attention_backend"] = _BACKEND_NAMES.get(name, name)
     where = f"{file} {function}".lower()
@@ -255,6 +257,30 @@ def find_sites(sources: dict[str, str], entries: dict[str, str]) -> list[Site]:
         walker.visit(tree)
         sites += walker.sites
     return sorted(sites, key=lambda s: (s.file, s.line))
+
+
+def is_backend(file: str) -> bool:
+    """Whether a module is an attention backend (`.../attention/<name>_backend.py`)."""
+    return "/attention/" in file and file.endswith("_backend.py")
+
+
+def find_callers(sources: dict[str, str], sites: list[Site]) -> None:
+    """Fill each site's `callers`: the calls, anywhere in `sources`, of the function holding it,
+    one level up and by its name (a helper outside the attention backends, such as
+    `KVIndexTranslator.pack_read_stream`, is where the backends and speculative paths reach the
+    kernel; a name several classes define lists the callers of each)."""
+    helpers = {s.function.rsplit(".", 1)[-1] for s in sites
+               if s.kind != "passed" and s.function != "<module>" and not is_backend(s.file)}
+    # a name many modules define (`forward`, `__call__`) says nothing about which one is called
+    helpers = {h for h in helpers if sum(text.count(f"def {h}(") for text in sources.values()) <= MAX_DEFS}
+    if not helpers:
+        return
+    found = [c for c in find_sites(sources, {h: "caller" for h in helpers}) if c.kind != "passed"]
+    for s in sites:
+        name = s.function.rsplit(".", 1)[-1]
+        if name in helpers:
+            s.callers = [{"file": c.file, "line": c.line, "function": c.function, "options": c.options}
+                         for c in found if c.entry == name and c.function != s.function]
 
 
 def find_defs(sources: dict[str, str], entries: set[str]) -> dict[str, list[tuple[str, ast.FunctionDef]]]:

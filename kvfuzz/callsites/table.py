@@ -28,7 +28,18 @@ def _selected(site: dict) -> str:
     cond = " and ".join(site["conditions"])
     if len(cond) > _CONDITION_CHARS:
         cond = cond[: _CONDITION_CHARS - 3] + "..."
-    return "; ".join(x for x in (", ".join(opts), f"if {cond}" if cond else "") if x)
+    via = _via(site)
+    return "; ".join(x for x in (", ".join(opts), f"if {cond}" if cond else "",
+                                 f"via {', '.join(via)}" if via else "") if x)
+
+
+def _via(site: dict) -> list[str]:
+    """Where the helper holding a site is called: `file:line function (options)`."""
+    out = []
+    for c in site.get("callers", []):
+        opts = ", ".join(k if v == "yes" else f"{k}={v}" for k, v in c["options"].items())
+        out.append(f"{_place(c)} {c['function']}" + (f" ({opts})" if opts else ""))
+    return out
 
 
 def _dtypes(site: dict) -> str:
@@ -69,8 +80,12 @@ def markdown(data: dict) -> str:
         "method of the same class, assigns it), and what selects it: the attention backend its file",
         "serves (`<name>_backend.py`; `flashattention` is `fa3`), speculative decoding, CUDA-graph",
         "capture or replay (by its file and function names), sliding-window attention (`swa`: named by a",
-        "condition or the function; `swa=argument`: an argument names it), and the `if` conditions",
-        "around the call inside its function, as written.",
+        "condition or the function; `swa=argument`: an argument names it), the `if` conditions",
+        "around the call inside its function, as written, and, for a site inside a helper outside the",
+        "attention backends (`KVIndexTranslator.pack_read_stream`, say), `via`: where that helper is",
+        "called, one level up, by its name (a name defined more than three times is not followed).",
+        "A kernel handed to another function as an argument is a site of its own (`passed to`); a",
+        "parameter named after the kernel (`<entry>_fn`) that the receiving function launches is a launch.",
         "",
         "`binding`: the site's arguments replayed, as written, against the definition of the entry point",
         "the call reaches in the same release (`kvfuzz/callsites/binding.py`): a positional argument",
@@ -137,8 +152,9 @@ def cli_lines(data: dict, version: str) -> list[str]:
             continue
         lines.append(f"  {op}: {len(sites)} site{'s' if len(sites) != 1 else ''}")
         for s in sites:
-            extra = "; ".join(x for x in (_dtypes(s), _selected(s)) if x)
+            extra = "; ".join(x for x in (_dtypes(s), _selected({**s, "callers": []})) if x)  # callers: below
             call = _launch(s) if s["kind"] == "passed" else f"{_launch(s)}({_arguments(s)})"
             lines.append(f"    {_place(s)} {s['function']} {call}" + (f"  [{extra}]" if extra else ""))
             lines += [f"      binding: {b['message']}" for b in s["binding"]]
+            lines += [f"      via {v}" for v in _via(s)]
     return lines
