@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("ops", help="list the ops and their contracts")
     o.add_argument("--target", metavar="SPEC",
-                   help="also say how kvfuzz calls this target's entry points and which variant judges each op")
+                   help="also say how kvfuzz calls this target's entry points and which variant judges each op, "
+                   "and, for sglang==X, where that release calls each op (docs/callsites.md)")
     o.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help=argparse.SUPPRESS)
     o.set_defaults(run=cmd_ops)
     return p
@@ -658,6 +659,11 @@ def cmd_ops(args) -> int:
         print(f"target {args.target}: {t.description}")
         for line in t.describe_ops():
             print(f"  {line}")
+        if args.target.startswith("sglang=="):  # SGLang's own call sites (docs/callsites.md)
+            from .callsites import load
+            from .callsites.table import cli_lines
+
+            print("\n".join(cli_lines(load(), args.target.split("==", 1)[1])))
         return 0
     for c in CONTRACTS.values():
         print(f"{c.name}  (entry point: {c.entry})")
