@@ -16,8 +16,9 @@ Imported as `kvfuzz.repro_script` it holds no case (its `main` refuses to run); 
 build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, `judge_runs`
 and the checks directly.
 
-It rebuilds the guarded arena, calls the entry point as kvfuzz binds it (`bind`, twice, on
-fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
+It rebuilds the guarded arena, judges the case under the contract variant kvfuzz selects for
+the kernel file it is given (`bind_entry`: as `kvfuzz replay --target FILE` does), calls the
+entry point as kvfuzz binds it (`bind`, twice, on fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
 `kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
 the oracle on their required cells and leave their untouched cells alone; no case may change
 a byte outside every tensor's elements or an input element (a stray byte is charged to the
@@ -25,8 +26,9 @@ output whose store overran: `charge_writes`); runs must agree, the second starti
 alternate image (every byte that is no element's holding a position-encoding fill instead of
 the canary): a difference the fill explains is an out-of-bounds read of the input read past;
 on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
-(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage
-error.
+(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 it
+cannot run this file (one line on stderr: a usage error, a kernel file that cannot be loaded or
+called, an entry point without an argument the case passes).
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
@@ -62,6 +64,7 @@ from .places import band_range, band_words, charge_writes, read_place, region_of
 from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
 from .targets.calls import bind
 from .targets.sglang_shim import ensure_swa_pool_type
+from .variant_choice import binding_variant
 
 MAX_SHOWN = 8  # differing cells / bytes printed per defect
 DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
@@ -87,29 +90,38 @@ class ReproCase:
     answer first). `cross_check`, for a backend_divergence case: the backend ("cpu": Triton's
     interpreter) that the device it was found on (`found_on`) is compared with."""
 
-    def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
-                 saved_signature, scalars, tensors, arena_bytes, arena_image, owner, cells,
-                 cross_check=None, found_on=None, call=None, generations=(), variant_args=()):
+    def __init__(self, op, entry, kernel_path, variant, digest, saved_signature, scalars, tensors, arena_bytes,
+                 arena_image, owner, judgments, by_variant, default_variant, release_variants=(),
+                 cross_check=None, found_on=None, call=None, generations=()):
         self.op = op  # kvfuzz's op name
         self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
         self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
-        self.variant = variant  # the contract variant that judges it
-        self.variant_args = list(variant_args)  # the arguments of that variant the case carries
+        self.saved_variant = variant  # the contract variant kvfuzz saved the case under
         self.digest = digest
-        self.status = status  # in_contract | out_of_contract | must_refuse
-        self.reasons = list(reasons)  # why the case is out of contract / must be refused
-        self.refuse_where = refuse_where  # the `where` of an invalid_accepted defect
         self.saved_signature = saved_signature  # the finding kvfuzz recorded, if any
         self.call = call  # the op's OpCall (its call.py, embedded in the script)
         self.generations = tuple(generations)  # its SGLang API generations, oldest first
+        self.default_variant = default_variant  # the variant before the first of release_variants
+        self.release_variants = tuple(release_variants)  # (first release, variant), oldest first
         self.scalars = dict(scalars)
         self.tensors = dict(tensors)
         self.arena_bytes = arena_bytes
         self.arena_image = arena_image
         self.owner = owner
-        self.cells = dict(cells)
+        self.judgments = list(judgments)  # per judgment: status, reasons, refuse_where, cells
+        self.by_variant = dict(by_variant)  # contract variant -> its judgment's index
         self.cross_check = cross_check
         self.found_on = found_on
+        self.judge_as(variant)
+
+    def judge_as(self, variant):
+        """Judge the case under contract `variant` (one this script holds)."""
+        j = self.judgments[self.by_variant[variant]]
+        self.variant = variant  # the contract variant that judges it
+        self.status = j["status"]  # in_contract | out_of_contract | must_refuse
+        self.reasons = list(j["reasons"])  # why the case is out of contract / must be refused
+        self.refuse_where = j["refuse_where"]  # the `where` of an invalid_accepted defect
+        self.cells = dict(j["cells"])
 
     @property
     def regions(self):
@@ -346,18 +358,13 @@ def load_kernels(path, entry_name):
 # The entry point is bound by parameter name as kvfuzz binds it (bind, from kvfuzz/targets/calls.py).
 
 
-def dropped_args(call, variant_args, binding):
-    """The arguments of `variant_args` that `binding`'s signature has no parameter for: its call
-    would drop them. One that rides, in some releases, in a parameter the signature has
-    (`OpCall.rides`) is not counted: only the release tells, and a kernel file does not say it."""
-    return [name for name in variant_args if name not in binding.takes and call.rides.get(name) not in binding.supplied]
-
-
 def bind_entry(case, entry, path):
-    """The Binding that calls `entry` the way SGLang does, or UsageError when kvfuzz cannot
-    call it, or when the case holds an optional tensor the entry point has no parameter for
-    (0.5.22's get_num_kv_splits_triton and uneven_batch), or an argument of its variant the
-    entry point cannot take (0.5.19's swa_src_table, on builtin): that file cannot run this case."""
+    """The Binding that calls `entry` the way SGLang does, with the case judged under the
+    contract variant kvfuzz selects for this kernel file (`kvfuzz replay --target FILE`: by the
+    SGLang API generation of the entry point's signature, binding_variant from
+    kvfuzz/variant_choice.py); UsageError when kvfuzz cannot call it, or when the case holds an
+    optional tensor the entry point has no parameter for (0.5.22's get_num_kv_splits_triton and
+    uneven_batch): that file cannot run this case."""
     try:
         binding = bind(case.op, entry, case.call, case.generations, path)
     except TargetLoadError as exc:
@@ -367,10 +374,10 @@ def bind_entry(case, entry, path):
             params = " or ".join(case.call.optional[name])
             raise UsageError(f"{case.entry} takes no {params}, which this case passes "
                              f"(a later SGLang release added it)")
-    dropped = dropped_args(case.call, case.variant_args, binding)
-    if dropped:  # its call would drop them: the case would not mean what it says
-        raise UsageError(f"{case.entry} in {path} takes no {', '.join(dropped)}, which this case's variant "
-                         f"{case.variant} passes (an SGLang release that has them can run it)")
+    variant = binding_variant(case.release_variants, case.default_variant, binding)
+    if variant not in case.by_variant:  # pragma: no cover - the script holds every variant kvfuzz selects
+        raise UsageError(f"kvfuzz judges {path} by contract variant {variant}, which this script does not hold")
+    case.judge_as(variant)
     return binding
 
 
@@ -784,13 +791,14 @@ def cross_devices(requested, case):
     return primary, backend
 
 
-def save_run(path, run, defects):
-    """A side's first run, for the parent that compares the two (cross_check)."""
+def save_run(path, run, defects, variant):
+    """A side's first run and the variant it was judged by, for the parent that compares the two
+    (cross_check)."""
     import torch
 
     after = None if run.after is None else run.after.cpu()
     torch.save({"error": run.error, "error_type": run.error_type, "fault": run.fault, "after": after,
-                "defects": list(defects)}, path)
+                "defects": list(defects), "variant": variant}, path)
 
 
 def load_run(path):
@@ -798,7 +806,7 @@ def load_run(path):
 
     d = torch.load(path, weights_only=True)
     run = Run(error=d["error"], error_type=d["error_type"], after=d["after"], fault=d["fault"])
-    return run, list(d["defects"])
+    return run, list(d["defects"]), d["variant"]
 
 
 def cross_check(args, case):
@@ -821,9 +829,10 @@ def cross_check(args, case):
             if status is None and side == "primary":  # a crash; nothing to compare (as kvfuzz's judge)
                 report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
                 return conclude(report)
-            sides[side] = load_run(out) if status == 0 else (None, why)
-    mine, report.defects = sides["primary"]  # the primary's defects, printed by its process
-    theirs, lost = sides["backend"]
+            sides[side] = load_run(out) if status == 0 else (None, why, None)
+    mine, report.defects, variant = sides["primary"]  # the primary's defects, printed by its process
+    case.judge_as(variant)  # the variant the primary's process judged the kernel file by
+    theirs, lost, _ = sides["backend"]
     import torch
 
     judge_divergence(report, case, host_bytes(case.owner, torch.uint8), mine, theirs, backend,
@@ -925,19 +934,20 @@ def _main_in_process(args, case):
         print(f"repro: error: {exc}", file=sys.stderr)
         return 2
 
-    print(f"repro: {case.op} case {case.digest} [{case.variant}] ({case.status.replace('_', ' ')}) -> {case.entry} "
-          f"from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
+    saved = "" if case.variant == case.saved_variant else f", saved under {case.saved_variant}"
+    print(f"repro: {case.op} case {case.digest} [{case.variant}{saved}] ({case.status.replace('_', ' ')}) -> "
+          f"{case.entry} from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
     if args.unjudged:  # the cross-check backend's side: the parent judges it against the primary's
         import torch
 
         run = run_once(case, call, host_bytes(case.arena_image, torch.uint8), device)
         if run.error is not None:
             print(f"raised: {run.error}")
-        save_run(args.arena_out, run, [])
+        save_run(args.arena_out, run, [], case.variant)
         return 0
     report = run_case(case, call, device, args.runs)
     if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
-        save_run(args.arena_out, report.runs[0], report.defects)
+        save_run(args.arena_out, report.runs[0], report.defects, case.variant)
         return 0
     return conclude(report)
 
