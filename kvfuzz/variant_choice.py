@@ -45,12 +45,3 @@ def binding_variant(release_variants, default, binding):
     """The variant judging an entry point bound by kvfuzz (targets/calls.py's Binding) in a kernel
     file that names no release: that of the generation its signature matches, or the closest."""
     return release_variant(release_variants, default, binding.generation or binding.closest)
-
-
-def file_variant(release_variants, default, generations, names):
-    """(variant, generation, exact) for an entry point with parameter `names` in a kernel file
-    that names no release: the variant of the generation its signature matches (`exact`), or
-    of the closest one."""
-    equal, closest = generation_of(generations, names)
-    generation = equal or closest
-    return release_variant(release_variants, default, generation), generation, equal is not None
