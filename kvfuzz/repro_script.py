@@ -64,6 +64,7 @@ from .places import band_range, band_words, charge_writes, read_place, region_of
 from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
 from .targets.calls import bind
 from .targets.sglang_shim import ensure_swa_pool_type
+from .rerun_schedule import run_schedule
 from .variant_choice import binding_variant
 
 MAX_SHOWN = 8  # differing cells / bytes printed per defect
@@ -427,7 +428,7 @@ class Run:
         self.after = after  # uint8 CPU tensor: the arena's bytes after the call
         self.fault = fault  # "TypeName: first line" of the CUDA error
         self.alt = alt  # the call started from the alternate image (alternate_image)
-        self.probe = probe  # (tensor, where): only that guard band or gap held the alternate fill
+        self.probe = probe  # "tensor:where" ("tensor:*": all its bands): only there the alternate fill
 
 
 def run_once(case, call, image, device):
@@ -621,11 +622,12 @@ def bands(case, owner, name):
 
 
 def probe_image(case, image, alt_image, owner, name, where):
-    """`image` with the alternate fill in one band of `name` alone."""
+    """`image` with the alternate fill in the bands `where` of `name` alone."""
     out = image.clone()
-    lo, hi = band(case, name, where)
-    free = owner[lo:hi] == 0
-    out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
+    for one in where:
+        lo, hi = band(case, name, one)
+        free = owner[lo:hi] == 0
+        out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
     return out
 
 
@@ -707,7 +709,9 @@ def judge_reruns(report, case, runs, image, owner):
     def decoded(run):
         return decoded_reads(case, owner, first.after, seen_of(run))
 
-    for kind, run, places in rerun_rules(runs[1:], first.error, differs, decoded, same):
+    # "name:*": all of an input's bands at once (the schedule's first probe); its bands, one by one, tell where
+    banded = [r for r in runs[1:] if r.probe is None or not r.probe.endswith(":*")]
+    for kind, run, places in rerun_rules(banded, first.error, differs, decoded, same):
         i = runs.index(run) + 1
         if kind == "nondeterministic":
             diff = seen_of(run) != first.after
@@ -722,18 +726,21 @@ def judge_reruns(report, case, runs, image, owner):
             continue
         how = ("the value stored decodes as a read of the alternate fill there" if kind == "read_decoded"
                else "the alternate fill there alone changes the run")
+        if kind != "read_decoded":  # {"input:where": its first probe run}
+            places = {tuple(probe.split(":")): () for probe in places}
         for (tensor, where), lines in sorted(places.items()):
             signature = case.signature("out_of_bounds_read", tensor, where)
             if signature not in said:
                 said.add(signature)
                 report.defect("out_of_bounds_read", tensor, where,
                               f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
-                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN] if kind == "read_decoded" else ())
+                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN])
 
 
 def run_case(case, call, device, runs=DEFAULT_RUNS):
-    """Call the entry point (`call`: its Binding) `runs` times on fresh arenas (stopping at a
-    CUDA fault) and judge them; the Report (defects printed as found)."""
+    """Call the entry point (`call`: its Binding) on fresh arenas as kvfuzz does (`runs` runs,
+    then the probe runs where the fill matters: run_schedule, from kvfuzz/rerun_schedule.py;
+    stopping at a CUDA fault) and judge them; the Report (defects printed as found)."""
     import torch
 
     image = host_bytes(case.arena_image, torch.uint8)
@@ -741,9 +748,13 @@ def run_case(case, call, device, runs=DEFAULT_RUNS):
     assert image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
     alt_image = alternate_image(case, image, owner)
     done = []
-    for k in range(runs):
-        run = run_once(case, call, alt_image if k % 2 else image, device)  # every second from the alternate image
-        run.alt = k % 2 == 1
+
+    def make(alt, probe, where):
+        """One run (kvfuzz's rerun_schedule, from kvfuzz/rerun_schedule.py, decides which)."""
+        start = probe_image(case, image, alt_image, owner, probe.split(":")[0], where) if probe else \
+            alt_image if alt else image
+        run = run_once(case, call, start, device)
+        run.alt, run.probe = alt, probe
         done.append(run)
         if len(done) == 1 and run.error is not None:
             print(f"raised: {run.error}")
@@ -751,22 +762,13 @@ def run_case(case, call, device, runs=DEFAULT_RUNS):
                 sys.stderr.write(run.detail or "")
         if run.fault is not None:
             sys.stderr.write(run.detail or "")
-            break
-    first = done[0]
-    if len(done) >= 2 and all(r.fault is None and r.after is not None for r in done[:2]) and (
-            done[1].error != first.error or not torch.equal(as_canary(image, alt_image, done[1].after), first.after)):
-        # the fill changed the run: the image again (the run, or the fill?), then each input band alone
-        # (the image twice before the probes and once after, each band twice: kvfuzz's rule)
-        extra = [(image, None)] * 2 + [(probe_image(case, image, alt_image, owner, name, where), (name, where))
-                                       for name, t in case.tensors.items() if t["role"] == "in"
-                                       for where in bands(case, owner, name) for _ in range(2)] + [(image, None)]
-        for start, probe in extra:
-            run = run_once(case, call, start, device)
-            run.alt, run.probe = probe is not None, probe
-            done.append(run)
-            if run.fault is not None:
-                sys.stderr.write(run.detail or "")
-                break
+        return run, run.fault is None
+
+    def fill_matters(first, run):
+        return first.after is not None and run.after is not None and (
+            run.error != first.error or not torch.equal(as_canary(image, alt_image, run.after), first.after))
+
+    run_schedule(runs, case.inputs, lambda name: bands(case, owner, name), make, fill_matters)
     report = Report(case)
     report.runs = done
     judge_runs(report, case, done, image, owner)
