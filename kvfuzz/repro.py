@@ -196,9 +196,11 @@ class _Judgment:
                                    untouched=_b64(_le_bytes(c.untouched, "uint8")),
                                    expected=[_b64(_le_bytes(a, "int64")) for a in uniq])
                 self.cell_notes[name] = _cells_notes(c.required, c.untouched, uniq)
+        racy = contract.racy(case) if contract.racy is not None else {}  # as kvfuzz.judge takes them
         self.fields = dict(status=status, reasons=[_oneline(r) for r in reasons],
                            refuse_where=reasons[0].split()[0] if status == "must_refuse" and reasons else "-",
-                           cells=cells)
+                           cells=cells, racy={name: _b64(_le_bytes(m, "uint8")) for name, m in racy.items()
+                                              if name in regions and m.any()})
 
     def source(self, indent: int) -> str:
         """The `dict(...)` expression of `fields`, its blobs one per line, at `indent`."""
@@ -219,6 +221,13 @@ class _Judgment:
                 out += [f"{pad}                {_indent(_blob(b), indent + 16)}," for b in c["expected"]]
                 out += [f"{pad}            ],", f"{pad}        ),"]
             out.append(f"{pad}    }},")
+        if f["racy"]:
+            out.append(f"{pad}    # per output: cells two programs write (out of contract), either value may stay")
+            out.append(f"{pad}    racy={{")
+            out += [f"{pad}        {name!r}: {_indent(_blob(m), indent + 8)}," for name, m in f["racy"].items()]
+            out.append(f"{pad}    }},")
+        else:
+            out.append(f"{pad}    racy={{}},")
         out.append(f"{pad})")
         return "\n".join(out)
 

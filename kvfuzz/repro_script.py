@@ -61,7 +61,7 @@ from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
-from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
+from .rules import after_error_rule, divergence_rules, output_rules, racy_only, rerun_rules
 from .targets.calls import bind
 from .targets.sglang_shim import ensure_swa_pool_type
 from .rerun_schedule import run_schedule
@@ -123,6 +123,7 @@ class ReproCase:
         self.reasons = list(j["reasons"])  # why the case is out of contract / must be refused
         self.refuse_where = j["refuse_where"]  # the `where` of an invalid_accepted defect
         self.cells = dict(j["cells"])
+        self.racy = dict(j["racy"])  # output -> cells two programs write (uint8 blob, its logical shape)
 
     @property
     def regions(self):
@@ -711,8 +712,22 @@ def judge_reruns(report, case, runs, image, owner):
 
     # "name:*": all of an input's bands at once (the schedule's first probe); its bands, one by one, tell where
     banded = [r for r in runs[1:] if r.probe is None or not r.probe.endswith(":*")]
+    racy = {name: host_bytes(m, torch.uint8).reshape(tuple(case.tensors[name]["shape"])).bool()
+            for name, m in case.racy.items()}
+
+    def only_racy(run):
+        """Whether `run` differs from the first only in racy cells (racy_only, from kvfuzz/rules.py)."""
+        seen = seen_of(run)
+        diff = seen != first.after
+        if run.error != first.error or not bool(diff.any()):
+            return False
+        return racy_only(set(owners_of(case, owner, diff)), racy, lambda name, cells: bool(
+            ((elements(case, first.after, name) != elements(case, seen, name)) & ~cells).any()))
+
     for kind, run, places in rerun_rules(banded, first.error, differs, decoded, same):
         i = runs.index(run) + 1
+        if kind == "nondeterministic" and only_racy(run):
+            continue
         if kind == "nondeterministic":
             diff = seen_of(run) != first.after
             owners = owners_of(case, owner, diff)
