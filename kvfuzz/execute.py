@@ -35,6 +35,7 @@ from .device import torch_device
 from .faults import is_device_fault, one_line
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
+from .rerun_schedule import run_schedule
 
 CUDA_FAULT = "CudaFault"  # error type of a run whose kernel faulted the device
 ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
@@ -157,31 +158,15 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
             return False
         return True
 
-    for k in range(repeats):
-        run = RunResult(alt=k % 2 == 1)  # every second run from the alternate image
-        if not once(run, p.alt_image if run.alt else p.image):
-            return out
-    if repeats >= 2 and _fill_matters(p, out.runs[0], out.runs[1]):
-        # the image again, twice before the probes and once after: a kernel whose runs differ by
-        # nature (a random choice) must not pass for one that reads the fill by chance
-        for _ in range(2):
-            if not once(RunResult(), p.image):
-                return out
-        for name in p.names:  # each input's bands together, then one by one for an input that matters
-            if name in contract.outputs:
-                continue
-            bands = p.bands(name)
-            run = RunResult(alt=True, probe=f"{name}:*")
-            if not once(run, p.probe_image(name, *bands)):
-                return out
-            if not _fill_matters(p, out.runs[0], run):
-                continue
-            for where in bands:  # twice each: a band counts where both runs change (judge)
-                for _ in range(2):
-                    if not once(RunResult(alt=True, probe=f"{name}:{where}"), p.probe_image(name, where)):
-                        return out
-        if not once(RunResult(), p.image):
-            return out
+    def make(alt: bool, probe: str | None, bands: tuple[str, ...]) -> tuple[RunResult, bool]:
+        run = RunResult(alt=alt, probe=probe)
+        image = p.probe_image(probe.split(":")[0], *bands) if probe else p.alt_image if alt else p.image
+        return run, once(run, image)
+
+    run_schedule(repeats, [n for n in p.names if n not in contract.outputs], p.bands, make,
+                 lambda first, run: _fill_matters(p, first, run))
+    if out.device_lost:
+        return out
     # the torch oracle only for in-contract cases (out of them its indexing can fail), and on the
     # host, as in a batch
     if torch_ref is None:

@@ -28,7 +28,7 @@ from .fills import alt_source
 from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
 from .places import band_words, charge_writes, read_place
-from .rules import after_error_rule, divergence_rules, extent, output_rules, rerun_rules, same_on
+from .rules import after_error_rule, divergence_rules, extent, output_rules, racy_only, rerun_rules, same_on
 
 MAX_CELLS = 8  # differing cells kept per finding
 # the process died or hung, or the kernel faulted the GPU: never acceptable, in contract or not
@@ -155,16 +155,14 @@ def _reruns(contract: Contract, case: Case, p: Plan, first: RunResult, later: li
         """Whether `run` differs from the first only in cells two programs of this
         (out-of-contract) case write: either program's value may be left there."""
         _, seen, diff = compare(run)
-        if not racy or run.error != first.error or diff.size == 0 or seen.shape != first.after.shape:
+        if run.error != first.error or diff.size == 0 or seen.shape != first.after.shape:
             return False
-        owners = set(np.unique(p.owner_of(diff)).tolist())
-        if NOBODY in owners or not {p.names[o] for o in owners} <= set(racy):
-            return False
-        for name in {p.names[o] for o in owners}:
+        owners = {p.names[o] if o != NOBODY else "-" for o in np.unique(p.owner_of(diff)).tolist()}
+
+        def differs_outside(name: str, cells: np.ndarray) -> bool:
             region = p.regions[name]
-            if ((region.elements(first.after) != region.elements(seen)) & ~racy[name]).any():
-                return False
-        return True
+            return bool(((region.elements(first.after) != region.elements(seen)) & ~cells).any())
+        return racy_only(owners, racy, differs_outside)
 
     # "*": all of an input's bands at once (run_case's first probe); its bands, one by one, tell where
     banded = [r for r in later if r.probe is None or not r.probe.endswith(":*")]

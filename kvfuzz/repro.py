@@ -19,7 +19,10 @@ input values; zlib + base64), which byte belongs to which tensor's elements, and
 in-contract case, the NumPy oracle's values of every required cell (with every accepted
 alternative) plus the cells that must stay untouched. The script applies the rules of
 `kvfuzz.judge` to them (tests/test_repro_agrees.py holds its verdict on every corpus case
-equal to `kvfuzz replay`'s). Exit status: 0 clean, 1 defect, 2 usage error.
+equal to `kvfuzz replay`'s). The case is judged under every contract variant kvfuzz may select for
+a kernel file (`judged_variants`), and the script judges the file it is given by the variant
+kvfuzz selects for that file (kvfuzz/variant_choice.py, as `kvfuzz replay --target FILE`).
+Exit status: 0 clean, 1 defect, 2 it cannot run this file (one line on stderr).
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def _classify(case: Case) -> tuple[str, list[str]]:
 def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str, entry: str,
             device: str, boundary: str | None) -> str:
     c, f = saved.case, saved.finding
-    out = [f"kvfuzz repro: {c.op} case {c.digest()} (contract variant {c.variant!r})", ""]
+    out = [f"kvfuzz repro: {c.op} case {c.digest()} (saved under contract variant {c.variant!r})", ""]
     if f is not None:
         out += [f"Finding    {f.kind}",
                 f"Signature  {f.signature}",
@@ -99,6 +102,10 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
             + (f" ({_oneline(saved.reason, 120)})" if saved.reason else ""),
             f"Emitted    by kvfuzz after a replay on {device}",
             f"Entry      {entry} (kernel path {kernel_path!r}), called the way SGLang calls it",
+            "Variant    a kernel file is judged by the contract variant kvfuzz selects for it, as",
+            "           `kvfuzz replay --target FILE` does: the one of the SGLang API generation its entry",
+            "           point's signature matches (a release whose wrapper fixed a defect may judge the",
+            f"           case by another variant than {c.variant!r}). What follows is said under {c.variant!r}.",
             ""]
     if status == "in_contract":
         out += ["Contract   in contract: every required output cell is compared with kvfuzz's NumPy",
@@ -142,41 +149,32 @@ def _header(saved: SavedCase, status: str, reasons: list[str], kernel_path: str,
         "tensor's elements hold the canary 0xA5, outputs start as poison (0xDEADBEEF...).",
         "",
         "Exit status: 0 clean (prints 'OK: ...'), 1 a defect shows (prints 'DEFECT <kind>: ...'),",
-        "2 usage error (bad arguments, missing or unloadable kernel file, no such entry point).",
+        "2 it cannot run this file, in one line on stderr (bad arguments, a missing or unloadable",
+        "kernel file, no such entry point, a signature kvfuzz cannot call or one without an argument",
+        "the case passes).",
         "Needs only Python 3.9+, torch and triton.",
     ]
     return _docsafe("\n".join(out))
 
 
-def carried_variant_args(case: Case) -> list[str]:
-    """The arguments of the case's contract variant that it carries: a kernel file whose entry
-    point cannot take one is refused by the script (its call would drop it), as kvfuzz's
-    check_variant refuses such a target."""
-    variant_args = record(case.op).contract.variant_args.get(case.variant, ())
-    return [a for a in variant_args if a in case.tensors or a in case.scalars]
+def judged_variants(op: str, own: str) -> list[str]:
+    """The contract variants a script for an `op` case may judge by: the one kvfuzz selects for
+    any kernel file (the op's default and each release's, kvfuzz.variant_choice) and the case's own."""
+    rec = record(op)
+    out = [next(iter(rec.contract.variants)), *(v for _, v in rec.release_variants), own]
+    return list(dict.fromkeys(out))
 
 
-class _Emitted:
-    """The case's fields for the script's ReproCase, and what the emitted source's comments
-    and header say about them."""
+class _Judgment:
+    """How the case is judged under one contract variant: its class, the reasons, and for an
+    in-contract case each output's required and untouched cells and accepted values."""
 
-    def __init__(self, saved: SavedCase) -> None:
+    def __init__(self, case: Case, regions) -> None:
         from .ops import CONTRACTS
 
-        case = saved.case
         contract = CONTRACTS[case.op]
-        p = make_plan(case, contract.outputs)
         status, reasons = _classify(case)
-        if len(p.names) > 254:  # pragma: no cover - ops have < 10 tensors
-            raise ValueError("too many tensors for a uint8 owner map")
-        owner = np.where(p.owner == NOBODY, 0, p.owner.astype(np.int64) + 1).astype(np.uint8)
-        tensors = {}
-        for name in p.names:
-            r = p.regions[name]
-            sp = r.spec
-            tensors[name] = dict(role="out" if name in contract.outputs else "in", dtype=sp.dtype,
-                                 shape=tuple(sp.shape), strides=tuple(sp.strides), offset=sp.offset,
-                                 start=r.start, nbytes=r.nbytes, guard=r.guard)
+        self.status, self.reasons = status, reasons
         self.boundary: str | None = None
         self.cell_notes: dict[str, list[str]] = {}
         cells = {}
@@ -185,7 +183,7 @@ class _Emitted:
             self.boundary = expected.boundary
             all_cells = contract.cells(case)
             for name in contract.outputs:
-                if name not in p.regions or name not in all_cells:
+                if name not in regions or name not in all_cells:
                     continue
                 c = all_cells[name]
                 main = np.asarray(expected.values[name], dtype=np.int64)
@@ -198,40 +196,106 @@ class _Emitted:
                                    untouched=_b64(_le_bytes(c.untouched, "uint8")),
                                    expected=[_b64(_le_bytes(a, "int64")) for a in uniq])
                 self.cell_notes[name] = _cells_notes(c.required, c.untouched, uniq)
+        racy = contract.racy(case) if contract.racy is not None else {}  # as kvfuzz.judge takes them
+        self.fields = dict(status=status, reasons=[_oneline(r) for r in reasons],
+                           refuse_where=reasons[0].split()[0] if status == "must_refuse" and reasons else "-",
+                           cells=cells, racy={name: _b64(_le_bytes(m, "uint8")) for name, m in racy.items()
+                                              if name in regions and m.any()})
+
+    def source(self, indent: int) -> str:
+        """The `dict(...)` expression of `fields`, its blobs one per line, at `indent`."""
+        f, pad = self.fields, " " * indent
+        out = ["dict(", f"{pad}    status={f['status']!r}, refuse_where={f['refuse_where']!r},",
+               f"{pad}    reasons={_indent(_pylist(f['reasons']), indent + 4)},"]
+        if not f["cells"]:
+            out.append(f"{pad}    cells={{}},  # an in-contract case's required / untouched cells and accepted values")
+        else:
+            out.append(f"{pad}    # per output: the required and the must-stay-untouched cells, and the accepted values")
+            out.append(f"{pad}    cells={{")
+            for name, c in f["cells"].items():
+                out.append(f"{pad}        {name!r}: dict(")
+                out += [f"{pad}            # {line}" for line in self.cell_notes[name]]
+                out.append(f"{pad}            required={_indent(_blob(c['required']), indent + 12)},")
+                out.append(f"{pad}            untouched={_indent(_blob(c['untouched']), indent + 12)},")
+                out.append(f"{pad}            expected=[")
+                out += [f"{pad}                {_indent(_blob(b), indent + 16)}," for b in c["expected"]]
+                out += [f"{pad}            ],", f"{pad}        ),"]
+            out.append(f"{pad}    }},")
+        if f["racy"]:
+            out.append(f"{pad}    # per output: cells two programs write (out of contract), either value may stay")
+            out.append(f"{pad}    racy={{")
+            out += [f"{pad}        {name!r}: {_indent(_blob(m), indent + 8)}," for name, m in f["racy"].items()]
+            out.append(f"{pad}    }},")
+        else:
+            out.append(f"{pad}    racy={{}},")
+        out.append(f"{pad})")
+        return "\n".join(out)
+
+
+class _Emitted:
+    """The case's fields for the script's ReproCase, and what the emitted source's comments
+    and header say about them. The case is judged under each variant the script may judge a
+    kernel file by (judged_variants): the script picks the file's own (kvfuzz.variant_choice)."""
+
+    def __init__(self, saved: SavedCase) -> None:
+        from .ops import CONTRACTS
+
+        case = saved.case
+        contract = CONTRACTS[case.op]
+        rec = record(case.op)
+        p = make_plan(case, contract.outputs)
+        if len(p.names) > 254:  # pragma: no cover - ops have < 10 tensors
+            raise ValueError("too many tensors for a uint8 owner map")
+        owner = np.where(p.owner == NOBODY, 0, p.owner.astype(np.int64) + 1).astype(np.uint8)
+        tensors = {}
+        for name in p.names:
+            r = p.regions[name]
+            sp = r.spec
+            tensors[name] = dict(role="out" if name in contract.outputs else "in", dtype=sp.dtype,
+                                 shape=tuple(sp.shape), strides=tuple(sp.strides), offset=sp.offset,
+                                 start=r.start, nbytes=r.nbytes, guard=r.guard)
+        self.judgments: list[_Judgment] = []
+        by_variant: dict[str, int] = {}
+        for variant in judged_variants(case.op, case.variant):
+            j = _Judgment(case if variant == case.variant else case.replace(variant=variant), p.regions)
+            same = next((i for i, k in enumerate(self.judgments) if k.fields == j.fields), None)
+            if same is None:
+                self.judgments.append(j)
+                same = len(self.judgments) - 1
+            by_variant[variant] = same
+        own = self.judgments[by_variant[case.variant]]
+        self.status, self.reasons, self.boundary = own.status, own.reasons, own.boundary
         f = saved.finding
-        self.reasons = reasons
         self.fields = dict(
             op=case.op,
             entry=contract.entry,
             kernel_path=contract.kernel_path(case),
             variant=case.variant,
-            variant_args=carried_variant_args(case),
+            default_variant=next(iter(contract.variants)),
+            release_variants=tuple(rec.release_variants),
             digest=case.digest(),
-            status=status,
-            reasons=[_oneline(r) for r in reasons],
-            refuse_where=reasons[0].split()[0] if status == "must_refuse" and reasons else "-",
             saved_signature=f.signature if f is not None else None,
             scalars=dict(sorted(case.scalars.items())),
             tensors=tensors,
             arena_bytes=int(p.image.size),
             arena_image=_b64(p.image.tobytes()),
             owner=_b64(owner.tobytes()),
-            cells=cells,
+            judgments=[j.fields for j in self.judgments],
+            by_variant=by_variant,
             # a backend_divergence case (only in-contract cases are cross-checked): both sides run
-            cross_check=case.meta.get("cross_check") if status == "in_contract" else None,
-            found_on=saved.device if status == "in_contract" and case.meta.get("cross_check") else None,
+            cross_check=case.meta.get("cross_check") if own.status == "in_contract" else None,
+            found_on=saved.device if own.status == "in_contract" and case.meta.get("cross_check") else None,
         )
 
     def source(self) -> str:
         """The `CASE = ReproCase(...)` statement."""
         f = self.fields
         out = ["CASE = ReproCase("]
-        for key in ("op", "entry", "kernel_path", "variant", "digest", "status"):
-            out.append(f"    {key}={f[key]!r},")
-        out.append(f"    reasons={_indent(_pylist(f['reasons']), 4)},")
-        for key in ("refuse_where", "saved_signature", "scalars", "variant_args"):
+        for key in ("op", "entry", "kernel_path", "variant", "digest", "saved_signature", "scalars"):
             out.append(f"    {key}={f[key]!r},")
         out.append("    call=CALL, generations=GENERATIONS,  # how the entry point is called: the op's call.py, above")
+        out.append("    # the variant a kernel file is judged by: its release's, told from its signature")
+        out.append(f"    default_variant={f['default_variant']!r}, release_variants={f['release_variants']!r},")
         out.append("    tensors={")
         out += [f"        {name!r}: dict({', '.join(f'{k}={v!r}' for k, v in t.items())}),"
                 for name, t in f["tensors"].items()]
@@ -241,21 +305,11 @@ class _Emitted:
                 f"    arena_image={_indent(_blob(f['arena_image']), 4)},",
                 "    # one byte per arena byte: 0 = no tensor's element (must keep the canary); k = an element",
                 "    # of the k-th tensor in `tensors`",
-                f"    owner={_indent(_blob(f['owner']), 4)},"]
-        if not f["cells"]:
-            out.append("    cells={},  # an in-contract case's required / untouched cells and accepted values")
-        else:
-            out.append("    # per output: the required and the must-stay-untouched cells, and the accepted values")
-            out.append("    cells={")
-            for name, c in f["cells"].items():
-                out.append(f"        {name!r}: dict(")
-                out += [f"            # {line}" for line in self.cell_notes[name]]
-                out.append(f"            required={_indent(_blob(c['required']), 12)},")
-                out.append(f"            untouched={_indent(_blob(c['untouched']), 12)},")
-                out.append("            expected=[")
-                out += [f"                {_indent(_blob(b), 16)}," for b in c["expected"]]
-                out += ["            ],", "        ),"]
-            out.append("    },")
+                f"    owner={_indent(_blob(f['owner']), 4)},",
+                "    # how the case is judged under each contract variant (by_variant: which judgment)",
+                "    judgments=["]
+        out += [f"        {j.source(8)}," for j in self.judgments]
+        out += ["    ],", f"    by_variant={f['by_variant']!r},"]
         if f["cross_check"]:
             out.append(f"    cross_check={f['cross_check']!r},  # the backend that {f['found_on']} is compared with")
             out.append(f"    found_on={f['found_on']!r},")
@@ -446,8 +500,7 @@ def render_repro(saved: SavedCase, device: str = "cpu") -> str:
     from .ops import CONTRACTS
 
     e = _Emitted(saved)
-    f = e.fields
-    header = _header(saved, f["status"], e.reasons, f["kernel_path"], CONTRACTS[saved.case.op].entry, device,
+    header = _header(saved, e.status, e.reasons, e.fields["kernel_path"], CONTRACTS[saved.case.op].entry, device,
                      e.boundary)
     lines = assemble(saved.case.op).split("\n")
     at = [i for i, line in enumerate(lines) if line == CASE_LINE]

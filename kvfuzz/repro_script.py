@@ -16,8 +16,9 @@ Imported as `kvfuzz.repro_script` it holds no case (its `main` refuses to run); 
 build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, `judge_runs`
 and the checks directly.
 
-It rebuilds the guarded arena, calls the entry point as kvfuzz binds it (`bind`, twice, on
-fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
+It rebuilds the guarded arena, judges the case under the contract variant kvfuzz selects for
+the kernel file it is given (`bind_entry`: as `kvfuzz replay --target FILE` does), calls the
+entry point as kvfuzz binds it (`bind`, twice, on fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
 `kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
 the oracle on their required cells and leave their untouched cells alone; no case may change
 a byte outside every tensor's elements or an input element (a stray byte is charged to the
@@ -25,8 +26,9 @@ output whose store overran: `charge_writes`); runs must agree, the second starti
 alternate image (every byte that is no element's holding a position-encoding fill instead of
 the canary): a difference the fill explains is an out-of-bounds read of the input read past;
 on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
-(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 usage
-error.
+(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 it
+cannot run this file (one line on stderr: a usage error, a kernel file that cannot be loaded or
+called, an entry point without an argument the case passes).
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
@@ -59,9 +61,11 @@ from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
-from .rules import after_error_rule, divergence_rules, output_rules, rerun_rules
+from .rules import after_error_rule, divergence_rules, output_rules, racy_only, rerun_rules
 from .targets.calls import bind
 from .targets.sglang_shim import ensure_swa_pool_type
+from .rerun_schedule import run_schedule
+from .variant_choice import binding_variant
 
 MAX_SHOWN = 8  # differing cells / bytes printed per defect
 DEFAULT_RUNS = 2  # calls on fresh arenas, as `kvfuzz replay` makes
@@ -87,29 +91,39 @@ class ReproCase:
     answer first). `cross_check`, for a backend_divergence case: the backend ("cpu": Triton's
     interpreter) that the device it was found on (`found_on`) is compared with."""
 
-    def __init__(self, op, entry, kernel_path, variant, digest, status, reasons, refuse_where,
-                 saved_signature, scalars, tensors, arena_bytes, arena_image, owner, cells,
-                 cross_check=None, found_on=None, call=None, generations=(), variant_args=()):
+    def __init__(self, op, entry, kernel_path, variant, digest, saved_signature, scalars, tensors, arena_bytes,
+                 arena_image, owner, judgments, by_variant, default_variant, release_variants=(),
+                 cross_check=None, found_on=None, call=None, generations=()):
         self.op = op  # kvfuzz's op name
         self.entry = entry  # the function (or @triton.jit kernel) the kernel file must define
         self.kernel_path = kernel_path  # which kernel behind the entry point this case takes
-        self.variant = variant  # the contract variant that judges it
-        self.variant_args = list(variant_args)  # the arguments of that variant the case carries
+        self.saved_variant = variant  # the contract variant kvfuzz saved the case under
         self.digest = digest
-        self.status = status  # in_contract | out_of_contract | must_refuse
-        self.reasons = list(reasons)  # why the case is out of contract / must be refused
-        self.refuse_where = refuse_where  # the `where` of an invalid_accepted defect
         self.saved_signature = saved_signature  # the finding kvfuzz recorded, if any
         self.call = call  # the op's OpCall (its call.py, embedded in the script)
         self.generations = tuple(generations)  # its SGLang API generations, oldest first
+        self.default_variant = default_variant  # the variant before the first of release_variants
+        self.release_variants = tuple(release_variants)  # (first release, variant), oldest first
         self.scalars = dict(scalars)
         self.tensors = dict(tensors)
         self.arena_bytes = arena_bytes
         self.arena_image = arena_image
         self.owner = owner
-        self.cells = dict(cells)
+        self.judgments = list(judgments)  # per judgment: status, reasons, refuse_where, cells
+        self.by_variant = dict(by_variant)  # contract variant -> its judgment's index
         self.cross_check = cross_check
         self.found_on = found_on
+        self.judge_as(variant)
+
+    def judge_as(self, variant):
+        """Judge the case under contract `variant` (one this script holds)."""
+        j = self.judgments[self.by_variant[variant]]
+        self.variant = variant  # the contract variant that judges it
+        self.status = j["status"]  # in_contract | out_of_contract | must_refuse
+        self.reasons = list(j["reasons"])  # why the case is out of contract / must be refused
+        self.refuse_where = j["refuse_where"]  # the `where` of an invalid_accepted defect
+        self.cells = dict(j["cells"])
+        self.racy = dict(j["racy"])  # output -> cells two programs write (uint8 blob, its logical shape)
 
     @property
     def regions(self):
@@ -346,18 +360,13 @@ def load_kernels(path, entry_name):
 # The entry point is bound by parameter name as kvfuzz binds it (bind, from kvfuzz/targets/calls.py).
 
 
-def dropped_args(call, variant_args, binding):
-    """The arguments of `variant_args` that `binding`'s signature has no parameter for: its call
-    would drop them. One that rides, in some releases, in a parameter the signature has
-    (`OpCall.rides`) is not counted: only the release tells, and a kernel file does not say it."""
-    return [name for name in variant_args if name not in binding.takes and call.rides.get(name) not in binding.supplied]
-
-
 def bind_entry(case, entry, path):
-    """The Binding that calls `entry` the way SGLang does, or UsageError when kvfuzz cannot
-    call it, or when the case holds an optional tensor the entry point has no parameter for
-    (0.5.22's get_num_kv_splits_triton and uneven_batch), or an argument of its variant the
-    entry point cannot take (0.5.19's swa_src_table, on builtin): that file cannot run this case."""
+    """The Binding that calls `entry` the way SGLang does, with the case judged under the
+    contract variant kvfuzz selects for this kernel file (`kvfuzz replay --target FILE`: by the
+    SGLang API generation of the entry point's signature, binding_variant from
+    kvfuzz/variant_choice.py); UsageError when kvfuzz cannot call it, or when the case holds an
+    optional tensor the entry point has no parameter for (0.5.22's get_num_kv_splits_triton and
+    uneven_batch): that file cannot run this case."""
     try:
         binding = bind(case.op, entry, case.call, case.generations, path)
     except TargetLoadError as exc:
@@ -367,10 +376,10 @@ def bind_entry(case, entry, path):
             params = " or ".join(case.call.optional[name])
             raise UsageError(f"{case.entry} takes no {params}, which this case passes "
                              f"(a later SGLang release added it)")
-    dropped = dropped_args(case.call, case.variant_args, binding)
-    if dropped:  # its call would drop them: the case would not mean what it says
-        raise UsageError(f"{case.entry} in {path} takes no {', '.join(dropped)}, which this case's variant "
-                         f"{case.variant} passes (an SGLang release that has them can run it)")
+    variant = binding_variant(case.release_variants, case.default_variant, binding)
+    if variant not in case.by_variant:  # pragma: no cover - the script holds every variant kvfuzz selects
+        raise UsageError(f"kvfuzz judges {path} by contract variant {variant}, which this script does not hold")
+    case.judge_as(variant)
     return binding
 
 
@@ -420,7 +429,7 @@ class Run:
         self.after = after  # uint8 CPU tensor: the arena's bytes after the call
         self.fault = fault  # "TypeName: first line" of the CUDA error
         self.alt = alt  # the call started from the alternate image (alternate_image)
-        self.probe = probe  # (tensor, where): only that guard band or gap held the alternate fill
+        self.probe = probe  # "tensor:where" ("tensor:*": all its bands): only there the alternate fill
 
 
 def run_once(case, call, image, device):
@@ -614,11 +623,12 @@ def bands(case, owner, name):
 
 
 def probe_image(case, image, alt_image, owner, name, where):
-    """`image` with the alternate fill in one band of `name` alone."""
+    """`image` with the alternate fill in the bands `where` of `name` alone."""
     out = image.clone()
-    lo, hi = band(case, name, where)
-    free = owner[lo:hi] == 0
-    out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
+    for one in where:
+        lo, hi = band(case, name, one)
+        free = owner[lo:hi] == 0
+        out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
     return out
 
 
@@ -700,8 +710,24 @@ def judge_reruns(report, case, runs, image, owner):
     def decoded(run):
         return decoded_reads(case, owner, first.after, seen_of(run))
 
-    for kind, run, places in rerun_rules(runs[1:], first.error, differs, decoded, same):
+    # "name:*": all of an input's bands at once (the schedule's first probe); its bands, one by one, tell where
+    banded = [r for r in runs[1:] if r.probe is None or not r.probe.endswith(":*")]
+    racy = {name: host_bytes(m, torch.uint8).reshape(tuple(case.tensors[name]["shape"])).bool()
+            for name, m in case.racy.items()}
+
+    def only_racy(run):
+        """Whether `run` differs from the first only in racy cells (racy_only, from kvfuzz/rules.py)."""
+        seen = seen_of(run)
+        diff = seen != first.after
+        if run.error != first.error or not bool(diff.any()):
+            return False
+        return racy_only(set(owners_of(case, owner, diff)), racy, lambda name, cells: bool(
+            ((elements(case, first.after, name) != elements(case, seen, name)) & ~cells).any()))
+
+    for kind, run, places in rerun_rules(banded, first.error, differs, decoded, same):
         i = runs.index(run) + 1
+        if kind == "nondeterministic" and only_racy(run):
+            continue
         if kind == "nondeterministic":
             diff = seen_of(run) != first.after
             owners = owners_of(case, owner, diff)
@@ -715,18 +741,21 @@ def judge_reruns(report, case, runs, image, owner):
             continue
         how = ("the value stored decodes as a read of the alternate fill there" if kind == "read_decoded"
                else "the alternate fill there alone changes the run")
+        if kind != "read_decoded":  # {"input:where": its first probe run}
+            places = {tuple(probe.split(":")): () for probe in places}
         for (tensor, where), lines in sorted(places.items()):
             signature = case.signature("out_of_bounds_read", tensor, where)
             if signature not in said:
                 said.add(signature)
                 report.defect("out_of_bounds_read", tensor, where,
                               f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
-                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN] if kind == "read_decoded" else ())
+                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN])
 
 
 def run_case(case, call, device, runs=DEFAULT_RUNS):
-    """Call the entry point (`call`: its Binding) `runs` times on fresh arenas (stopping at a
-    CUDA fault) and judge them; the Report (defects printed as found)."""
+    """Call the entry point (`call`: its Binding) on fresh arenas as kvfuzz does (`runs` runs,
+    then the probe runs where the fill matters: run_schedule, from kvfuzz/rerun_schedule.py;
+    stopping at a CUDA fault) and judge them; the Report (defects printed as found)."""
     import torch
 
     image = host_bytes(case.arena_image, torch.uint8)
@@ -734,9 +763,13 @@ def run_case(case, call, device, runs=DEFAULT_RUNS):
     assert image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
     alt_image = alternate_image(case, image, owner)
     done = []
-    for k in range(runs):
-        run = run_once(case, call, alt_image if k % 2 else image, device)  # every second from the alternate image
-        run.alt = k % 2 == 1
+
+    def make(alt, probe, where):
+        """One run (kvfuzz's rerun_schedule, from kvfuzz/rerun_schedule.py, decides which)."""
+        start = probe_image(case, image, alt_image, owner, probe.split(":")[0], where) if probe else \
+            alt_image if alt else image
+        run = run_once(case, call, start, device)
+        run.alt, run.probe = alt, probe
         done.append(run)
         if len(done) == 1 and run.error is not None:
             print(f"raised: {run.error}")
@@ -744,22 +777,13 @@ def run_case(case, call, device, runs=DEFAULT_RUNS):
                 sys.stderr.write(run.detail or "")
         if run.fault is not None:
             sys.stderr.write(run.detail or "")
-            break
-    first = done[0]
-    if len(done) >= 2 and all(r.fault is None and r.after is not None for r in done[:2]) and (
-            done[1].error != first.error or not torch.equal(as_canary(image, alt_image, done[1].after), first.after)):
-        # the fill changed the run: the image again (the run, or the fill?), then each input band alone
-        # (the image twice before the probes and once after, each band twice: kvfuzz's rule)
-        extra = [(image, None)] * 2 + [(probe_image(case, image, alt_image, owner, name, where), (name, where))
-                                       for name, t in case.tensors.items() if t["role"] == "in"
-                                       for where in bands(case, owner, name) for _ in range(2)] + [(image, None)]
-        for start, probe in extra:
-            run = run_once(case, call, start, device)
-            run.alt, run.probe = probe is not None, probe
-            done.append(run)
-            if run.fault is not None:
-                sys.stderr.write(run.detail or "")
-                break
+        return run, run.fault is None
+
+    def fill_matters(first, run):
+        return first.after is not None and run.after is not None and (
+            run.error != first.error or not torch.equal(as_canary(image, alt_image, run.after), first.after))
+
+    run_schedule(runs, case.inputs, lambda name: bands(case, owner, name), make, fill_matters)
     report = Report(case)
     report.runs = done
     judge_runs(report, case, done, image, owner)
@@ -784,13 +808,14 @@ def cross_devices(requested, case):
     return primary, backend
 
 
-def save_run(path, run, defects):
-    """A side's first run, for the parent that compares the two (cross_check)."""
+def save_run(path, run, defects, variant):
+    """A side's first run and the variant it was judged by, for the parent that compares the two
+    (cross_check)."""
     import torch
 
     after = None if run.after is None else run.after.cpu()
     torch.save({"error": run.error, "error_type": run.error_type, "fault": run.fault, "after": after,
-                "defects": list(defects)}, path)
+                "defects": list(defects), "variant": variant}, path)
 
 
 def load_run(path):
@@ -798,7 +823,7 @@ def load_run(path):
 
     d = torch.load(path, weights_only=True)
     run = Run(error=d["error"], error_type=d["error_type"], after=d["after"], fault=d["fault"])
-    return run, list(d["defects"])
+    return run, list(d["defects"]), d["variant"]
 
 
 def cross_check(args, case):
@@ -821,9 +846,10 @@ def cross_check(args, case):
             if status is None and side == "primary":  # a crash; nothing to compare (as kvfuzz's judge)
                 report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
                 return conclude(report)
-            sides[side] = load_run(out) if status == 0 else (None, why)
-    mine, report.defects = sides["primary"]  # the primary's defects, printed by its process
-    theirs, lost = sides["backend"]
+            sides[side] = load_run(out) if status == 0 else (None, why, None)
+    mine, report.defects, variant = sides["primary"]  # the primary's defects, printed by its process
+    case.judge_as(variant)  # the variant the primary's process judged the kernel file by
+    theirs, lost, _ = sides["backend"]
     import torch
 
     judge_divergence(report, case, host_bytes(case.owner, torch.uint8), mine, theirs, backend,
@@ -925,19 +951,20 @@ def _main_in_process(args, case):
         print(f"repro: error: {exc}", file=sys.stderr)
         return 2
 
-    print(f"repro: {case.op} case {case.digest} [{case.variant}] ({case.status.replace('_', ' ')}) -> {case.entry} "
-          f"from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
+    saved = "" if case.variant == case.saved_variant else f", saved under {case.saved_variant}"
+    print(f"repro: {case.op} case {case.digest} [{case.variant}{saved}] ({case.status.replace('_', ' ')}) -> "
+          f"{case.entry} from {args.kernels} on {device}" + (" (triton interpreter)" if device == "cpu" else ""))
     if args.unjudged:  # the cross-check backend's side: the parent judges it against the primary's
         import torch
 
         run = run_once(case, call, host_bytes(case.arena_image, torch.uint8), device)
         if run.error is not None:
             print(f"raised: {run.error}")
-        save_run(args.arena_out, run, [])
+        save_run(args.arena_out, run, [], case.variant)
         return 0
     report = run_case(case, call, device, args.runs)
     if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
-        save_run(args.arena_out, report.runs[0], report.defects)
+        save_run(args.arena_out, report.runs[0], report.defects, case.variant)
         return 0
     return conclude(report)
 

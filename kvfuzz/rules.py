@@ -17,7 +17,8 @@ the caller turns what they return into findings (kvfuzz) or printed defects (the
   where a differing value decodes as a read of the fill, or else where the fill in one input's
   band alone (a probe run) changes every run of that band, provided the kernel showed itself
   deterministic: no run from the image differed, and the runs from each probe image agree
-  with one another (`stable`); any other difference is `nondeterministic` (not the fill's).
+  with one another (`stable`); any other difference is `nondeterministic` (not the fill's),
+  unless it lies only in cells two programs of an out-of-contract case write (`racy_only`).
 
 Standalone (no import at all): the repro script embeds this module
 (kvfuzz.repro.standalone_modules).
@@ -138,3 +139,14 @@ def probed_bands(probed, differs):
         if run.probe not in steady:
             out.setdefault(run.probe, run)
     return out
+
+
+def racy_only(owners, racy, differs_outside):
+    """Whether a later run that differs from the first (and raised alike) differs only in racy
+    cells: cells two programs of this case write, either of whose values may be left there.
+    `owners`: the names of the tensors whose bytes differ ("-" for bytes that are no element's);
+    `racy`: {output: its racy cells}; `differs_outside(name, cells)`: whether `name`'s elements
+    differ outside `cells`."""
+    if not racy or not owners or "-" in owners or not set(owners) <= set(racy):
+        return False
+    return not any(differs_outside(name, racy[name]) for name in owners)

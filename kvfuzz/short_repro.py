@@ -15,9 +15,16 @@ refuse, that it raises. No kvfuzz import, no memory image:
 
 (the path is the release file holding the op's entry point: kv_indices.py for flashinfer_kv_indices)
 
+The script judges the kernel file it is given as `kvfuzz replay --target FILE` does: where the
+verdict depends on the contract variant, it holds the expected values under each variant kvfuzz
+may select and picks the file's own by its entry point's signature (kvfuzz/variant_choice.py,
+embedded), refusing (exit 2) a file under whose variant the case is in another class (must
+refuse or not) than the one the script checks.
+
 Exit status: 0 clean, 1 the defect shows (an AssertionError saying which cells, or the
-target's own exception), 2 a kernel path that does not exist, or no path and no importable
-sglang.
+target's own exception), 2 this file cannot run the case, in one line on stderr: a kernel path
+that does not exist, a file that does not load or defines no entry point, a signature that does
+not take the call (a TypeError raised at the call itself), no path and no importable sglang.
 
 Kinds a short script cannot show (`why_not_short`): bytes written outside the tensors'
 elements (`out_of_bounds_write`: only the guarded arena sees them), crashes (the full script
@@ -38,6 +45,7 @@ from .corpus import SavedCase
 from .findings import kind_of
 from .materialize import CANARY_BYTE, POISON, elements_view
 from .ops import CONTRACTS, ShortCall, contract_status, record
+from .variant_choice import release_variant
 
 SHOWN_KINDS = ("mismatch", "untouched_write", "input_modified", "invalid_accepted")
 NOT_SHOWN = {
@@ -252,7 +260,9 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
         raise ValueError(why)
     case, f = saved.case, saved.finding
     contract = CONTRACTS[case.op]
-    status, _ = contract.classify(case)
+    judged = _judged(saved)
+    status = judged[case.variant][0]
+    chooses = len(set(judged.values())) > 1  # the verdict depends on the kernel file's variant
     entry, name = contract.entry, name or saved.key()
     what = f"{f.kind} {f.signature}: {f.message}" if f else "no finding recorded: the case must pass"
     what = what.replace("\\", "/").replace('"', "'")  # it sits in the docstring
@@ -264,8 +274,11 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
            f"Found with target {saved.target} on {saved.device}; {contract_status(case)}.",
            "",
            f"Run: python {{this file}} [PATH/TO/{record(case.op).source_file}]  (no path: {entry} from sglang)",
-           'Exit 0: clean; 1: the defect shows; 2: no such kernel file, or no sglang to import."""',
-           "import importlib.util"] + [f"import {m}" for m in call.imports] + [
+           "A file is judged by the contract variant of the SGLang API its signature matches, as replay does.",
+           "Exit 0: clean; 1: the defect shows; 2: this file cannot run the case (no such file, one that",
+           'does not load or lacks the entry point, a signature that does not take the call)."""',
+           "import importlib.util"] + [
+           f"import {m}" for m in sorted(set(call.imports) | ({"inspect"} if chooses else set()))] + [
            "import os", "import sys"] + (["import types"] if "SWAKVPool" in helpers else []) + ["",
            "import torch", "",
            'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"',
@@ -278,7 +291,15 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
             "    if not os.path.exists(sys.argv[1]):",
             '        print(f"no such kernel file: {sys.argv[1]}", file=sys.stderr)',
             "        sys.exit(2)",
-            f"    {entry} = load(sys.argv[1]).{entry}",
+            "    try:",
+            "        kernels = load(sys.argv[1])",
+            "    except Exception as exc:",
+            '        print(f"cannot load {sys.argv[1]}: {type(exc).__name__}: {exc}", file=sys.stderr)',
+            "        sys.exit(2)",
+            f'    if not hasattr(kernels, "{entry}"):',
+            f'        print(f"{{sys.argv[1]}} defines no {entry}", file=sys.stderr)',
+            "        sys.exit(2)",
+            f"    {entry} = kernels.{entry}",
             "else:",
             "    try:",
             f"        from {_sglang_module(saved.target, record(case.op).source_file, entry)} import {entry}",
@@ -290,45 +311,135 @@ def render_short(saved: SavedCase, name: str | None = None) -> str:
         out.append(_tensor_source(tname, spec, case.values.get(tname)))
     out += [wrap("inputs = {" + ", ".join(f'"{n}": {n}' for n in sorted(case.values)) + "}", 4),
             "inputs_before = {n: t.clone() for n, t in inputs.items()}", ""]
+    out += _variant_lines(saved, judged)
+    not_called = [f"except TypeError as exc:  # the signature does not take this call: this file cannot run the case",
+                  f'    if exc.__traceback__.tb_next is not None or not str(exc).startswith("{entry}("):',
+                  "        raise",
+                  '    print(f"cannot call {sys.argv[1] if len(sys.argv) > 1 else \'sglang\'}\'s " + str(exc), '
+                  "file=sys.stderr)",
+                  "    sys.exit(2)"]
     call = list(call.lines)
     if status == "must_refuse":
         rule = contract.broken_rule(case)
-        out += ["try:"] + [f"    {line}" for line in call] + [
+        out += ["try:"] + [f"    {line}" for line in call] + not_called + [
             "except Exception as exc:",
             '    print(f"OK: refused: {type(exc).__name__}: {exc}")',
             "    sys.exit(0)",
             f"raise AssertionError({('ran a case it must refuse: ' + rule)!r})"]
         return "\n".join(out) + "\n"
-    out += call
-    out += _checks(saved, status)
+    out += ["try:"] + [f"    {line}" for line in call] + not_called
+    out += _checks(saved, judged)
     return "\n".join(out) + "\n"
 
 
-def _checks(saved: SavedCase, status: str) -> list[str]:
-    case, f = saved.case, saved.finding
+def _expectations(saved: SavedCase, variant: str) -> tuple[str, str, str]:
+    """(the case's contract class, ACCEPTED's and UNTOUCHED's values) under `variant`: the
+    oracle's value of every required cell (each accepted answer), and the cells the contract
+    leaves untouched (all of them for an untouched_write finding, else where few)."""
+    case, f = saved.case.replace(variant=variant), saved.finding
+    contract = CONTRACTS[case.op]
+    status, _ = contract.classify(case)
+    if status != "in_contract":
+        return status, "[{}]", "{}"
+    outs = [n for n in contract.outputs if n in case.tensors]
+    expected = contract.numpy_ref(case)
+    cells = contract.cells(case)
+    dicts = []
+    for answer in [expected.values, *expected.alternatives]:
+        parts = [f'"{n}": {_cells_dict(cells[n].required, np.asarray(answer[n]))}' for n in outs
+                 if cells[n].required.any()]
+        dicts.append("{" + ", ".join(parts) + "}")
+    untouched = {n: cells[n].untouched for n in outs if cells[n].untouched.any()}
+    shown = untouched and (f is not None and f.kind == "untouched_write"
+                           or sum(int(m.sum()) for m in untouched.values()) <= UNTOUCHED_SHOWN)
+    return (status, "[" + ", ".join(dicts) + "]",
+            "{" + ", ".join(f'"{n}": {_cells_dict(m)}' for n, m in untouched.items()) + "}" if shown else "{}")
+
+
+def _judged(saved: SavedCase) -> dict[str, tuple[str, str, str]]:
+    """variant -> _expectations, for every variant kvfuzz may judge a kernel file by."""
+    from .repro import judged_variants
+
+    return {v: _expectations(saved, v) for v in judged_variants(saved.case.op, saved.case.variant)}
+
+
+def _variant_lines(saved: SavedCase, judged: dict[str, tuple[str, str, str]]) -> list[str]:
+    """Where the verdict depends on the contract variant: the lines choosing the one kvfuzz
+    selects for the kernel file (by `generation_of`, embedded from kvfuzz/variant_choice.py, and
+    each generation's variant, told by that module's `release_variant` here), and refusing a file
+    whose variant has the case in another class of the contract than `saved`'s variant."""
+    case = saved.case
+    if len(set(judged.values())) == 1:
+        return []
+    rec = record(case.op)
+    default = next(iter(rec.contract.variants))
+    own = judged[case.variant][0]
+    refused = {v: j[0] for v, j in judged.items() if (j[0] == "must_refuse") != (own == "must_refuse")}
+    gens = "".join(f"\n    ({g.name!r}, {g.params!r})," for g in rec.generations)
+    variant_of = {g.name: release_variant(rec.release_variants, default, g.name) for g in rec.generations}
+    out = ["", "# the contract variant judging a kernel file: that of the SGLang API generation whose parameters",
+           "# its entry point's equal, else of the one sharing most parameter names with it",
+           wrap(f"GENERATIONS = [{gens}\n]", 4), wrap(f"VARIANT_OF = {variant_of!r}", 4)]
+    out += _variant_choice_source().split("\n")
+    entry = rec.contract.entry
+    out += ["", "",
+            f"entry = getattr({entry}, \"fn\", {entry})  # a Triton kernel: its Python function",
+            "names = [p.name for p in inspect.signature(entry).parameters.values()",
+            "         if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]",
+            "equal, closest = generation_of(GENERATIONS, names)",
+            "VARIANT = VARIANT_OF[equal or closest]",
+            f'print(f"judged as contract variant {{VARIANT}} (SGLang {{equal or closest}}; saved under {case.variant})", '
+            "file=sys.stderr)"]
+    if refused:
+        out += [f"REFUSED = {refused!r}  # variant -> the case's class under it: the full script judges it",
+                "if VARIANT in REFUSED:",
+                '    print(f"under variant {VARIANT} the case is {REFUSED[VARIANT]}: use the full repro script", '
+                "file=sys.stderr)",
+                "    sys.exit(2)"]
+    return out
+
+
+def _variant_choice_source() -> str:
+    """kvfuzz/variant_choice.py's `generation_of`, as a short script embeds it."""
+    import ast
+
+    from . import variant_choice
+
+    text = Path(variant_choice.__file__).read_text(encoding="utf-8")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "generation_of")
+    return "\n".join(["", ""] + text.split("\n")[node.lineno - 1 : node.end_lineno])
+
+
+def _checks(saved: SavedCase, judged: dict[str, tuple[str, str, str]]) -> list[str]:
+    case = saved.case
     contract = CONTRACTS[case.op]
     outs = [n for n in contract.outputs if n in case.tensors]
     lines = ["", wrap("outputs = {" + ", ".join(f'"{n}": {n}' for n in outs) + "}", 4), "wrong = []"]
-    if status == "in_contract":
-        expected = contract.numpy_ref(case)
-        cells = contract.cells(case)
-        answers = [expected.values, *expected.alternatives]
-        lines.append("# the oracle's value of every cell the contract requires" +
-                     (f"; {len(answers)} answers accepted ({expected.boundary})" if len(answers) > 1 else ""))
-        dicts = []
-        for answer in answers:
-            parts = [f'"{n}": {_cells_dict(cells[n].required, np.asarray(answer[n]))}' for n in outs
-                     if cells[n].required.any()]
-            dicts.append("{" + ", ".join(parts) + "}")
-        lines.append(wrap("ACCEPTED = [" + ", ".join(dicts) + "]", 4))
-        untouched = {n: cells[n].untouched for n in outs if cells[n].untouched.any()}
-        if untouched and (f is not None and f.kind == "untouched_write"
-                          or sum(int(m.sum()) for m in untouched.values()) <= UNTOUCHED_SHOWN):
-            lines.append("# cells the contract leaves untouched: they must keep POISON")
-            lines.append(wrap("UNTOUCHED = {" + ", ".join(f'"{n}": {_cells_dict(m)}' for n, m in untouched.items())
-                               + "}", 4))
+    checked = {v: j for v, j in judged.items() if j[0] != "must_refuse"}
+    one = len(set(checked.values())) == 1
+    status, accepted, untouched = judged[case.variant]
+    if one and status != "in_contract":
+        pass
+    else:
+        if one:
+            expected = contract.numpy_ref(case)
+            n = 1 + len(expected.alternatives)
+            lines.append("# the oracle's value of every cell the contract requires" +
+                         (f"; {n} answers accepted ({expected.boundary})" if n > 1 else ""))
+            lines.append(wrap(f"ACCEPTED = {accepted}", 4))
+            if untouched != "{}":
+                lines.append("# cells the contract leaves untouched: they must keep POISON")
+            lines.append(wrap(f"UNTOUCHED = {untouched}", 4))
         else:
-            lines.append("UNTOUCHED = {}")
+            groups: dict[tuple[str, str], list[str]] = {}
+            for v, j in checked.items():
+                groups.setdefault(j[1:], []).append(v)
+            lines.append("# per contract variant (those judging the case alike together): the oracle's value of")
+            lines.append("# every cell the contract requires (each accepted answer), and the cells it leaves")
+            lines.append("# untouched, which must keep POISON")
+            lines.append("BY_VARIANT = {")
+            lines += [wrap(f"    {tuple(vs)!r}: ({acc}, {unt}),", 8) for (acc, unt), vs in groups.items()]
+            lines += ["}", "ACCEPTED, UNTOUCHED = next(j for variants, j in BY_VARIANT.items() if VARIANT in variants)"]
         lines += [
             "misses = [[f\"{n}{list(c)} expected {want}, got {outputs[n][c].item()}\" for n, cs in answer.items()",
             "           for c, want in cs.items() if outputs[n][c].item() != want] for answer in ACCEPTED]",

@@ -33,7 +33,7 @@ from kvfuzz.ops import records
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
 SCRIPT_IMPORTS = {"__future__", "argparse", "base64", "dataclasses", "faulthandler", "importlib", "importlib.util",
-                  "inspect", "os", "signal", "subprocess", "sys", "tempfile", "traceback", "types", "typing", "zlib",
+                  "inspect", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types", "typing", "zlib",
                   "torch", "triton", "triton.language", "triton.runtime.jit"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -275,19 +275,23 @@ def test_num_kv_splits_uneven_batch(kv, tmp_path):
 # --------------------------------------------------------------------------- usage errors
 
 
-def test_a_kernel_file_that_cannot_take_the_cases_variant_arguments_is_refused(kv, tmp_path):
+def test_a_kernel_file_is_judged_by_its_own_variant(kv, tmp_path):
     """A case of SGLang 0.5.19's read_table variant carries swa_src_table and src_is_read_table;
-    builtin's entry point takes neither, and a call without them would run another case: the
-    script refuses that kernel file in one line (exit 2), as kvfuzz refuses such a target."""
+    kvfuzz's kernel package, given by path, is judged by the variant its signature selects
+    (`kvfuzz replay --target FILE` does the same), under which the case is out of contract: the
+    script says which variant judged it and passes, as replay does."""
     import cases as hand
 
-    case = hand.read_table(hand.decode(ps=1, swa=True))
-    script = emit(kv, tmp_path, kv.saved(case))
-    r = run_script(script, KERNELS, "--device", DEVICE)
-    assert r.returncode == 2 and r.stdout == "", show(r)
-    (line,) = r.stderr.strip().splitlines()
-    assert "takes no src_is_read_table, swa_src_table" in line and "variant read_table" in line, line
+    from kvfuzz.replay import replay
 
+    case = hand.read_table(hand.decode(ps=1, swa=True))
+    saved = kv.saved(case)
+    replayed = replay(saved, str(KERNELS / "__init__.py"), DEVICE, isolate=False)
+    assert replayed.saved.case.variant != "read_table" and not replayed.fails
+    script = emit(kv, tmp_path, saved)
+    r = run_script(script, KERNELS, "--device", DEVICE)
+    assert r.returncode == 0 and "OK:" in r.stdout, show(r)
+    assert f"[{replayed.saved.case.variant}, saved under read_table] (out of contract)" in r.stdout, show(r)
 
 
 def test_missing_kernel_file(kv, tmp_path):
@@ -534,7 +538,12 @@ def test_template_module_is_clean_and_standalone():
     assert repro_script.CASE is None
     modules = {m for op in CONTRACTS for m in repro.standalone_modules(op)} | {"kvfuzz.repro_script"}
     assert {"kvfuzz.findings", "kvfuzz.fills", "kvfuzz.places", "kvfuzz.rules", "kvfuzz.targets.calls",
-            "kvfuzz.targets.sglang_shim"} <= modules
+            "kvfuzz.targets.sglang_shim", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice"} <= modules
+    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice"):  # the script runs kvfuzz's own copy
+        own = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
+        assert repro.embedded_source(name) in repro.assemble("decode_metadata")
+        assert [line for line in repro.embedded_source(name).splitlines() if line.strip()] == \
+            [line for line in own.splitlines() if line.strip() and line != "from __future__ import annotations"]
     for name in sorted(modules):
         text = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
         assert lint(text, name) == [], name

@@ -4,10 +4,10 @@ For every saved case under corpora/, the script that `kvfuzz replay --emit-repro
 as a user runs it (`python FILE.py KERNELS --device D`, a fresh process that supervises a child)
 against the case's own target, and its verdict — exit status, and the signature
 `op:path:kind:tensor:where` of every defect it prints — must equal the verdict of kvfuzz's
-judge on the same case, target and device, as `kvfuzz replay` and the pytest plugin reach it
-(a kvfuzz worker process, two runs). Targets: `builtin` is kvfuzz's kernels package (the script
-is given the directory kvfuzz/kernels and loads its __init__.py, which is what `builtin`
-imports); `sglang==0.5.14` is the seed file (conftest.seed_kernel_path); a file target is that
+judge on the same case, file and device, as `kvfuzz replay --target FILE` reaches it (a kvfuzz
+worker process, the variant the file selects, two runs). Targets: `builtin` is kvfuzz's kernels
+package (the script is given the directory kvfuzz/kernels and loads its __init__.py, the judge
+that file); `sglang==0.5.14` is the seed file (conftest.seed_kernel_path); a file target is that
 file. A known defect that was seen on another device and does not show here is skipped, as the
 pytest plugin skips it. A few plain-torch kernels then check rules the corpus does not reach
 (a nondeterministic kernel, a kernel that ends its process, an in-contract raise).
@@ -64,8 +64,8 @@ def _case_id(item) -> str:
 
 def target_files(target: str) -> tuple[Path, str]:
     """(what the script is given, the spec the judge loads) for a case's target."""
-    if target == "builtin":
-        return REPO / "kvfuzz" / "kernels", "builtin"
+    if target == "builtin":  # the package by path: judged by the variant its signatures select, as the script does
+        return REPO / "kvfuzz" / "kernels", str(REPO / "kvfuzz" / "kernels" / "__init__.py")
     if target.startswith("sglang=="):
         version = target.split("==", 1)[1]
         if version == "0.5.14":
@@ -88,7 +88,10 @@ def target_files(target: str) -> tuple[Path, str]:
 @pytest.fixture(scope="module")
 def judge_on():
     """judge_on(spec, case) -> kvfuzz's Verdict: a worker process per target (kept for the
-    module, as the pytest plugin keeps one), two runs, the judge."""
+    module, as the pytest plugin keeps one), the case under the contract variant the target
+    selects (as `kvfuzz replay --target FILE`, and the script, judge a kernel file), two runs,
+    the judge."""
+    from kvfuzz.check import Checker
     from kvfuzz.judge import judge
     from kvfuzz.worker import WorkerExecutor
 
@@ -100,6 +103,7 @@ def judge_on():
         ex = executors[spec]
         if case.op in ex.missing:
             pytest.skip(f"target {spec} has no {case.op}: {ex.missing[case.op]}")
+        case = Checker.settled(ex, case.op, spec).adopt(case)
         return judge(case, ex.run(case, repeats=2))
 
     yield run

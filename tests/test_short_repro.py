@@ -63,7 +63,8 @@ def test_a_short_script_fails_on_its_release_and_passes_on_builtin(path, saved, 
     write_short_repro(saved, script, path.name)
     src = script.read_text()
     assert "kvfuzz" not in src.replace(f"kvfuzz case {path.name}", "").replace("kvfuzz's canary", ""), src
-    assert len(src.splitlines()) <= 120, len(src.splitlines())
+    # a case judged differently under the variants a kernel file may select holds its choice too
+    assert len(src.splitlines()) <= (180 if "VARIANT_OF" in src else 120), len(src.splitlines())
     assert "torch.tensor(" in src or "torch.full(" in src
     builtin = run_script(script, BUILTIN)
     assert builtin.returncode == 0 and builtin.stdout.startswith("OK"), builtin.stdout + builtin.stderr[-2000:]

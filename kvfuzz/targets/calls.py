@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import TargetLoadError
+from ..variant_choice import generation_of
 
 Getter = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
 
@@ -242,9 +243,7 @@ def _known(call: OpCall) -> set[str]:
 
 def _generation(gens: Sequence[Generation], names: tuple[str, ...]) -> tuple[str | None, str]:
     """(the generation equal to `names`, if any; the one sharing most names, newest on a tie)."""
-    equal = next((g.name for g in gens if g.params == names), None)
-    closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1].params) & set(names)), ig[0]))[1].name
-    return equal, closest
+    return generation_of([(g.name, g.params) for g in gens], names)
 
 
 def bind(op: str, entry: Any, call: OpCall, generations: Sequence[Generation], where: str = "target") -> Binding:

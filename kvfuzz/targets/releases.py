@@ -42,12 +42,12 @@ order, and `file_release(version, file)` names the one whose copy of `file` stan
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from types import ModuleType
 
 from ..ops import record, records
 from .calls import Binding
+from ..variant_choice import binding_variant, parse_version, release_variant
 
 OLD_PATH = "sglang/srt/layers/attention/triton_ops/metadata.py"
 NEW_PATH = "sglang/kernels/ops/attention/metadata.py"
@@ -315,12 +315,6 @@ def op_file(op: str) -> str:
     return record(op).source_file
 
 
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """(major, minor, micro) of a version string; post, pre and local parts are ignored."""
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    return (int(m[1]), int(m[2]), int(m[3] or 0)) if m else None
-
-
 def known_releases() -> tuple[str, ...]:
     """Every SGLang release kvfuzz knows, oldest first: each RELEASES entry, then its .post releases."""
     ordered = sorted(RELEASES, key=parse_version)
@@ -354,13 +348,8 @@ def release_entry(version: str) -> Release | None:
 
 def variant_for_release(op: str, version: str) -> str:
     """The contract variant that judges `op` of SGLang `version` (its record's release_variants)."""
-    v = parse_version(version)
     rec = record(op)
-    chosen = next(iter(rec.contract.variants))
-    for first, variant in rec.release_variants:
-        if v is not None and v >= parse_version(first):
-            chosen = variant
-    return chosen
+    return release_variant(rec.release_variants, next(iter(rec.contract.variants)), version)
 
 
 def select_variant(op: str, release: str | None, binding: Binding, builtin: bool = False) -> tuple[str, str]:
@@ -373,7 +362,8 @@ def select_variant(op: str, release: str | None, binding: Binding, builtin: bool
     gen = binding.generation or binding.closest
     how = (f"signature of SGLang {gen}" if binding.generation else
            f"signature closest to SGLang {gen}" if binding.by_name else f"SGLang {gen}'s positional call")
-    return variant_for_release(op, gen), how
+    rec = record(op)
+    return binding_variant(rec.release_variants, next(iter(rec.contract.variants)), binding), how
 
 
 def installed_version() -> str | None:
