@@ -12,7 +12,9 @@ each from a process of its own, each an exit code read as pass (0), fail (1) or 
 A case is checked on its own target, on builtin (kvfuzz/kernels), and, where it was triaged over
 releases (`meta["affects"]`, `kvfuzz bisect --write`), on every SGLang release kvfuzz knows from
 one before the first release it affects to one after the last. A (case, target) row agrees where
-every verdict is the same; each disagreement is named with its cause (`cause`).
+every verdict is the same, a script that refuses the file in one line (exit 2) where replay judged
+it aside: a refusal claims nothing, and the table lists it apart; each disagreement is named
+with its cause (`cause`).
 
     python3 scripts/check_repros.py [corpora ...] [--cases KEY,...] [--releases 0.5.14,0.5.17]
                                     [--device cpu|cuda] [--jobs N] [--json OUT.json]
@@ -73,8 +75,19 @@ class Row:
     cause: str | None = None  # why the verdicts disagree; None where they agree
 
     @property
+    def refused(self) -> list[str]:
+        """The scripts that refused the target's file in one line (exit 2: cannot run this
+        file), where replay judged it: a refusal claims nothing, so it is no disagreement."""
+        replay = self.runs.get("replay")
+        if replay is None or replay.verdict == "cannot-run":
+            return []
+        return [t for t, r in self.runs.items() if t != "replay" and r.verdict == "cannot-run"]
+
+    @property
     def agrees(self) -> bool:
-        return len({r.verdict for r in self.runs.values() if r.rc is not None or r.verdict != "-"}) <= 1
+        refused = self.refused
+        return len({r.verdict for t, r in self.runs.items()
+                    if (r.rc is not None or r.verdict != "-") and t not in refused}) <= 1
 
 
 def verdict_of(rc: int) -> str:
@@ -270,8 +283,12 @@ def check(dirs: list[Path], releases: set[str] | None, device: str | None, jobs:
 
 def table(rows: list[Row]) -> str:
     bad = [r for r in rows if not r.agrees]
+    refusing = [r for r in rows if r.agrees and r.refused]
     lines = [f"{len(rows) - len(bad)} agree, {len(bad)} disagree ({len(rows)} case x target rows, "
              f"{len({r.case for r in rows})} cases)"]
+    if refusing:
+        lines.append(f"  of those that agree, {len(refusing)} with a script refusing the file (exit 2, one line): "
+                     + ", ".join(f"{r.case[:8]} {'+'.join(r.refused)} on {r.target}" for r in refusing))
     causes: dict[str, int] = {}
     for r in bad:
         key = r.cause.split(":", 1)[0]

@@ -71,6 +71,11 @@ PASS, FAIL = cr.Run(0, "pass"), cr.Run(1, "fail")
 
 def test_each_disagreement_gets_its_cause():
     assert row(PASS, PASS, cr.Run(None, "-")).agrees and row(PASS, PASS, PASS).cause is None
+    # a script that refuses the file in one line claims nothing: no disagreement, listed apart
+    r = row(PASS, PASS, cr.Run(2, "cannot-run"))
+    assert r.agrees and r.refused == ["short"] and r.cause is None
+    assert "with a script refusing the file (exit 2, one line): k short on sglang==0.5.17" in cr.table([r])
+    assert not row(FAIL, PASS, cr.Run(2, "cannot-run")).agrees
     # a script that died of an exception exits 1, which reads as 'the defect shows'
     r = row(PASS, PASS, cr.Run(1, "fail", raised="TypeError"))
     assert r.cause.startswith("script raised: the short script died of TypeError")
@@ -82,7 +87,7 @@ def test_each_disagreement_gets_its_cause():
     assert row(cr.Run(1, "fail", varies=True), PASS, PASS).cause.startswith("varies")
     assert row(FAIL, PASS, PASS).cause == "other: replay fail; full pass; short pass"
     # every cause that applies: a short script's exception beside the full script's variant
-    r = row(cr.Run(1, "fail", variant="v2p"), cr.Run(2, "cannot-run"), cr.Run(1, "fail", raised="TypeError"))
+    r = row(cr.Run(0, "pass", variant="v2p"), FAIL, cr.Run(1, "fail", raised="TypeError"))
     assert r.cause.startswith("script raised: the short script died of TypeError")
     assert "; script variant: the scripts judge by the case's variant default" in r.cause
 
