@@ -278,7 +278,14 @@ def check(dirs: list[Path], releases: set[str] | None, device: str | None, jobs:
         scripts = write_scripts(saved, d, workdir / d.name, device)
         work += [(d, saved, t, scripts) for t in targets_of(saved, known, releases)]
     with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as pool:
-        return list(pool.map(lambda w: check_row(*w, device, timeout, runner), work))
+        return list(pool.map(lambda w: _said(check_row(*w, device, timeout, runner)), work))
+
+
+def _said(row: Row) -> Row:
+    """A checked row, one line on stderr as it ends: a run cut off by its slot keeps what it did."""
+    v = " ".join(f"{t}={r.verdict}" for t, r in row.runs.items())
+    print(f"row {row.case} {row.target} {v} {'agree' if row.agrees else 'DISAGREE'}", file=sys.stderr, flush=True)
+    return row
 
 
 def table(rows: list[Row]) -> str:
