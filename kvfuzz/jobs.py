@@ -153,9 +153,9 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     once per defect (entries that share a signature are one, with every signature listed) and
     flaky findings once per signature."""
     out: dict = {"kvfuzz_report": 1, "jobs": jobs, "shards": reports}
-    if not reports:
-        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=True, cut_short=True,
-                   cut_short_by=None, not_target=0, internal_errors=[])
+    if not reports:  # every shard failed before its report (bad usage, a refused environment: said above)
+        out.update(cases=0, findings=[], flaky=[], ops={}, seconds=0.0, interrupted=False, cut_short=False,
+                   cut_short_by=None, not_target=0, internal_errors=[], error="no shard wrote a report")
         return out
     first = reports[0]
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check",

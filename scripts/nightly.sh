@@ -57,6 +57,7 @@ not_run = [op for op, s in ops.items() if not s.get("skipped") and not s.get("ca
 print(f"{target}: exit {rc}, {r.get('cases', 0)} cases, {len(r.get('findings', []))} findings "
       f"({sum(f.get('new', True) for f in r.get('findings', []))} new)"
       + (f", cut short by {r.get('cut_short_by') or 'an interrupt'}" if r.get("cut_short") else "")
+      + (f", {r['error']}" if r.get("error") else "")
       + (f", ran no case: {', '.join(not_run)}" if not_run else ""))
 PY
 }

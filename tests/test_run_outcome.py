@@ -291,3 +291,13 @@ def test_the_batched_engine_runs_one_batch_of_an_op_whose_share_is_spent(device)
     s, _ = run_engine(BatchEngine("num_kv_splits", executor, options), budget_s=0.0, max_cases=1000,
                       until=time.monotonic() - 1)
     assert s.cases == 0
+
+
+def test_shards_that_all_failed_before_their_reports_are_not_called_cut_short():
+    """Every shard refused (bad usage, a refused environment): the merged report says no shard
+    wrote a report; it claims no interrupt that did not happen."""
+    from kvfuzz.jobs import merge_reports
+
+    merged = merge_reports([], 4)
+    assert merged["cut_short"] is False and merged["interrupted"] is False
+    assert merged["error"] == "no shard wrote a report" and merged["cases"] == 0
