@@ -12,9 +12,10 @@ kv_start_idx[i]`` or 0 when ``kv_start_idx`` is None, length ``n = paged_kernel_
 Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[grid](...)``, this is
 a launcher function called with the same arguments, no grid: it reads the tensors' shapes and
 strides (metadata only, no host sync, so CUDA-graph capturable) and launches a (request,
-tile group) grid, the groups of a request striding over its 1024-token tiles (at most 16 groups
-per request, however wide the table). ``TOKEN_BLOCK_PARALLEL`` is accepted and checked (a bool):
-the launcher picks its own grid, and the result does not depend on it. Every load and store is
+tile group) grid, the groups of a request striding over its 1024-token tiles (about 1024
+programs in all, at least one per request, however wide the table). ``TOKEN_BLOCK_PARALLEL``
+is accepted and checked (a bool): the launcher picks its own grid, and the result does not
+depend on it. Every load and store is
 masked to its tensor: a pool index outside the table, a span past the row, a token id outside
 ``token_mapping``, or offsets past ``kv_indices`` (out-of-contract cases) read and write nothing
 outside their tensors. Any strides, int32 or int64 indices, int32 or int64 ``kv_indices`` (ids
@@ -34,7 +35,7 @@ from ._args import _INDEX, _INT32, _int_arg, _tensor_arg
 __all__ = ["create_flashinfer_kv_indices_triton"]
 
 TILE = 1024  # tokens per tile
-MAX_GROUPS = 16  # programs per request: the tiles of a long row are strided over them
+TARGET_PROGRAMS = 1024  # programs per launch to aim for: a request's tiles are strided over its share
 
 
 # the pool's rows, kv_indices' and token_mapping's sizes vary within a compile class: no specialisation on them
@@ -103,7 +104,7 @@ def create_flashinfer_kv_indices_triton(req_to_token_ptr, req_pool_indices_ptr, 
         return
     starts = kv_start_idx if has_start else lens  # placeholder pointers when there is no start or mapping
     mapping = token_mapping if has_map else lens
-    grid = (bs, min(triton.cdiv(W * ps, TILE), MAX_GROUPS))
+    grid = (bs, max(1, min(triton.cdiv(W * ps, TILE), TARGET_PROGRAMS // bs)))
     _gather_kernel[grid](table, P, W, table.stride(0), table.stride(1), rows, rows.stride(0), lens, lens.stride(0),
                          starts, starts.stride(0), kv_indptr, kv_indptr.stride(0), out, n_out, out.stride(0),
                          mapping, n_map if has_map else 0, mapping.stride(0),
