@@ -160,6 +160,7 @@ def campaign_finds(path, device, seconds=8) -> list:
     return res.saved
 
 
+@pytest.mark.slow  # 40-90 s each on a loaded 2-core CPU (the campaign, then confirming and saving)
 @pytest.mark.parametrize("name", list(SGLANG_MUTANTS))
 def test_seeded_defects_in_sglang_0_5_23s_modes_are_found(name, tmp_path, device):
     old, new = SGLANG_MUTANTS[name]
@@ -170,6 +171,7 @@ def test_seeded_defects_in_sglang_0_5_23s_modes_are_found(name, tmp_path, device
     assert campaign_finds(path, device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BUILTIN_MUTANTS))
 def test_seeded_defects_in_the_builtins_modes_are_found(name, tmp_path, device):
     old, new = BUILTIN_MUTANTS[name]

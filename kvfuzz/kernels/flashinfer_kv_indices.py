@@ -12,7 +12,7 @@ kv_start_idx[i]`` or 0 when ``kv_start_idx`` is None, length ``n = paged_kernel_
 Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[grid](...)``, this is
 a launcher function called with the same arguments, no grid: it reads the tensors' shapes and
 strides (metadata only, no host sync, so CUDA-graph capturable) and launches a (request,
-tile group) grid, the groups of a request striding over its 1024-token tiles (about 1024
+tile group) grid, the groups of a request striding over its 1024-token tiles (about 512
 programs in all, at least one per request, however wide the table). ``TOKEN_BLOCK_PARALLEL``
 is accepted and checked (a bool): the launcher picks its own grid, and the result does not
 depend on it. Every load and store is
@@ -35,7 +35,7 @@ from ._args import _INDEX, _INT32, _int_arg, _tensor_arg
 __all__ = ["create_flashinfer_kv_indices_triton"]
 
 TILE = 1024  # tokens per tile
-TARGET_PROGRAMS = 1024  # programs per launch to aim for: a request's tiles are strided over its share
+TARGET_PROGRAMS = 512  # programs per launch to aim for: a request's tiles are strided over its share
 
 
 # the pool's rows, kv_indices' and token_mapping's sizes vary within a compile class: no specialisation on them

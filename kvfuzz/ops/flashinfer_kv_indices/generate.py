@@ -11,12 +11,15 @@ draws each request's length at the block edges (0, 1, 511, 512, 513, 1025) and u
 end, its start (unaligned to pages too), its pool row, a base and a tail for the flat output,
 its block count and its mapping (-1 entries, read by -1 table entries too).
 
-Production sizes are classes of their own, one class in eight of a variant's pool: a table 32768
-to 131585 tokens wide, a batch of one, a few, up to 256 or past 256 (257-300), one or two requests
-to the row's end or at the multi-block edges (8192-token block thresholds), the rest short, so a
-case copies at most a few rows' worth of tokens and runs on the CPU interpreter in seconds; their
-block count is the one SGLang computes (EAGLE's `spec_kv_index_token_blocks`, AITER's
-`_kv_index_blocks`).
+Production sizes are classes of their own, one class in sixteen of a variant's candidates, in the
+pool after the classes that cover the launch-mode combinations (`kv_class_features`; the cover
+takes a few among the next ones, their widths being new). The CPU interpreter takes about half
+a second for a production case, so a CPU campaign spends up to half a minute on each production
+stint it reaches: a table 32768 to 131585 tokens wide, a batch of
+one, a few, 17 to 256 or past 256 (257-300), one or two requests to the row's end or at the
+multi-block edges (8192-token block thresholds), the rest short, so a case copies at most a few
+rows' worth of tokens; their block count is the one SGLang computes (EAGLE's
+`spec_kv_index_token_blocks`, AITER's `_kv_index_blocks`).
 """
 
 from __future__ import annotations
@@ -72,10 +75,10 @@ def kv_variant_class(d: Draw, variant: str) -> CompileClass:
     p = kv_params(d)
     args = VARIANT_ARGS.get(variant, ())
     p["dtype:kv_indices"] = d.choice(("int32", "int64"))
-    if d.integer(0, 7) == 0:
+    if d.integer(0, 15) == 0:
         p["size"] = "production"
         p["C"] = d.choice(PROD_WIDTHS)
-        p["bs"] = d.choice(("one", "few", "big", "past"))
+        p["bs"] = d.choice(("one", "few", "few", "big", "past"))
     mapped = "token_mapping" in args and d.integer(0, 2) == 0
     if mapped:
         p["token_mapping"] = True
@@ -271,5 +274,15 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
+def kv_class_features(k: CompileClass) -> set[str]:
+    """The launch-mode combinations a pool covers first (class_pool weighs them above every
+    other feature), each by a class of a short table: the first stints of a campaign visit every
+    mode before the production classes."""
+    if k.get("size") == "production":
+        return set()
+    return {f"mode:ps{'>1' if k.get('ps', 1) > 1 else '1'}/blocks:{k.get('blocks', 'absent')}/"
+            f"map:{bool(k.get('token_mapping'))}"}
+
+
 GENERATOR = OpGenerator(OP, kv_class, kv_in_class, kv_violation, OUT_OF_CONTRACT, kv_features,
-                        all_required_features, variant_class=kv_variant_class)
+                        all_required_features, kv_class_features, variant_class=kv_variant_class)
