@@ -180,3 +180,35 @@ def test_seeded_defects_in_the_builtins_modes_are_found(name, tmp_path, device):
     path = tmp_path / "mutant.py"
     path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
     assert campaign_finds(path, device)
+
+
+def test_a_short_repro_launches_the_cases_mode(tmp_path):
+    """The short script launches SGLang 0.5.23's kernel as the case's call site does: grid (bs,
+    blocks), TOKEN_BLOCK_PARALLEL, token_mapping; it runs clean on the release's file."""
+    import os
+    import subprocess
+    import sys
+
+    from kvfuzz.corpus import SavedCase
+    from kvfuzz.short_repro import write_short_repro
+
+    table = np.array([[0, 1, -1, 3, 4, 5], [5, -1, 2, 1, 0, 0]])
+    case = gather(table, [0, 1], [4, 3], starts=[1, 2], mapping=np.array([10, -1, 12, 13, -1, 15]), out="int64",
+                  blocks=2)
+    saved = SavedCase(case=case, finding=None, target="sglang==0.5.23", device="cpu", versions={}, origin="hand",
+                      expected="pass")
+    script = tmp_path / "mode.py"
+    write_short_repro(saved, script)
+    src = script.read_text()
+    assert "[(req_pool_indices.shape[0], 2)]" in src and "TOKEN_BLOCK_PARALLEL=True" in src
+    assert "token_mapping=token_mapping" in src
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+
+    def run(kernel_file):
+        return subprocess.run([sys.executable, str(script), str(kernel_file)], capture_output=True, text=True,
+                              timeout=300, env=env)
+    assert run(release_file("0.5.23")).returncode == 0
+    old, new = SGLANG_MUTANTS["mapped: -1 not kept"]
+    mutant = tmp_path / "kv_indices.py"
+    mutant.write_text(release_file("0.5.23").read_text().replace(old, new))
+    assert run(mutant).returncode == 1
