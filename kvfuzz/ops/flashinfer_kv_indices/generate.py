@@ -44,6 +44,7 @@ INDEX = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
 
 PAGE_SIZES = (1, 1, 16, 32, 64, 3)  # ENTRY_PAGE_SIZE: the unified pool's page sizes, and an odd one
 PROD_WIDTHS = (32768, 40960, 65536, 131072, 131072 + BLOCK + 1)  # tokens: past every multi-block threshold
+LONG_WIDTHS = tuple(w for w in WIDTHS if w > 2 * BLOCK)  # a short table whose rows span 3 or more blocks
 MIN_TOKENS_PER_BLOCK = 8192  # SGLang's _MIN_TOKENS_PER_BLOCK
 PROD_EDGES = (MIN_TOKENS_PER_BLOCK - 1, MIN_TOKENS_PER_BLOCK, MIN_TOKENS_PER_BLOCK + 1, 32768, 65536, 131072)
 
@@ -89,6 +90,8 @@ def kv_variant_class(d: Draw, variant: str) -> CompileClass:
     if "num_token_blocks" in args:
         # no block axis (grid (bs,)), (bs, 1) with the flag off, or (bs, blocks > 1) with it on
         p["blocks"] = d.choice(("none", "one", "many", "many"))
+        if p["blocks"] == "many" and p.get("size") != "production":
+            p["C"] = d.choice(LONG_WIDTHS)  # rows of several copy blocks (short ones are drawn in them too)
     return CompileClass.of(OP, p)
 
 
@@ -114,7 +117,8 @@ def production_lengths(d: Draw, g, C: int, bs: int) -> np.ndarray:
 
 def block_count(d: Draw, k: CompileClass, C: int, lens: np.ndarray) -> int | None:
     """The case's num_token_blocks (None: no block axis): 1, or more than 1 (SGLang's count on a
-    production table, else 2 to 4, so block edges fall inside short rows)."""
+    production table, else 2 to 4, fewer than the longest row's 512-token copy blocks where it
+    has 3 or more, so a block strides over the row)."""
     mode = k.get("blocks")
     if mode in (None, "none"):
         return None
@@ -123,7 +127,8 @@ def block_count(d: Draw, k: CompileClass, C: int, lens: np.ndarray) -> int | Non
     if k.get("size") == "production":
         sglang = spec_kv_index_token_blocks(C, d.choice((int(lens.sum()), None)), len(lens))
         return max(2, sglang)
-    return d.integer(2, 4)
+    chunks = -(-int(lens.max(initial=0)) // BLOCK)
+    return d.integer(2, max(2, min(4, chunks - 1)))
 
 
 def mapped_table(d: Draw, g, k: CompileClass, P: int, W: int) -> tuple[np.ndarray, np.ndarray]:
