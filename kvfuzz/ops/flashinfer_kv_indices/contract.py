@@ -18,9 +18,9 @@ do (0.5.23: `KVIndexTranslator.pack_read_stream`, the triton, FlashInfer and AIT
 * grid `(bs,)` (every release's FlashInfer and triton backends; the default variant), or, where
   the kernel takes `TOKEN_BLOCK_PARALLEL` (0.5.20 on), grid `(bs, num_token_blocks)` with
   `TOKEN_BLOCK_PARALLEL = num_token_blocks > 1`, as every 2-D call site passes it. SGLang's
-  kernel says any block count is correct; kvfuzz draws 1 to 4 blocks on short tables (block
-  edges inside rows: 512-token copy blocks striding over the row) and, on production tables,
-  the count SGLang computes: `spec_kv_index_token_blocks(W, sum of lengths, bs)` (EAGLE verify and
+  kernel says any block count is correct; kvfuzz draws 1, or 2 to 4 on tables 1100 or 2049 tokens
+  wide (fewer than the longest row's 512-token copy blocks, so blocks stride over a row and rows
+  end inside and at the end of blocks) and, on production tables, the count SGLang computes: `spec_kv_index_token_blocks(W, sum of lengths, bs)` (EAGLE verify and
   draft extend) or AITER's `_kv_index_blocks(bs)` (the width alone), more than 1 once W >= 32768;
 * `ENTRY_PAGE_SIZE` (0.5.19 on: the unified pool's page-granular read table, page sizes 16, 32,
   64, and odd ones) with starts that are not page-aligned;
