@@ -15,12 +15,26 @@ from pathlib import Path
 
 import pytest
 
+from kvfuzz.execute import run_case
+from kvfuzz.judge import judge
+from kvfuzz.ops import record
+from kvfuzz.strategies import random_cases
 from kvfuzz.targets import load_target
 
-from kv_index_ops import builtin_finds_nothing, oracles_agree, release_file, release_target_runs_clean, \
+from kv_index_ops import oracles_agree, release_file, \
     seeded_defect_found, short_campaign, violation, violations_leave_contract, writes_past_on_0_5_14
 
 OP = "flashinfer_kv_indices"
+
+
+def stream_findings(op, target, device, seed=3, n=30, in_contract_only=False, variant=None) -> set[str]:
+    """The signatures a seeded stream of n cases of `variant` (one in five out of contract) finds on `target`."""
+    out = set()
+    for case in random_cases(op, seed, n, in_contract_only, variant=variant):
+        v = judge(case, run_case(target, case, device))
+        assert v.not_target is None, (case.describe(), v.not_target)
+        out |= set(v.signatures())
+    return out
 
 
 def test_the_builtin_passes_a_short_campaign(device):
@@ -28,7 +42,12 @@ def test_the_builtin_passes_a_short_campaign(device):
 
 
 def test_the_builtin_finds_nothing_on_a_seeded_stream(builtin_target, device):
-    builtin_finds_nothing(OP, builtin_target, device, n=60)
+    """The builtin takes SGLang 0.5.23's parameters (by name, every mode): a stream of each variant runs clean."""
+    b = builtin_target.bindings[OP]
+    assert b.generation == "0.5.22" and not b.bare and not b.defaulted, b.describe()
+    assert builtin_target.variants[OP] == "token_mapping"
+    for variant in ("default", "entry_page", "token_blocks", "token_mapping"):
+        assert stream_findings(OP, builtin_target, device, n=30, variant=variant) == set(), variant
 
 
 def test_the_oracles_agree_on_generated_cases():
@@ -52,14 +71,20 @@ def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, devic
     seeded_defect_found(OP, *MUTANTS[name], tmp_path, device, name, seed=7, n=80)
 
 
-# (release, the API generation of its kernel): 0.5.6's extracted from utils.py, 0.5.14's the seed's,
-# 0.5.23's moved to sglang/kernels/ops/attention/
-RELEASES = [("0.5.6", "0.5.14"), ("0.5.14", "0.5.14"), ("0.5.23", "0.5.22")]
+# (release, the API generation of its kernel, the variant of its modes): 0.5.6's extracted from
+# utils.py, 0.5.14's the seed's, 0.5.23's moved to sglang/kernels/ops/attention/
+RELEASES = [("0.5.6", "0.5.14", "default"), ("0.5.14", "0.5.14", "default"), ("0.5.23", "0.5.22", "token_mapping")]
 
 
-@pytest.mark.parametrize("version,generation", RELEASES)
-def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, generation, device):
-    t = release_target_runs_clean(OP, version, generation, device, n=30)
+@pytest.mark.parametrize("version,generation,variant", RELEASES)
+def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, generation, variant, device):
+    release_file(version)
+    t = load_target(f"sglang=={version}", device)
+    b = t.bindings[OP]
+    assert b.bare and b.generation == generation and not b.defaulted, b.describe()
+    assert t.variants[OP] == variant and "kv_indices.py" in t.description
+    assert t.entries[OP] is t.modules["kv_indices.py"].__dict__[record(OP).contract.entry]
+    assert stream_findings(OP, t, device, seed=4, n=30, in_contract_only=True, variant=variant) == set()
     assert t.modules["kv_indices.py"] is not t.module
     assert t.entries["decode_metadata" if version != "0.5.6" else "num_kv_splits"]  # metadata.py's ops too
 

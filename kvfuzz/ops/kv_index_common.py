@@ -207,9 +207,12 @@ def torch_requests(case: Case, device, inputs: Inputs, lengths: str, starts: str
     return table, rows, lens, first
 
 
-def torch_csr_gather(table, rows, starts, lens, offsets, size: int, device):
+def torch_csr_gather(table, rows, starts, lens, offsets, size: int, device, entry_page_size: int = 1,
+                     mapping=None):
     """out[offsets[i] + j] = table[rows[i], starts[i] + j] for j < lens[i], as one gather over the
-    flat stream (repeat_interleave of the request ids); zeros elsewhere. int64, `size` cells."""
+    flat stream (repeat_interleave of the request ids); zeros elsewhere. int64, `size` cells.
+    A page-granular table (entry_page_size ps > 1) gives table[r, pos // ps] * ps + pos % ps at
+    pos = starts[i] + j; `mapping` then maps each id t >= 0 to mapping[t] (t < 0 gives -1)."""
     import torch
 
     out = torch.zeros(size, dtype=torch.int64, device=device)
@@ -217,7 +220,12 @@ def torch_csr_gather(table, rows, starts, lens, offsets, size: int, device):
     if total:
         req = torch.repeat_interleave(torch.arange(lens.shape[0], device=device), lens)
         j = torch.arange(total, device=device) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
-        out[offsets[req] + j] = table[rows[req], starts[req] + j]
+        pos = starts[req] + j
+        ps = entry_page_size
+        ids = table[rows[req], pos] if ps == 1 else table[rows[req], pos // ps] * ps + pos % ps
+        if mapping is not None:
+            ids = torch.where(ids >= 0, mapping[ids.clamp(min=0)], torch.full_like(ids, -1))
+        out[offsets[req] + j] = ids
     return out
 
 

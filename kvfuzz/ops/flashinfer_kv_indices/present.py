@@ -21,7 +21,20 @@ def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
 
 
 def short_call(case: Case, entry: str) -> ShortCall:
+    """The launch of the case's mode, as SGLang's call sites write it: grid (bs,), or (bs,
+    num_token_blocks) with TOKEN_BLOCK_PARALLEL; ENTRY_PAGE_SIZE and token_mapping where the case
+    has them."""
     start = "kv_start_idx" if "kv_start_idx" in case.tensors else "None"
-    return ShortCall((f"{entry}[(req_pool_indices.shape[0],)](req_to_token, req_pool_indices, paged_kernel_lens, "
-                      f"kv_indptr, {start}, kv_indices, req_to_token.stride(0))"
-                      "  # SGLang's FlashInfer backend: grid (bs,)",))
+    blocks = case.scalars.get("num_token_blocks")
+    grid = "(req_pool_indices.shape[0],)" if blocks is None else f"(req_pool_indices.shape[0], {blocks})"
+    extra = ""
+    if "entry_page_size" in case.scalars:
+        extra += f", ENTRY_PAGE_SIZE={case.scalars['entry_page_size']}"
+    if blocks is not None:
+        extra += f", TOKEN_BLOCK_PARALLEL={blocks > 1}"
+    if "token_mapping" in case.tensors:
+        extra += ", token_mapping=token_mapping"
+    where = ("SGLang's FlashInfer and triton backends: grid (bs,)" if blocks is None else
+             "SGLang's pack_read_stream and AITER: grid (bs, num_token_blocks)")
+    return ShortCall((f"{entry}[{grid}](req_to_token, req_pool_indices, paged_kernel_lens, "
+                      f"kv_indptr, {start}, kv_indices, req_to_token.stride(0){extra})  # {where}",))
