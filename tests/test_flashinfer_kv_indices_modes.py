@@ -182,6 +182,7 @@ def test_seeded_defects_in_the_builtins_modes_are_found(name, tmp_path, device):
     assert campaign_finds(path, device)
 
 
+@pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process
 def test_a_short_repro_launches_the_cases_mode(tmp_path):
     """The short script launches SGLang 0.5.23's kernel as the case's call site does: grid (bs,
     blocks), TOKEN_BLOCK_PARALLEL, token_mapping; it runs clean on the release's file."""
