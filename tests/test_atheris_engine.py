@@ -55,6 +55,7 @@ def block_inputs() -> dict[frozenset, bytes]:
     return out
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @needs_atheris
 def test_kernel_block_paths_are_distinct_coverage(tmp_path, seed_path, device):
     """Only the kernels are instrumented (not kvfuzz, not the host code), so every edge
@@ -118,6 +119,7 @@ def test_campaign_finds_planted_defect_and_saves_replayable_minimized_case(tmp_p
     assert report["corpus_units"] > 0
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @needs_atheris
 def test_budget_bounds_a_run_and_the_corpus_is_reused(tmp_path, device):
     corpus = tmp_path / "corpus"

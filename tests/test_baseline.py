@@ -306,6 +306,7 @@ def read_case(path):
     return read_case_dir(path)
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_bench_measures_the_checked_loop_with_its_baseline(device, capsys):
     from kvfuzz.bench import render, run_bench
 

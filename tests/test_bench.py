@@ -82,6 +82,7 @@ def test_checked_and_bare_passes_alternate_and_each_figure_sums_its_rounds(monke
     assert bare_per_s == pytest.approx(3 * n / 3.5)
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_bench_cli_writes_its_report_and_refuses_bad_input(tmp_path, device):
     bad = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "bench", "--device", device, "--jobs", "0"],
                          capture_output=True, text=True, timeout=120)
@@ -152,6 +153,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc")
 def test_a_terminated_jobs_bench_stops_its_shards_and_unlinks_their_shared_memory():
     """SIGTERM to the bench alone (its shards and their workers are not signalled) while its

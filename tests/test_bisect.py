@@ -373,6 +373,7 @@ def test_a_regression_found_against_a_baseline_is_bisected_by_the_defect_it_stan
     assert "  introduced in 0.5.23; not fixed in the range (last bad 0.5.23)" in p.stdout
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_write_records_the_history_and_changes_nothing_else(tmp_path, device):
     case = tmp_path / "decode_metadata" / TOMBSTONE.name
     shutil.copytree(TOMBSTONE, case)

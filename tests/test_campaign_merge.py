@@ -37,6 +37,7 @@ def campaign(target: str, corpus: Path, device: str, seed: int = 0):
                                        minimize_budget_s=20))
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_one_defect_with_two_signatures_is_one_finding_and_one_case(tmp_path, device):
     target = tmp_path / "two_signatures.py"
     target.write_text(TWO_SIGNATURES)

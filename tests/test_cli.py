@@ -304,6 +304,7 @@ def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
 '''
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_a_finding_the_corpus_already_holds_is_known_and_fails_nothing(tmp_path):
     """Nightly runs into one corpus: the second run sees the same defect, reports it as known,
     exits 0, and its JUnit test passes; the first run's test failed."""

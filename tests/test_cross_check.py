@@ -42,6 +42,7 @@ def _campaign(target, tmp_path, device, **kw):
     return run_campaign(cfg)
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @pytest.mark.interpreter
 def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_ok, tmp_path, device):
     r = _campaign(SPLIT, tmp_path, device)
@@ -115,6 +116,7 @@ def _defects(text: str) -> list[str]:
     return re.findall(r"^DEFECT \w+: .*  \[([^\]\s]+)\]$", text, re.M)
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @pytest.mark.interpreter
 def test_a_divergence_replays_on_both_backends_and_so_does_its_repro_script(same_device_ok, tmp_path, capsys,
                                                                             monkeypatch, device):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kvfuzz import engines
 from kvfuzz.campaign import CampaignConfig, run_campaign
 from kvfuzz.corpus import iter_cases
@@ -80,6 +82,7 @@ class ListedEngine(Engine):
             run.take(self.alone(case), case, position=i + 1)
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_a_campaign_runs_any_registered_engine_and_its_findings_are_confirmed_and_saved(tmp_path, device,
                                                                                       monkeypatch):
     monkeypatch.setitem(engines.ENGINES, "listed", (__name__, "ListedEngine"))

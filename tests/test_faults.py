@@ -175,6 +175,7 @@ def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
 '''
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_a_minimized_case_that_does_not_reproduce_fresh_is_not_saved(tmp_path, device):
     spec = _target(tmp_path, "by_process", PROCESS_DEPENDENT.format(mark=str(tmp_path / "mark"), threshold=3))
     # a seed whose first case has 3 rows or more: the finding is first seen there
@@ -189,6 +190,7 @@ def test_a_minimized_case_that_does_not_reproduce_fresh_is_not_saved(tmp_path, d
     assert saved.case.scalars["num_seq"] >= 3 and not saved.minimized
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_a_finding_that_does_not_reproduce_fresh_is_flaky_and_not_saved(tmp_path, device):
     spec = _target(tmp_path, "first_only", PROCESS_DEPENDENT.format(mark=str(tmp_path / "mark"), threshold=0))
     env = dict(os.environ, KVFUZZ_DEVICE=device)

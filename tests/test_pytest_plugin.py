@@ -168,6 +168,7 @@ def test_each_xdist_worker_runs_on_one_gpu_and_several_gpus_are_all_used(tmp_pat
     assert len(used) == min(n_gpu, len(per_worker)) and len(per_worker) >= 2, per_worker
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_target_override_follows_the_release_triage(tmp_path):
     """--kvfuzz-target X (tox -e release): a triaged defect is a strict xfail exactly on the
     targets it affects (its own and meta.affects), must pass on the others; an untriaged one is

@@ -271,6 +271,7 @@ def test_workflow_installs_with_the_readmes_cpu_install_and_runs_no_expressions_
         assert "${{" not in block  # values reach the shell through env:, never spliced into it
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 @pytest.mark.interpreter
 def test_workflow_shard_and_merge_steps_run_end_to_end(tmp_path):
     blocks = run_blocks(WORKFLOW.read_text())

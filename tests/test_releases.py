@@ -498,6 +498,7 @@ def test_releases_before_0_5_13_have_no_kernel_file_but_backends_to_extract_from
 # ------------------------------------------------------------------------------- campaigns, replay
 
 
+@pytest.mark.slow  # campaign-sized: `pytest -m slow`
 def test_a_short_campaign_on_0_5_19_has_no_false_crash(tmp_path, device):
     from kvfuzz.campaign import CampaignConfig, run_campaign
 
