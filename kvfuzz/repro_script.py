@@ -60,6 +60,7 @@ from .errors import TargetLoadError
 from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
+from .judge_flow import judge_steps
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
 from .rules import after_error_rule, divergence_rules, output_rules, racy_only, rerun_rules
 from .targets.calls import bind
@@ -674,14 +675,19 @@ def judge_runs(report, case, runs, image, owner):
         report.defect("crash", "-", "cuda_fault", f"a CUDA error on the device: {faults[0]}")
         return
     first = runs[0]
-    if case.status == "must_refuse" and first.error is None:
+    # the order and choice of checks: judge_steps, from kvfuzz/judge_flow.py (kvfuzz's judge runs it
+    # too); a lost run is a crash said before (a fault above, a dead or hung child by supervise)
+    steps = judge_steps(case.status, first.error is not None, False, first.after is not None)
+    if "invalid_accepted" in steps:
         report.defect("invalid_accepted", "-", case.refuse_where, f"ran a case it must refuse: {case.reasons[0]}")
-    if case.status == "in_contract" and first.error is not None:
+    if "raised" in steps:
         report.defect("crash", "-", first.error_type or "Exception", f"raised on an in-contract case: {first.error}")
+    if "memory" not in steps:
+        return
     check_memory(report, case, image, owner, first.after)
-    if case.status == "in_contract" and first.error is None:
+    if "outputs" in steps:
         check_outputs(report, case, image, first.after)
-    elif case.status == "must_refuse" and first.error is not None:
+    if "unchanged_outputs" in steps:
         check_unchanged_outputs(report, case, image, first.after, first.error_type)
     judge_reruns(report, case, runs, image, owner)
 
