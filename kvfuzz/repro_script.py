@@ -5,7 +5,8 @@ This module is the script's own part: `kvfuzz.repro` writes FILE.py as a descrip
 case (this docstring's place), then the source of each kvfuzz module it imports from
 (`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
 faults, the two fills, where a byte lies and whom it is charged to, the output, re-run and
-cross-check rules, the SGLang stand-ins, the call bindings), each under a header naming it
+cross-check rules, which checks judge a case and in which order, the SGLang stand-ins, the call
+bindings), each under a header naming it
 and with its imports of kvfuzz modules dropped, then this module's source, its line
 `CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
 modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
