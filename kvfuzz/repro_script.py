@@ -29,7 +29,9 @@ the canary): a difference the fill explains is an out-of-bounds read of the inpu
 on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
 (`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 it
 cannot run this file (one line on stderr: a usage error, a kernel file that cannot be loaded or
-called, an entry point without an argument the case passes).
+called, an entry point without an argument the case passes). `--json FILE` also writes the verdict as
+JSON: the exit status, and each defect's signature with its cells in the fields kvfuzz's finding
+lists them (tests/test_repro_agrees.py compares the two cell for cell).
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The

@@ -3,7 +3,8 @@
 For every saved case under corpora/, the script that `kvfuzz replay --emit-repro` writes is run
 as a user runs it (`python FILE.py KERNELS --device D`, a fresh process that supervises a child)
 against the case's own target, and its verdict — exit status, and the signature
-`op:path:kind:tensor:where` of every defect it prints — must equal the verdict of kvfuzz's
+`op:path:kind:tensor:where` of every defect it prints, and the cells its `--json` lists for
+each (index and value got, stray byte offsets, where a read came from) — must equal the verdict of kvfuzz's
 judge on the same case, file and device, as `kvfuzz replay --target FILE` reaches it (a kvfuzz
 worker process, the variant the file selects, two runs). Targets: `builtin` is kvfuzz's kernels
 package (the script is given the directory kvfuzz/kernels and loads its __init__.py, the judge
