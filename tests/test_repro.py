@@ -33,8 +33,8 @@ from kvfuzz.ops import records
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
 SCRIPT_IMPORTS = {"__future__", "argparse", "base64", "dataclasses", "faulthandler", "importlib", "importlib.util",
-                  "inspect", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types", "typing", "zlib",
-                  "torch", "triton", "triton.language", "triton.runtime.jit"}
+                  "inspect", "json", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types",
+                  "typing", "zlib", "torch", "triton", "triton.language", "triton.runtime.jit"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
