@@ -540,7 +540,7 @@ def test_template_module_is_clean_and_standalone():
     assert {"kvfuzz.findings", "kvfuzz.fills", "kvfuzz.places", "kvfuzz.rules", "kvfuzz.targets.calls",
             "kvfuzz.targets.sglang_shim", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice",
             "kvfuzz.judge_flow"} <= modules
-    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice", "kvfuzz.judge_flow"):  # the script runs kvfuzz's own copy
+    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice", "kvfuzz.judge_flow"):  # kvfuzz's own copy
         own = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
         assert repro.embedded_source(name) in repro.assemble("decode_metadata")
         assert [line for line in repro.embedded_source(name).splitlines() if line.strip()] == \
