@@ -27,6 +27,7 @@ from .findings import Finding
 from .fills import alt_source
 from .materialize import NOBODY, Plan, elements_view
 from .ops import CONTRACTS
+from .judge_flow import judge_steps
 from .places import band_words, charge_writes, read_place
 from .rules import after_error_rule, divergence_rules, extent, output_rules, racy_only, rerun_rules, same_on
 
@@ -78,28 +79,29 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
     if first.error_type in (HARNESS, ENVIRONMENT):
         verdict.not_target = first.error
         return verdict
-    if status == "must_refuse" and first.error is None:
+    lost = first.error_type in LOST
+    steps = judge_steps(status, first.error is not None, lost, first.after is not None)
+    if "invalid_accepted" in steps:
         verdict.findings.append(finding("invalid_accepted", "-", reasons[0].split()[0],
                                         f"ran a case it must refuse: {reasons[0]}"))
-    if first.error_type in LOST:
+    if "lost" in steps:
         where = LOST[first.error_type] or first.error.split()[-1]
         tail = (first.detail or "").strip().splitlines()[-1:]
         verdict.findings.append(finding("crash", "-", where, f"the run was lost: {first.error}"
                                         + (f" (last output: {tail[0][:200]})" if tail else "")))
-    elif status == "in_contract" and first.error is not None:
+    if "raised" in steps:
         verdict.findings.append(finding("crash", "-", first.error_type or "Exception",
                                         f"raised on an in-contract case: {first.error}"))
-    if first.after is None:
+    if "memory" not in steps:
         return verdict
 
     changed = _changed(first.after, p.image)
     owner = p.owner_of(changed)
     verdict.findings += _memory_findings(contract, p, changed, owner, finding)
-    if status == "in_contract" and first.error is None:
+    if "outputs" in steps:
         verdict.expected = prepared.expected
         verdict.findings += _output_findings(contract, case, p, first, prepared.expected, outcome, finding)
-    elif status == "must_refuse" and first.error is not None:
-        # refused: it must have refused before touching anything, outputs included
+    if "unchanged_outputs" in steps:  # it must have refused before touching anything, outputs included
         for name in contract.outputs:
             if name in p.regions:
                 r = p.regions[name]

@@ -5,7 +5,8 @@ This module is the script's own part: `kvfuzz.repro` writes FILE.py as a descrip
 case (this docstring's place), then the source of each kvfuzz module it imports from
 (`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
 faults, the two fills, where a byte lies and whom it is charged to, the output, re-run and
-cross-check rules, the SGLang stand-ins, the call bindings), each under a header naming it
+cross-check rules, which checks judge a case and in which order, the SGLang stand-ins, the call
+bindings), each under a header naming it
 and with its imports of kvfuzz modules dropped, then this module's source, its line
 `CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
 modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
@@ -28,7 +29,9 @@ the canary): a difference the fill explains is an out-of-bounds read of the inpu
 on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
 (`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 it
 cannot run this file (one line on stderr: a usage error, a kernel file that cannot be loaded or
-called, an entry point without an argument the case passes).
+called, an entry point without an argument the case passes). `--json FILE` also writes the verdict as
+JSON: the exit status, and each defect's signature with its cells in the fields kvfuzz's finding
+lists them (tests/test_repro_agrees.py compares the two cell for cell).
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
@@ -45,6 +48,7 @@ import argparse
 import base64
 import faulthandler
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -60,6 +64,7 @@ from .errors import TargetLoadError
 from .faults import is_device_fault, one_line
 from .fills import CANARY_BYTE, alt_source, alt_words
 from .findings import Finding
+from .judge_flow import judge_steps
 from .places import band_range, band_words, charge_writes, read_place, region_of_byte
 from .rules import after_error_rule, divergence_rules, output_rules, racy_only, rerun_rules
 from .targets.calls import bind
@@ -168,6 +173,9 @@ def parse_args(argv, case):
     ap.add_argument("--in-process", action="store_true",
                     help="call the kernel in this process (for a debugger); by default a child process "
                          "calls it, so that a kernel that kills its process is reported too")
+    ap.add_argument("--json", metavar="FILE",
+                    help="also write the verdict to FILE as JSON: the exit status, and each defect's signature "
+                         "with its cells as kvfuzz's finding lists them")
     # a cross-checked case's sides (see cross_check): write the first run to FILE instead of
     # concluding; --unjudged: call once and judge nothing (the backend's side)
     ap.add_argument("--arena-out", metavar="FILE", help=argparse.SUPPRESS)
@@ -178,7 +186,7 @@ def parse_args(argv, case):
     return args
 
 
-def supervise(argv, timeout, case):
+def supervise(argv, timeout, case, json_out=None):
     """Run this script again with --in-process and pass its verdict on. The child hands its
     exit status over a pipe when it finishes; a child that dies without one (killed by a
     signal, as a wild memory access under Triton's interpreter is, or exiting from inside the
@@ -188,7 +196,7 @@ def supervise(argv, timeout, case):
         return status
     report = Report(case)
     report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
-    return conclude(report)
+    return conclude(report, json_out)
 
 
 def run_child(argv, timeout, env_changes=None):
@@ -474,11 +482,13 @@ class Report:
     def __init__(self, case):
         self.case = case
         self.defects = []  # signatures, in the order found
+        self.cells = {}  # signature -> its cells, as kvfuzz's finding lists them (the fields --json writes)
         self.runs = []  # the runs judged (run_case)
 
-    def defect(self, kind, tensor, where, message, lines=()):
+    def defect(self, kind, tensor, where, message, lines=(), cells=()):
         signature = self.case.signature(kind, tensor, where)  # an unknown kind raises here, as in kvfuzz
         self.defects.append(signature)
+        self.cells.setdefault(signature, [dict(c) for c in cells][:MAX_SHOWN])
         print(f"DEFECT {kind}: {message}  [{signature}]")
         for line in lines:
             print(f"    {line}")
@@ -519,7 +529,7 @@ def check_memory(report, case, image, owner, after):
             report.defect("out_of_bounds_write", "-", "outside",
                           f"{len(at)} arena bytes outside every tensor changed",
                           [f"arena bytes {a}..{b}: canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
-                           for a, b in byte_runs(at)[:MAX_SHOWN]])
+                           for a, b in byte_runs(at)[:MAX_SHOWN]], [{"byte": b} for b in at])
             continue
         s, n = case.tensors[name]["start"], case.tensors[name]["nbytes"]
         shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
@@ -527,7 +537,7 @@ def check_memory(report, case, image, owner, after):
                  for a, b in byte_runs(at)[:MAX_SHOWN]]
         report.defect("out_of_bounds_write", name, where,
                       f"{len(at)} bytes {where} {name}'s elements changed (outside every tensor's elements), "
-                      f"written by a store to {name}; they landed {into}", shown)
+                      f"written by a store to {name}; they landed {into}", shown, [{"byte": b - s} for b in at])
     for i, (name, t) in enumerate(case.tensors.items()):
         if t["role"] != "in":
             continue
@@ -554,8 +564,9 @@ def check_outputs(report, case, image, after):
         accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
         want = accepted[0]
         for kind, where, message, mask in output_rules(name, required, untouched, got, before, accepted):
-            shown = []
+            shown, cells = [], []
             for ix in torch.nonzero(mask)[:MAX_SHOWN].tolist():
+                cells.append({"index": ix, "got": int(got[tuple(ix)])})
                 ix = tuple(ix)
                 if kind != "mismatch":
                     shown.append(f"{name}{fmt_index(ix)}: must stay {int(before[ix])}, now {int(got[ix])}")
@@ -564,7 +575,7 @@ def check_outputs(report, case, image, after):
                 also = f" (or {', '.join(map(str, alts))})" if alts else ""
                 poison = "  [never written: still poison]" if int(got[ix]) == int(before[ix]) else ""
                 shown.append(f"{name}{fmt_index(ix)}: expected {int(want[ix])}{also}, got {int(got[ix])}{poison}")
-            report.defect(kind, name, where, message, shown)
+            report.defect(kind, name, where, message, shown, cells)
 
 
 def check_unchanged_outputs(report, case, image, after, error_type):
@@ -576,9 +587,9 @@ def check_unchanged_outputs(report, case, image, after, error_type):
         broken = after_error_rule(name, got, before, error_type)
         if broken is not None:
             kind, where, message, hit = broken
-            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
-                     for ix in torch.nonzero(hit)[:MAX_SHOWN].tolist()]
-            report.defect(kind, name, where, message, shown)
+            at = torch.nonzero(hit)[:MAX_SHOWN].tolist()
+            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}" for ix in at]
+            report.defect(kind, name, where, message, shown, [{"index": ix, "got": int(got[tuple(ix)])} for ix in at])
 
 
 # ---------------------------------------------------------------------------- the alternate fill
@@ -633,27 +644,33 @@ def probe_image(case, image, alt_image, owner, name, where):
 
 
 def decoded_reads(case, owner, first, seen):
-    """{(input, where): [lines]} for the differing values that were read from the fill."""
+    """{(input, where): [(line, cell)]} for the differing values that were read from the fill
+    (each cell as kvfuzz's finding lists it: where the value landed, and read_at, the byte offset
+    read from the input's storage start)."""
     import torch
 
     found = {}
     inputs = case.inputs or tuple(case.tensors)
 
-    def note(src, line):
+    def note(src, line, cell):
         if src is not None and 0 <= src[0] < owner.numel() and int(owner[src[0]]) == 0:
-            found.setdefault(read_place(case.regions, inputs, src[0])[0], []).append(line)
+            place = read_place(case.regions, inputs, src[0])[0]
+            cell["read_at"] = src[0] - case.tensors[place[0]]["start"] if place[0] in case.tensors else src[0]
+            found.setdefault(place, []).append((line, cell))
 
     for name, t in case.tensors.items():
         mine, theirs = elements(case, first, name), elements(case, seen, name)
         bits = 32 if t["dtype"] == "int32" else 64
         for ix in torch.nonzero(mine != theirs)[:MAX_DECODED].tolist():
             a, b = int(mine[tuple(ix)]), int(theirs[tuple(ix)])
-            note(alt_source(a, b, bits), f"{name}{fmt_index(ix)}: {a} under the canary, {b} under the alternate fill")
+            note(alt_source(a, b, bits), f"{name}{fmt_index(ix)}: {a} under the canary, {b} under the alternate fill",
+                 {"tensor": name, "index": ix})
     stray = torch.nonzero((first != seen) & (owner == 0)).flatten()
     for w in torch.unique(stray // 4)[:MAX_DECODED].tolist():
         a = int(first[4 * w : 4 * w + 4].view(torch.int32)[0])
         b = int(seen[4 * w : 4 * w + 4].view(torch.int32)[0])
-        note(alt_source(a, b, 32), f"arena word at byte {4 * w}: {a} under the canary, {b} under the alternate fill")
+        note(alt_source(a, b, 32), f"arena word at byte {4 * w}: {a} under the canary, {b} under the alternate fill",
+             {"tensor": "-", "byte": 4 * w})
     return found
 
 
@@ -674,14 +691,19 @@ def judge_runs(report, case, runs, image, owner):
         report.defect("crash", "-", "cuda_fault", f"a CUDA error on the device: {faults[0]}")
         return
     first = runs[0]
-    if case.status == "must_refuse" and first.error is None:
+    # the order and choice of checks: judge_steps, from kvfuzz/judge_flow.py (kvfuzz's judge runs it
+    # too); a lost run is a crash said before (a fault above, a dead or hung child by supervise)
+    steps = judge_steps(case.status, first.error is not None, False, first.after is not None)
+    if "invalid_accepted" in steps:
         report.defect("invalid_accepted", "-", case.refuse_where, f"ran a case it must refuse: {case.reasons[0]}")
-    if case.status == "in_contract" and first.error is not None:
+    if "raised" in steps:
         report.defect("crash", "-", first.error_type or "Exception", f"raised on an in-contract case: {first.error}")
+    if "memory" not in steps:
+        return
     check_memory(report, case, image, owner, first.after)
-    if case.status == "in_contract" and first.error is None:
+    if "outputs" in steps:
         check_outputs(report, case, image, first.after)
-    elif case.status == "must_refuse" and first.error is not None:
+    if "unchanged_outputs" in steps:
         check_unchanged_outputs(report, case, image, first.after, first.error_type)
     judge_reruns(report, case, runs, image, owner)
 
@@ -724,6 +746,11 @@ def judge_reruns(report, case, runs, image, owner):
         return racy_only(set(owners_of(case, owner, diff)), racy, lambda name, cells: bool(
             ((elements(case, first.after, name) != elements(case, seen, name)) & ~cells).any()))
 
+    def changed_by(probe):
+        """What a probe run changed, as kvfuzz's judge names it."""
+        names = owners_of(case, owner, seen_of(probe) != first.after)
+        return sorted(n if n != "-" else "bytes outside the tensors" for n in names) or ["the error raised"]
+
     for kind, run, places in rerun_rules(banded, first.error, differs, decoded, same):
         i = runs.index(run) + 1
         if kind == "nondeterministic" and only_racy(run):
@@ -741,15 +768,17 @@ def judge_reruns(report, case, runs, image, owner):
             continue
         how = ("the value stored decodes as a read of the alternate fill there" if kind == "read_decoded"
                else "the alternate fill there alone changes the run")
-        if kind != "read_decoded":  # {"input:where": its first probe run}
-            places = {tuple(probe.split(":")): () for probe in places}
-        for (tensor, where), lines in sorted(places.items()):
+        if kind != "read_decoded":  # {"input:where": its first probe run}: the cells say whose elements changed
+            places = {tuple(band.split(":")): [(None, {"changed": o}) for o in changed_by(probe)]
+                      for band, probe in places.items()}
+        for (tensor, where), shown in sorted(places.items()):
+            lines = [line for line, _ in shown if line is not None]
             signature = case.signature("out_of_bounds_read", tensor, where)
             if signature not in said:
                 said.add(signature)
                 report.defect("out_of_bounds_read", tensor, where,
                               f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
-                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN])
+                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN], [cell for _, cell in shown])
 
 
 def run_case(case, call, device, runs=DEFAULT_RUNS):
@@ -845,7 +874,7 @@ def cross_check(args, case):
                 return status  # a usage error on that side, said in its own line
             if status is None and side == "primary":  # a crash; nothing to compare (as kvfuzz's judge)
                 report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
-                return conclude(report)
+                return conclude(report, args.json)
             sides[side] = load_run(out) if status == 0 else (None, why, None)
     mine, report.defects, variant = sides["primary"]  # the primary's defects, printed by its process
     case.judge_as(variant)  # the variant the primary's process judged the kernel file by
@@ -854,7 +883,7 @@ def cross_check(args, case):
 
     judge_divergence(report, case, host_bytes(case.owner, torch.uint8), mine, theirs, backend,
                      lost if theirs is None else None)
-    return conclude(report)
+    return conclude(report, args.json)
 
 
 def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
@@ -930,7 +959,7 @@ def main(argv, case=None):
                                  "runs in two processes, one per side (drop --in-process)")
             return cross_check(args, case)
         if not args.in_process and case is CASE:
-            return supervise(argv, args.timeout, case)
+            return supervise(argv, args.timeout, case, args.json)
     except UsageError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         rc = 2
@@ -966,11 +995,21 @@ def _main_in_process(args, case):
     if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
         save_run(args.arena_out, report.runs[0], report.defects, case.variant)
         return 0
-    return conclude(report)
+    return conclude(report, args.json)
 
 
-def conclude(report):
-    """The last line (FAIL or OK) and the exit status: 1 with defects, else 0."""
+def conclude(report, json_out=None):
+    """The last line (FAIL or OK) and the exit status: 1 with defects, else 0 (and, with
+    `json_out`, the verdict written there)."""
+    rc = _conclude(report)
+    if json_out is not None:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump({"exit": rc, "findings": [{"signature": s, "cells": report.cells.get(s, [])}
+                                                for s in report.defects]}, f, indent=1)
+    return rc
+
+
+def _conclude(report):
     case = report.case
     if report.defects:
         again = ""

@@ -38,3 +38,19 @@ def test_an_input_whose_fill_matters_is_probed_band_by_band_after_all_its_bands_
 def test_a_cuda_fault_ends_the_schedule():
     assert len(schedule(2, lambda run: True, fault_at=1)) == 1
     assert len(schedule(2, lambda run: True, fault_at=5)) == 5
+
+
+def test_judge_steps_by_status_and_run():
+    """The checks kvfuzz's judge and the repro script make (kvfuzz/judge_flow.py), per status
+    and first run: both run these steps, in this order."""
+    from kvfuzz.judge_flow import judge_steps
+
+    assert judge_steps("in_contract", False, False, True) == ["memory", "outputs", "reruns"]
+    assert judge_steps("in_contract", True, False, True) == ["raised", "memory", "reruns"]
+    assert judge_steps("in_contract", True, True, False) == ["lost"]
+    assert judge_steps("must_refuse", False, False, True) == ["invalid_accepted", "memory", "reruns"]
+    assert judge_steps("must_refuse", True, False, True) == ["memory", "unchanged_outputs", "reruns"]
+    assert judge_steps("must_refuse", True, True, False) == ["lost"]
+    assert judge_steps("out_of_contract", True, False, True) == ["memory", "reruns"]
+    assert judge_steps("out_of_contract", False, False, True) == ["memory", "reruns"]
+    assert judge_steps("out_of_contract", True, False, False) == []

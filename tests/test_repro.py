@@ -33,8 +33,8 @@ from kvfuzz.ops import records
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "kvfuzz" / "kernels"
 SCRIPT_IMPORTS = {"__future__", "argparse", "base64", "dataclasses", "faulthandler", "importlib", "importlib.util",
-                  "inspect", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types", "typing", "zlib",
-                  "torch", "triton", "triton.language", "triton.runtime.jit"}
+                  "inspect", "json", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types",
+                  "typing", "zlib", "torch", "triton", "triton.language", "triton.runtime.jit"}
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -538,8 +538,9 @@ def test_template_module_is_clean_and_standalone():
     assert repro_script.CASE is None
     modules = {m for op in CONTRACTS for m in repro.standalone_modules(op)} | {"kvfuzz.repro_script"}
     assert {"kvfuzz.findings", "kvfuzz.fills", "kvfuzz.places", "kvfuzz.rules", "kvfuzz.targets.calls",
-            "kvfuzz.targets.sglang_shim", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice"} <= modules
-    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice"):  # the script runs kvfuzz's own copy
+            "kvfuzz.targets.sglang_shim", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice",
+            "kvfuzz.judge_flow"} <= modules
+    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice", "kvfuzz.judge_flow"):  # kvfuzz's own copy
         own = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
         assert repro.embedded_source(name) in repro.assemble("decode_metadata")
         assert [line for line in repro.embedded_source(name).splitlines() if line.strip()] == \

@@ -3,7 +3,8 @@
 For every saved case under corpora/, the script that `kvfuzz replay --emit-repro` writes is run
 as a user runs it (`python FILE.py KERNELS --device D`, a fresh process that supervises a child)
 against the case's own target, and its verdict — exit status, and the signature
-`op:path:kind:tensor:where` of every defect it prints — must equal the verdict of kvfuzz's
+`op:path:kind:tensor:where` of every defect it prints, and the cells its `--json` lists for
+each (index and value got, stray byte offsets, where a read came from) — must equal the verdict of kvfuzz's
 judge on the same case, file and device, as `kvfuzz replay --target FILE` reaches it (a kvfuzz
 worker process, the variant the file selects, two runs). Targets: `builtin` is kvfuzz's kernels
 package (the script is given the directory kvfuzz/kernels and loads its __init__.py, the judge
@@ -21,6 +22,7 @@ Each case costs one script process (the judge's worker runs meanwhile and is kep
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -117,7 +119,8 @@ def start_script(script: Path, kernels: Path) -> subprocess.Popen:
     from test_repro import without_kvfuzz
 
     env = without_kvfuzz()
-    return subprocess.Popen([sys.executable, str(script), str(kernels), "--device", DEVICE], env=env,
+    return subprocess.Popen([sys.executable, str(script), str(kernels), "--device", DEVICE,
+                             "--json", str(script.with_suffix(".json"))], env=env,
                             cwd=str(script.parent), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -141,6 +144,22 @@ def script_verdict(r: subprocess.CompletedProcess) -> list[str]:
 
 def judge_verdict(verdict) -> list[str]:
     return sorted(f.signature for f in verdict.findings if f.kind not in NOT_COMPARED)
+
+
+CELL_FIELDS = ("index", "byte", "got", "tensor", "read_at", "changed")  # what the script's --json writes
+
+
+def assert_same_cells(script: Path, verdict, r: subprocess.CompletedProcess) -> None:
+    """The script's --json verdict lists each finding with the cells kvfuzz's finding lists
+    (the wrong cells, their values, the stray bytes, where a read came from), cell for cell."""
+    written = json.loads(script.with_suffix(".json").read_text(encoding="utf-8"))
+    assert written["exit"] == r.returncode, show(r)
+    theirs = {f["signature"]: f["cells"] for f in written["findings"]}
+    ours: dict[str, list] = {}
+    for f in verdict.findings:
+        if f.kind not in NOT_COMPARED:
+            ours.setdefault(f.signature, [{k: c[k] for k in CELL_FIELDS if k in c} for c in f.cells])
+    assert theirs == ours, show(r)
 
 
 def show(r: subprocess.CompletedProcess) -> str:
@@ -168,6 +187,7 @@ def test_script_verdict_equals_replay(item, judge_on, tmp_path):
         pytest.skip(f"defect was seen on {saved.device}; it does not show on {DEVICE}")  # as the plugin does
 
     assert script_verdict(r) == judged, f"kvfuzz's judge: {judged}\n{show(r)}"
+    assert_same_cells(script, verdict, r)
     reproduces = saved_sig is not None and saved_sig in judged
     assert ("The saved finding reproduces." in r.stdout) == reproduces, show(r)
 
@@ -218,9 +238,10 @@ def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_p
     write_repro(saved, script, device=DEVICE)
     proc = start_script(script, kernels)
     try:
-        judged = judge_verdict(judge_on(str(kernels), case))
+        verdict = judge_on(str(kernels), case)
     finally:
         r = finish(proc)
+    judged = judge_verdict(verdict)
     expected = {"nondeterministic": ["num_kv_splits:splits:nondeterministic:num_kv_splits:rerun"],
                 "exits": ["num_kv_splits:splits:crash:-:0"], "sys_exit": ["num_kv_splits:splits:crash:-:1"],
                 "raises": ["num_kv_splits:splits:crash:-:RuntimeError"],
@@ -229,6 +250,7 @@ def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_p
                 "tests_past": ["num_kv_splits:splits:out_of_bounds_read:seq_lens:after"]}[name]
     assert judged == expected  # what the judge says, so the comparison below means something
     assert script_verdict(r) == judged, show(r)
+    assert_same_cells(script, verdict, r)
 
 
 # The releases' own ways of passing SWA, which the corpus reaches for 0.5.19 only: 0.5.18's
@@ -277,8 +299,10 @@ def test_script_verdict_equals_replay_on_a_triton_kernel_that_overruns(name, jud
     write_repro(saved, script, device=DEVICE)
     proc = start_script(script, kernels)
     try:
-        judged = judge_verdict(judge_on(str(kernels), case))
+        verdict = judge_on(str(kernels), case)
     finally:
         r = finish(proc)
+    judged = judge_verdict(verdict)
     assert judged == [{"reads_past_a": oob.READ, "writes_past_dst": oob.WRITE}[name]]
     assert script_verdict(r) == judged, show(r)
+    assert_same_cells(script, verdict, r)
