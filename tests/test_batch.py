@@ -23,7 +23,11 @@ def _verdicts_both_ways(executor, cases):
     return batched, alone
 
 
-@pytest.mark.parametrize("op", list(GENERATORS))
+# the two slowest under the interpreter (tens of seconds each on 2 cores): campaign-sized
+HEAVY = {"flashinfer_kv_indices", "trtllm_mha_kv_indices"}
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.slow) if op in HEAVY else op for op in GENERATORS])
 def test_a_batch_of_builtin_cases_is_judged_as_each_case_alone(op, device):
     ex = InProcessExecutor("builtin", device)
     cases = [c for _, c in case_stream(op, 3, 24, device)]  # in and out of contract, several classes
