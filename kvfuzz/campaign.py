@@ -312,6 +312,18 @@ def forced_variant(cfg: CampaignConfig, executor: Executor, op: str) -> str:
                           "a variant that adds no argument, such as live_prefix, can be forced")
 
 
+def _plan_limit(cfg: CampaignConfig, startup_s: float) -> float | None:
+    """The wall-clock limit the run plans within: `--time-limit`; for a `--baseline` run
+    without one, its start-up plus `--budget`, so that a gate on a pull request ends on time
+    (generation, confirming and minimizing its regressions all inside the budget, shared as
+    `--time-limit` shares it: plan.py); else none (minimizing follows the generation budget)."""
+    if cfg.time_limit_s is not None:
+        return cfg.time_limit_s
+    if cfg.baseline:
+        return startup_s + cfg.budget_s
+    return None
+
+
 _first_campaign = [True]  # whether this process has run no campaign yet (its report counts since_import_s)
 
 
@@ -359,7 +371,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         runnable = [op for op in cfg.ops if op not in executor.missing]
         # an op the target lacks leaves its share to the others; start-up is behind us: each
         # op's share comes out of what is left when its turn comes
-        plan = Plan(runnable, cfg.budget_s, cfg.time_limit_s, started=t0)
+        plan = Plan(runnable, cfg.budget_s, _plan_limit(cfg, time.monotonic() - t0), started=t0)
         for p in shown.values():
             p.device, p.budget = devmod.describe(device), cfg.budget_s / max(len(runnable), 1)
         for op in cfg.ops:
@@ -375,7 +387,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             variant = forced_variant(cfg, executor, op)  # --variant, else the target's (its release)
             turn = plan.turn(op)
             if turn is None:
-                not_run[op] = f"the time limit ({cfg.time_limit_s:g} s) left it no time"
+                not_run[op] = (f"the time limit ({cfg.time_limit_s:g} s) left it no time" if cfg.time_limit_s
+                               else f"the --baseline run's budget ({cfg.budget_s:g} s) left it no time")
                 stats.append(OpStats(op, contract_variant=variant))
                 plan.done(op, 0.0)
                 show(op, "not run")

@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cross-check every N-th case only (default 1: every in-contract case)")
     f.add_argument("--baseline", metavar="TARGET",
                    help="also run each case on TARGET (the merge base, the previous release) and report "
-                   "regression / fixed / changed against it; exit 1 for regressions and new crashes only "
-                   "(docs/regressions.md)")
+                   "regression / fixed / changed against it; exit 1 for regressions and new crashes only; "
+                   "--budget then bounds the whole run after start-up (docs/regressions.md)")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
