@@ -422,7 +422,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                     campaign_dir=cfg.campaign_dir)
             s, found = run_engine(engine_cls(op, executor, options), budget_s=turn.budget_s,
                                   max_cases=cfg.max_cases, start=state.start(op) if state else 0,
-                                  until=turn.fuzz_end, first_by=turn.first_by, known=found, stats=current,
+                                  until=turn.fuzz_end, until_clean=turn.op_end, first_by=turn.first_by,
+                                  known=found, stats=current,
                                   on_case=on_case, sink=on_new)
             current = None
             stats.append(s)
