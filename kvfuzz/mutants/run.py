@@ -19,6 +19,7 @@ DIR`), so a run stopped part way continues where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -235,31 +236,37 @@ class Runner:
 
     def _judge(self, folder: Path, target: Path, op: str, budget: float, seed: int, ref: dict) -> dict:
         rc, doc, last = self._campaign(folder, str(target), op, budget, seed, ref["variant"], ref["signatures"], True)
-        if rc == 2:
-            return {"status": STILLBORN, "reason": f"does not load: {last}"}
-        if rc != 0 or doc is None:
-            return {"status": ERROR, "reason": f"its campaign failed (exit {rc}): {last}"}
-        reference = set(ref["signatures"])
-        findings = doc["findings"]
-        kills = [f for f in findings if killing(f.get("signatures") or [f["signature"]], f.get("contract", ""), reference)]
-        cases = doc["ops"].get(op, {}).get("cases", 0)
-        if kills and all(f["kind"] == "crash" and f["signature"].rsplit(":", 1)[-1] in COMPILE_ERRORS for f in kills):
-            return {"status": STILLBORN, "reason": f"does not compile: {kills[0]['message']}", "cases": cases}
-        if kills:
-            first = min(kills, key=lambda f: f.get("found_after_s") or 0.0)
-            return {"status": KILLED, "time_to_kill_s": first.get("found_after_s"), "signature": first["signature"],
-                    "found_at_case": first.get("found_at_case"), "cases": cases}
-        if not cases:
-            return {"status": STILLBORN, "reason": f"ran no case: {doc['ops'].get(op, {}).get('reason')}"}
-        outside = [f for f in findings if f.get("contract") != "in contract"
-                   and not set(f.get("signatures") or [f["signature"]]) <= reference]
-        reason = (f"killed only out of contract ({outside[0]['signature']}: {outside[0]['contract']})"
-                  if outside else None)
-        return {"status": SURVIVED, "cases": cases, "reason": reason}
+        return classify(rc, doc, last, op, set(ref["signatures"]))
 
     def pool(self, fn, items: list) -> list:
         with ThreadPoolExecutor(self.cfg.jobs) as ex:
             return list(ex.map(lambda item: fn(*item), items))
+
+
+def classify(rc: int, doc: dict | None, last: str, op: str, reference: set[str]) -> dict:
+    """A mutant campaign's verdict from its exit status, report and last line of output:
+    stillborn (it did not load, compile, or run a case), killed (with the time of the first
+    in-contract finding the original does not show), survived (with why, when it was killed
+    only out of contract) or error."""
+    if rc == 2:
+        return {"status": STILLBORN, "reason": f"does not load: {last}"}
+    if rc != 0 or doc is None:
+        return {"status": ERROR, "reason": f"its campaign failed (exit {rc}): {last}"}
+    findings = doc["findings"]
+    sigs = lambda f: f.get("signatures") or [f["signature"]]  # noqa: E731
+    kills = [f for f in findings if killing(sigs(f), f.get("contract", ""), reference)]
+    cases = doc["ops"].get(op, {}).get("cases", 0)
+    if kills and all(f["kind"] == "crash" and f["signature"].rsplit(":", 1)[-1] in COMPILE_ERRORS for f in kills):
+        return {"status": STILLBORN, "reason": f"does not compile: {kills[0]['message']}", "cases": cases}
+    if kills:
+        first = min(kills, key=lambda f: f.get("found_after_s") or 0.0)
+        return {"status": KILLED, "time_to_kill_s": first.get("found_after_s"), "signature": first["signature"],
+                "found_at_case": first.get("found_at_case"), "cases": cases}
+    if not cases:
+        return {"status": STILLBORN, "reason": f"ran no case: {doc['ops'].get(op, {}).get('reason')}"}
+    outside = [f for f in findings if f.get("contract") != "in contract" and not set(sigs(f)) <= reference]
+    reason = f"killed only out of contract ({outside[0]['signature']}: {outside[0]['contract']})" if outside else None
+    return {"status": SURVIVED, "cases": cases, "reason": reason}
 
 
 def _read_state(folder: Path) -> dict | None:
@@ -278,8 +285,9 @@ def _write_state(folder: Path, state: dict) -> None:
     write_json_atomic(folder / "state.json", state)
 
 
-def run_mutants(cfg: MutantsConfig, say=lambda line: None) -> dict:
-    """Plan, run the three phases, and return the report (`report.build`)."""
+def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
+    """Plan, run the three phases, and return the report (`report.build`). `select(mutant)`, a
+    library caller's filter, keeps only the planned mutants it accepts."""
     from .report import build
 
     from .. import device as devmod
@@ -287,6 +295,9 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None) -> dict:
     cfg.validate()
     devmod.select(cfg.device)  # before the builtin kernels' package (and Triton) is imported
     plans, skipped = plan(cfg)
+    if select is not None:
+        plans = [dataclasses.replace(p, mutants=[m for m in p.mutants if select(m)]) for p in plans]
+        plans = [p for p in plans if p.mutants]
     tmp = None
     workdir = cfg.workdir
     if workdir is None:
