@@ -199,3 +199,14 @@ def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path)
     assert report["ops"]["q8kv8_topk_length"]["kill_rate"] == 1.0
     assert exit_status(report) == 0
     json.dumps(report)
+
+
+def test_the_command_refuses_bad_input_in_one_line(capsys, tmp_path):
+    from kvfuzz.cli import main
+
+    for argv, says in ((["--op", "nope"], "unknown op"), (["--budget-per-mutant", "0"], "budget-per-mutant"),
+                       (["--op", "q8kv8_topk_length", "--function", "nope"], "reaches none of"),
+                       (["--target", str(tmp_path / "missing.py"), "--op", "q8kv8_topk_length"], "does not exist")):
+        assert main(["mutants", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err

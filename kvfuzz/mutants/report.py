@@ -16,9 +16,13 @@ def tally(states: list[dict]) -> dict:
     """Counts, kill rate and time-to-kill figures of a group of mutants."""
     counts = {s: sum(1 for m in states if m["status"] == s) for s in STATUSES}
     counted = counts[KILLED] + counts[SURVIVED]
-    times = sorted(m["time_to_kill_s"] for m in states if m["status"] == KILLED and m.get("time_to_kill_s") is not None)
+    killed = [m for m in states if m["status"] == KILLED]
+    times = sorted(m["time_to_kill_s"] for m in killed if m.get("time_to_kill_s") is not None)
+    cases = sorted(m["found_at_case"] for m in killed if m.get("found_at_case") is not None)
     return {"made": len(states), **counts, "kill_rate": round(counts[KILLED] / counted, 4) if counted else None,
-            "median_s": median_or_none(times), "worst_s": times[-1] if times else None}
+            "median_s": median_or_none(times), "worst_s": times[-1] if times else None,
+            # cases run before the kill: the seed fixes them, so unlike seconds they do not depend on the host
+            "median_cases": median_or_none(cases), "worst_cases": cases[-1] if cases else None}
 
 
 def build(cfg: MutantsConfig, plans: list[OpPlan], skipped: dict[str, str], refs: dict, states: list[dict],
@@ -90,3 +94,32 @@ def markdown(report: dict) -> str:
             lines += ["", f"The original's own findings for {op} (a mutant showing only these is not killed): "
                       + ", ".join(f"`{s}`" for s in t["original_findings"])]
     return "\n".join(lines) + "\n"
+
+
+RECORD_COLUMNS = [
+    {"key": "op", "label": "op", "code": True},
+    {"key": "made", "label": "mutants", "format": "d"},
+    {"key": KILLED, "label": "killed", "format": "d"},
+    {"key": SURVIVED, "label": "survived", "format": "d"},
+    {"key": EQUIVALENT, "label": "likely equivalent", "format": "d"},
+    {"key": STILLBORN, "label": "stillborn", "format": "d"},
+    {"key": "kill_rate", "label": "kill rate", "format": ".0%"},
+    {"key": "median_s", "label": "median time to kill", "format": ".1f", "suffix": " s"},
+    {"key": "worst_s", "label": "worst", "format": ".1f", "suffix": " s"},
+    {"key": "median_cases", "label": "median cases to kill", "format": ".0f"},
+]
+
+
+def benchmark_record(report: dict, command: str, commit: str, machine: str, title: str, order: int) -> dict:
+    """A benchmarks/*.json record of a mutants report (scripts/render_performance.py renders it
+    into docs/performance.md): one row per op, and each killed mutant's key and cases to kill,
+    which tests/test_mutants_record.py holds later runs to."""
+    rows = [{c["key"]: (op if c["key"] == "op" else t[c["key"]] if t[c["key"]] is not None else "-")
+             for c in RECORD_COLUMNS} for op, t in report["ops"].items()]
+    versions = report.get("versions") or {}
+    return {"order": order, "title": title, "command": command, "kvfuzz_commit": commit,
+            "versions": {k: versions.get(k, "?") for k in ("torch", "triton", "numpy")}, "machine": machine,
+            "columns": RECORD_COLUMNS, "rows": rows,
+            "notes": [f"{m['op']} `{m['diff']}` ({m['status'].replace('_', ' ')})" for m in report["mutants"]
+                      if m["status"] in (SURVIVED, EQUIVALENT)],
+            "killed": {m["key"]: m.get("found_at_case") for m in report["mutants"] if m["status"] == KILLED}}
