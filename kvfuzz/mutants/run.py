@@ -149,6 +149,8 @@ class Runner:
         self.gpus = gpu_count() if self.device == "cuda" else 0
         self.slots: list[int] = list(range(1, cfg.jobs + 1))
         self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False  # interrupted: a campaign's report is not a verdict
 
     def _campaign(self, folder: Path, target: str, op: str, budget: float, seed: int, variant: str | None,
                   reference: list[str], stop: bool) -> tuple[int, dict | None, str]:
@@ -166,21 +168,27 @@ class Runner:
                "reference": reference, "stop_at_kill": stop}
         (folder / "job.json").write_text(json.dumps(job, indent=1))
         with self.lock:
+            if self.stopping:
+                raise KeyboardInterrupt
             slot = self.slots.pop()
+            # a session of its own: the terminal's Ctrl-C reaches this process, which stops it
+            log = open(folder / "log.txt", "w")
+            proc = subprocess.Popen(spawn.command("kvfuzz.mutants.one", str(folder / "job.json")),
+                                    env=spawn.environment(shard_env(slot, self.device, self.gpus)),
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.running.add(proc)
         try:
-            with open(folder / "log.txt", "w") as log:
-                proc = subprocess.Popen(spawn.command("kvfuzz.mutants.one", str(folder / "job.json")),
-                                        env=spawn.environment(shard_env(slot, self.device, self.gpus)),
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-                try:
-                    rc = proc.wait(timeout=max(600.0, 30 * budget))
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    rc = -9
+            rc = proc.wait(timeout=max(600.0, 30 * budget))
+        except subprocess.TimeoutExpired:  # a campaign has its own case timeout: this is kvfuzz stuck
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait()
         finally:
+            log.close()
             with self.lock:
+                self.running.discard(proc)
                 self.slots.append(slot)
+        if self.stopping:
+            raise KeyboardInterrupt
         lines = (folder / "log.txt").read_text(errors="replace").strip().splitlines()
         doc = json.loads(report.read_text()) if report.is_file() else None
         return rc, doc, lines[-1] if lines else ""
@@ -239,8 +247,25 @@ class Runner:
         return classify(rc, doc, last, op, set(ref["signatures"]))
 
     def pool(self, fn, items: list) -> list:
-        with ThreadPoolExecutor(self.cfg.jobs) as ex:
-            return list(ex.map(lambda item: fn(*item), items))
+        """`fn(*item)` for every item, `jobs` at a time. An exception or an interrupt stops the
+        rest: the campaigns running are sent SIGTERM (they write their reports and close their
+        workers), nothing more starts, and it is raised here; states already written stay."""
+        ex = ThreadPoolExecutor(self.cfg.jobs)
+        try:
+            futures = [ex.submit(fn, *item) for item in items]
+            return [f.result() for f in futures]
+        except BaseException:
+            self.stopping = True
+            ex.shutdown(wait=False, cancel_futures=True)
+            with self.lock:
+                for proc in self.running:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            raise
+        finally:
+            ex.shutdown(wait=True)
 
 
 def classify(rc: int, doc: dict | None, last: str, op: str, reference: set[str]) -> dict:
