@@ -444,22 +444,28 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def mutants_config(args):
+    """`kvfuzz mutants`' options as a MutantsConfig (tests/test_mutants_record.py parses a record's command with it)."""
+    from .mutants import MutantsConfig
+
+    return MutantsConfig(target=args.target, ops=args.ops or [], functions=args.functions or [],
+                         budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
+                         max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
+                         in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
+                         workdir=args.resume)
+
+
 def cmd_mutants(args) -> int:
     from .faults import one_line
     from .internal import where
-    from .mutants import MutantsConfig, exit_status, markdown, run_mutants, summary_lines
+    from .mutants import exit_status, markdown, run_mutants, summary_lines
 
     for option, path in (("--report", args.report), ("--markdown", args.markdown)):
         _check_writable(path, option)
     if args.resume is not None and args.resume.exists() and not args.resume.is_dir():
         raise BadInput(f"--resume {args.resume} is not a directory")
-    cfg = MutantsConfig(target=args.target, ops=args.ops or [], functions=args.functions or [],
-                        budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
-                        max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
-                        in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
-                        workdir=args.resume)
     try:
-        report = run_mutants(cfg, say=lambda line: print(line, file=sys.stderr, flush=True))
+        report = run_mutants(mutants_config(args), say=lambda line: print(line, file=sys.stderr, flush=True))
     except (BadInput, KeyboardInterrupt):
         raise
     except Exception as exc:  # kvfuzz's own
