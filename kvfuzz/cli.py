@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--max-mutants", type=int, metavar="N", help="at most N mutants per op, drawn by --seed")
     mu.add_argument("--out-of-contract", action="store_true",
                     help="fuzz with out-of-contract cases too, and mutate argument checks (if ...: raise)")
+    mu.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="each campaign's --case-timeout: a mutant that hangs is killed by this, later (default 60)")
     mu.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                     help="cuda if present, else the CPU under Triton's interpreter (default auto)")
     mu.add_argument("--resume", type=Path, metavar="DIR",
@@ -452,7 +454,7 @@ def mutants_config(args):
                          budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
                          max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
                          in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
-                         workdir=args.resume)
+                         case_timeout_s=args.case_timeout, workdir=args.resume)
 
 
 def cmd_mutants(args) -> int:

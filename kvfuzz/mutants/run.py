@@ -59,6 +59,7 @@ class MutantsConfig:
     device: str = "auto"
     in_contract_only: bool = True
     validation: bool = False  # also mutate `if ...: raise` conditions (argument checks)
+    case_timeout_s: float = 60.0  # each campaign's hang limit (a mutant that loops forever is killed by it)
     workdir: Path | None = None  # --resume DIR; None: a temporary folder
 
     def validate(self) -> None:
@@ -70,6 +71,8 @@ class MutantsConfig:
             raise BadInput(f"--jobs must be >= 1, got {self.jobs}")
         if self.max_mutants is not None and self.max_mutants < 1:
             raise BadInput(f"--max-mutants must be >= 1, got {self.max_mutants}")
+        if self.case_timeout_s <= 0:
+            raise BadInput(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s:g}")
         if self.confirm_factor != 0 and self.confirm_factor < 1:
             raise BadInput(f"--confirm-factor must be 0 (no confirmation run) or >= 1, got {self.confirm_factor:g}")
 
@@ -164,7 +167,8 @@ class Runner:
         report.unlink(missing_ok=True)
         job = {"campaign": {"ops": [op], "target": target, "device": self.device, "budget_s": budget, "seed": seed,
                             "corpus": str(corpus), "report": str(report), "in_contract_only": self.cfg.in_contract_only,
-                            "minimize_budget_s": 0.0, "variant": variant, "confirm_tries": 2, "ops_named": True},
+                            "minimize_budget_s": 0.0, "variant": variant, "confirm_tries": 2, "ops_named": True,
+                            "case_timeout_s": self.cfg.case_timeout_s},
                "reference": reference, "stop_at_kill": stop}
         (folder / "job.json").write_text(json.dumps(job, indent=1))
         with self.lock:
