@@ -152,6 +152,7 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
             {"findings": [], "ops": {op: {"cases": 5}}}, ""
 
     monkeypatch.setattr(runmod.Runner, "_campaign", fake)
+    monkeypatch.setattr(runmod.Runner, "variants", lambda self, ops: calls.append("variants") or {})
     cfg = MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=0, workdir=tmp_path / "w", device="cpu")
     first = run_mutants(cfg)
     assert calls and len(first["mutants"]) == 5
@@ -189,9 +190,8 @@ def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path)
     cfg = MutantsConfig(target=str(folder / "q8kv8_topk_length.py"), ops=["q8kv8_topk_length"],
                         functions=["_topk_length_kernel"], budget_s=2.0, confirm_factor=1.5, jobs=2, device="cpu",
                         workdir=tmp_path / "w")
-    pick = lambda m: m.operator == "drop_store" or (m.operator == "cmp_flip" and "BLOCK" in m.original + m.diff(  # noqa: E731
-        (folder / "q8kv8_topk_length.py").read_bytes()))
-    report = run_mutants(cfg, select=pick)
+    dead = (folder / "q8kv8_topk_length.py").read_text().splitlines().index(DEAD.splitlines()[0]) + 1
+    report = run_mutants(cfg, select=lambda m: m.operator == "drop_store" or (m.operator, m.line) == ("cmp_flip", dead))
     by_op = {m["operator"]: m for m in report["mutants"]}
     assert set(by_op) == {"drop_store", "cmp_flip"}, report["mutants"]
     assert by_op["drop_store"]["status"] == "killed" and by_op["drop_store"]["time_to_kill_s"] < 2.0

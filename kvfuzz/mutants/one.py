@@ -1,4 +1,6 @@
-"""One mutant's campaign, in a process of its own: `python -m kvfuzz.mutants.one JOB.json`.
+"""One mutant's campaign, in a process of its own: `python -m kvfuzz.mutants.one JOB.json`
+(`--variants SPEC DEVICE OP...` prints the contract variant the original target is judged by,
+per op, as JSON: the variant every copy of its file is then held to).
 
 The campaign is `run_campaign` on the mutant's kernel file with the options a campaign on that
 file would take (`campaign` in the job). It stops at its first confirmed in-contract finding
@@ -18,16 +20,12 @@ import traceback
 from pathlib import Path
 
 from ..errors import BadInput
+from .run import killing
 
 
 class FirstKill(KeyboardInterrupt):
     """Ends a mutant's campaign at its first killing finding; the campaign handles it as it
     handles an interrupt (what it found is kept, the report written)."""
-
-
-def killing(signatures: list[str], contract: str, reference: set[str]) -> bool:
-    """Whether a finding with these signatures and contract status kills a mutant."""
-    return contract == "in contract" and not set(signatures) <= reference
 
 
 def _stopper(corpus: Path, reference: set[str]):
@@ -52,10 +50,22 @@ def _stopper(corpus: Path, reference: set[str]):
     return status
 
 
+def variants(spec: str, device: str, ops: list[str]) -> dict[str, str]:
+    """op -> the contract variant target `spec` is judged by (its release's, or its signature's)."""
+    from .. import device as devmod
+    from ..targets import load_target
+
+    target = load_target(spec, devmod.select(device))
+    return {op: target.variants[op] for op in ops if op in target.variants}
+
+
 def main(argv: list[str]) -> int:
     from ..campaign import CampaignConfig, run_campaign
 
     try:
+        if argv[0] == "--variants":  # --variants SPEC DEVICE OP...: the JSON on stdout
+            print(json.dumps(variants(argv[1], argv[2], argv[3:])))
+            return 0
         job = json.loads(Path(argv[0]).read_text())
         cfg = CampaignConfig(**{k: Path(v) if k in ("corpus", "report") else v for k, v in job["campaign"].items()})
         status = _stopper(Path(cfg.corpus), set(job["reference"])) if job.get("stop_at_kill") else None

@@ -5,8 +5,9 @@ every mutant the operators make there (`operators.py`; `--max-mutants` draws a s
 Three phases, each a pool of `--jobs` subprocesses (`one.py`; on CUDA slot I runs on GPU
 (I - 1) mod the GPU count, as `kvfuzz fuzz --jobs` places its shards):
 
-1. the reference: the original target fuzzed for the confirmation budget; what it finds is its
-   own (a mutant showing only that is not killed), and its contract variant judges every mutant;
+1. the reference: the unmutated copy of the file, fuzzed for the confirmation budget under the
+   contract variant the original target is judged by (its release's), which then judges every
+   mutant; what it finds is the original's own (a mutant showing only that is not killed);
 2. each mutant, a copy of the file with one span patched (with the file's package siblings
    beside it, so relative imports load), fuzzed for `--budget-per-mutant` seconds with the same
    seed, stopping at its first killing finding;
@@ -36,7 +37,6 @@ from statistics import median
 from .. import spawn
 from ..errors import BadInput
 from ..ops import CONTRACTS, record
-from .one import killing
 from .operators import Mutant, find_mutants
 from .reach import kernel_file, reached
 
@@ -197,16 +197,30 @@ class Runner:
         doc = json.loads(report.read_text()) if report.is_file() else None
         return rc, doc, lines[-1] if lines else ""
 
-    def reference(self, p: OpPlan) -> dict:
-        """The original's signatures and contract variant for `p.op` (state kept for a resume)."""
+    def variants(self, ops: list[str]) -> dict[str, str]:
+        """op -> the contract variant the original target is judged by (looked up in a process
+        of its own: loading the target defines its kernels)."""
+        proc = subprocess.run(spawn.command("kvfuzz.mutants.one", "--variants", self.cfg.target, self.device, *ops),
+                              env=spawn.environment(dict(os.environ)), capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            raise BadInput(f"target {self.cfg.target}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def reference(self, p: OpPlan, variant: str | None) -> dict:
+        """The unmutated copy of the file, fuzzed as the mutants are (under the original's
+        `variant`) for the confirmation budget: its signatures are the original's own (state
+        kept for a resume)."""
         folder = self.dir / p.op / "reference"
         state = _read_state(folder)
         if state is not None:
             return state
         budget = self.cfg.budget_s * max(self.cfg.confirm_factor, 1.0)
-        rc, doc, last = self._campaign(folder, self.cfg.target, p.op, budget, self.cfg.seed, None, [], False)
+        target = write_mutant(p, None, folder / "src")
+        rc, doc, last = self._campaign(folder / "run", str(target), p.op, budget, self.cfg.seed, variant, [], False)
         if rc != 0 or doc is None:
-            raise BadInput(f"op {p.op}: the original target's campaign failed (exit {rc}): {last}")
+            raise BadInput(f"op {p.op}: the unmutated copy of {p.source.name} does not run as a target "
+                           f"(exit {rc}): {last}")
         sigs = sorted({s for f in doc["findings"] for s in f.get("signatures") or [f["signature"]]})
         state = {"signatures": sigs, "variant": doc["ops"][p.op].get("contract_variant"),
                  "cases": doc["ops"][p.op].get("cases", 0), "versions": doc.get("versions", {}),
@@ -270,6 +284,11 @@ class Runner:
             raise
         finally:
             ex.shutdown(wait=True)
+
+
+def killing(signatures: list[str], contract: str, reference: set[str]) -> bool:
+    """Whether a finding with these signatures and contract status kills a mutant."""
+    return contract == "in contract" and not set(signatures) <= reference
 
 
 def classify(rc: int, doc: dict | None, last: str, op: str, reference: set[str]) -> dict:
@@ -351,7 +370,9 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
         total = sum(len(p.mutants) for p in plans)
         say(f"{total} mutants of {cfg.target} ({', '.join(f'{p.op}: {len(p.mutants)}' for p in plans)}); "
             f"{cfg.budget_s:g} s each, {cfg.jobs} at a time")
-        refs = dict(zip([p.op for p in plans], runner.pool(runner.reference, [(p,) for p in plans])))
+        unsettled = [p.op for p in plans if _read_state(workdir / p.op / "reference") is None]
+        variants = runner.variants(unsettled) if unsettled else {}
+        refs = dict(zip([p.op for p in plans], runner.pool(runner.reference, [(p, variants.get(p.op)) for p in plans])))
         for p in plans:
             shown = ", ".join(refs[p.op]["signatures"]) or "none"
             say(f"[{p.op}] the original: variant {refs[p.op]['variant']}, findings of its own: {shown}")
