@@ -8,6 +8,7 @@ commands:
   bisect    replay saved cases on every SGLang release: which introduced each defect, which fixed it
   corpus    ls | merge SRC... DST | prune: manage saved cases
   ops       list the ops, their entry points, kernel paths and contract variants
+  mutants   mutate the target's kernels and fuzz each mutant: how much would a campaign catch
 
 Exit status: 0 clean, 1 findings (or the replayed case still fails), 2 bad usage or input;
 `fuzz` also 4 an internal error of kvfuzz, 130 cut short (SIGINT, SIGTERM, --time-limit), 3 an
@@ -104,6 +105,35 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline", metavar="TARGET",
                    help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
     b.set_defaults(run=cmd_bench)
+
+    mu = sub.add_parser("mutants", help="mutation self-check: mutate the target's kernels, fuzz each mutant, "
+                        "report which the fuzzer kills and how fast (docs/mutants.md)")
+    mu.add_argument("--target", default="builtin", metavar="SPEC",
+                    help="builtin | PATH.py | module:NAME | sglang==X.Y.Z | git:REV:PATH (default builtin)")
+    mu.add_argument("--op", action="append", dest="ops", metavar="NAME",
+                    help="op whose reached code to mutate (repeatable; default: all)")
+    mu.add_argument("--function", action="append", dest="functions", metavar="NAME",
+                    help="only mutants in this function of the op's file (repeatable)")
+    mu.add_argument("--budget-per-mutant", type=float, default=10.0, metavar="SECONDS",
+                    help="fuzzing time of each mutant's campaign (default 10)")
+    mu.add_argument("--confirm-factor", type=float, default=3.0, metavar="X",
+                    help="a survivor is fuzzed again for X times the budget on the next seed; still alive, it is "
+                    "likely equivalent (default 3; 0: no confirmation run)")
+    mu.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="campaigns at once, each its own process (on CUDA one GPU each, in turn)")
+    mu.add_argument("--seed", type=int, default=0, help="the mutant sample and every campaign's seed (default 0)")
+    mu.add_argument("--max-mutants", type=int, metavar="N", help="at most N mutants per op, drawn by --seed")
+    mu.add_argument("--out-of-contract", action="store_true",
+                    help="fuzz with out-of-contract cases too, and mutate argument checks (if ...: raise)")
+    mu.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="each campaign's --case-timeout: a mutant that hangs is killed by this, later (default 60)")
+    mu.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="cuda if present, else the CPU under Triton's interpreter (default auto)")
+    mu.add_argument("--resume", type=Path, metavar="DIR",
+                    help="work directory: each mutant's state is kept there and a finished one is not run again")
+    mu.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
+    mu.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
+    mu.set_defaults(run=cmd_mutants)
 
     r = sub.add_parser("replay", help="re-run one saved case")
     r.add_argument("case", type=Path, help="a case directory (or its case.json)")
@@ -414,6 +444,44 @@ def cmd_bench(args) -> int:
 
         write_json_atomic(args.report, result)
     return 0
+
+
+def mutants_config(args):
+    """`kvfuzz mutants`' options as a MutantsConfig (tests/test_mutants_record.py parses a record's command with it)."""
+    from .mutants import MutantsConfig
+
+    return MutantsConfig(target=args.target, ops=args.ops or [], functions=args.functions or [],
+                         budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
+                         max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
+                         in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
+                         case_timeout_s=args.case_timeout, workdir=args.resume)
+
+
+def cmd_mutants(args) -> int:
+    from .faults import one_line
+    from .internal import where
+    from .mutants import exit_status, markdown, run_mutants, summary_lines
+
+    for option, path in (("--report", args.report), ("--markdown", args.markdown)):
+        _check_writable(path, option)
+    if args.resume is not None and args.resume.exists() and not args.resume.is_dir():
+        raise BadInput(f"--resume {args.resume} is not a directory")
+    try:
+        report = run_mutants(mutants_config(args), say=lambda line: print(line, file=sys.stderr, flush=True))
+    except (BadInput, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # kvfuzz's own
+        print(f"kvfuzz: internal error: {one_line(exc)} ({where(exc)})", file=sys.stderr)
+        return 4
+    for line in summary_lines(report):
+        print(line)
+    if args.report:
+        from .campaign import write_json_atomic
+
+        write_json_atomic(args.report, report)
+    if args.markdown:
+        args.markdown.write_text(markdown(report))
+    return exit_status(report)
 
 
 def _check_writable(path: Path | None, option: str = "--report") -> None:
