@@ -20,6 +20,7 @@ each kind of wrong is kept, with its statement:
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 from dataclasses import dataclass, field
 
@@ -131,40 +132,54 @@ class _Arena:
         return f"{n} element{'s' if n > 1 else ''} before the start of {name}"
 
 
-def _arg_words(args: list[Arg], addr: int) -> str:
-    """Where an address outside every argument's elements lies, by the nearest argument."""
-    best, words = None, "outside every tensor argument"
+def _arg_place(args: list[Arg], addr: int) -> tuple[Arg | None, str, str]:
+    """(the nearest argument, before|after|gap|outside, words) for an address outside every
+    argument's elements."""
+    best, out = None, (None, "outside", "outside every tensor argument")
     for a in args:
         if a.numel == 0:
             continue
         if addr >= a.hi:
-            d, w = addr - a.hi, f"past the end of {a.name}"
+            d, place = addr - a.hi, "after"
             n = d // a.itemsize + 1
+            w = f"{n} element{'s' if n > 1 else ''} past the end of {a.name}"
         elif addr < a.lo:
-            d, w = a.lo - addr, f"before the start of {a.name}"
+            d, place = a.lo - addr, "before"
             n = (d + a.itemsize - 1) // a.itemsize
+            w = f"{n} element{'s' if n > 1 else ''} before the start of {a.name}"
         else:
-            d, w, n = 0, f"in a stride gap of {a.name}", 0
+            d, place, w = 0, "gap", f"into a stride gap of {a.name}"
         if best is None or d < best:
-            best = d
-            words = w if n == 0 else f"{n} element{'s' if n > 1 else ''} {w}"
-    return words
+            best, out = d, (a, place, w)
+    return out
+
+
+def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
+    """The case's tensor a kernel argument is: its arena view's, or (a copy the wrapper made) the
+    one of `names` with its element count and size, where only one has them."""
+    if arg is None:
+        return "-"
+    if arena.inside(arg.ptr):
+        name, _ = arena.place(arg.ptr)
+        if name is not None:
+            return name
+    same = [n for n in names if case.tensors[n].numel == arg.numel
+            and arena.plan.regions[n].itemsize == arg.itemsize]
+    return same[0] if len(same) == 1 else arg.name
 
 
 def _source(trace: Trace, store: Access, lane: int, value) -> Access | None:
-    """The program's last load before `store` whose lane `lane` (else any lane) returned `value`."""
-    best_any = None
+    """The program's last load before `store` that returned `value` on the store's lane `lane`
+    (or a scalar load that returned it): where the stored value came from."""
     for a in reversed(trace.accesses[: store.seq]):
         if a.op != "load" or a.program != store.program or a.launch != store.launch:
             continue
-        hit = a.values == value
-        if not hit.any():
-            continue
-        if lane in a.lanes[hit]:
+        if a.width == 1 and a.values.size == 1 and a.values[0] == value:
             return a
-        if best_any is None:
-            best_any = a
-    return best_any
+        at = np.flatnonzero(a.lanes == lane)
+        if at.size and a.values[at[0]] == value:
+            return a
+    return None
 
 
 def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, outputs: tuple[str, ...],
@@ -188,7 +203,10 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 ok |= arg.holds(a.addrs)
             if not ok.all():
                 addr = int(a.addrs[np.flatnonzero(~ok)[0]])
-                sites["stray_read"] = _site(a, "stray_read", f"reads {_arg_words(args, addr)}")
+                arg, place, words = _arg_place(args, addr)
+                inputs = [n for n in case.tensors if n not in outputs]
+                sites["stray_read"] = dataclasses.replace(
+                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs), place=place)
             continue
         for lane, addr, value in zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist()):
             prev = writers.get(addr)
@@ -198,13 +216,17 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 name, flat = arena.place(addr) if arena.inside(addr) else (None, -1)
                 cell = f"{name}{_index(plan.regions[name].spec.shape, flat)}" if name else f"address {addr:#x}"
                 sites["overlap"] = _site(a, "overlap", f"writes {cell}, which another program writes with "
-                                                         f"another value ({prev[1]} and {value})")
+                                                         f"another value ({prev[1]} and {value})",
+                                         _source(trace, a, lane, value))
             last_store[addr] = (a, lane, value)
             if arena.inside(addr):
                 name, flat = arena.place(addr)
                 if name is None:
                     if "stray_write" not in sites:
-                        sites["stray_write"] = _site(a, "stray_write", f"writes {arena.stray_words(addr)}")
+                        tensor, place = region_of_byte(plan.regions.values(), addr - base)
+                        sites["stray_write"] = dataclasses.replace(
+                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", _source(trace, a, lane, value)),
+                            tensor=tensor, place=place)
                 elif name not in outputs:
                     if "input_write" not in sites:
                         sites["input_write"] = _site(a, "input_write", f"writes input {name}"
@@ -213,11 +235,15 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     c = cells[name]
                     idx = np.unravel_index(flat, c.required.shape)
                     if c.untouched[idx]:
-                        sites["untouched_write"] = _site(a, "untouched_write", f"writes {name}{_index(c.required.shape, flat)}, "
-                                                         "a cell the contract leaves alone")
+                        sites["untouched_write"] = _site(
+                            a, "untouched_write", f"writes {name}{_index(c.required.shape, flat)}, a cell the contract "
+                            "leaves alone", _source(trace, a, lane, value))
             elif not any(arg.holds(np.array([addr], dtype=np.uint64))[0] for arg in args):
                 if "stray_write" not in sites:
-                    sites["stray_write"] = _site(a, "stray_write", f"writes {_arg_words(args, addr)}")
+                    arg, place, words = _arg_place(args, addr)
+                    sites["stray_write"] = dataclasses.replace(
+                        _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
+                        tensor=_case_tensor(arena, case, arg, outputs), place=place)
     if cells is not None and accepted:
         _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
     return out

@@ -32,6 +32,8 @@ def attribute(case: Case, spec: str) -> Attribution:
     prepared = prepare(case)
     contract = CONTRACTS[case.op]
     trace, after, base, error = run_traced(target, case, prepared.plan)
+    if trace.failed:
+        raise RuntimeError(f"the trace failed: {trace.failed}")
     judged = prepared.status == "in_contract" and error is None
     cells = contract.cells(case) if judged else None
     accepted = prepared.expected.accepted() if judged and prepared.expected is not None else ()

@@ -26,6 +26,8 @@ class Site:
     what: str  # one of PLACE + VALUE
     says: str  # what it does wrong, in words ("writes 1 element past the end of kv_indices")
     load: Mapping[str, Any] | None = None  # where a wrongly stored value was loaded: {file, line, op, text, kernel}
+    tensor: str = ""  # the case's tensor the stray access is charged to (a stray read: the one read past)
+    place: str = ""  # before | after | gap | outside: where the stray access lies relative to it
 
     @property
     def kind(self) -> str:
@@ -38,12 +40,14 @@ class Site:
                "what": self.what, "says": self.says}
         if self.load is not None:
             out["load"] = dict(self.load)
+        if self.tensor:
+            out["tensor"], out["place"] = self.tensor, self.place
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Site":
         return cls(d["kernel"], d["file"], int(d["line"]), d["op"], d.get("text", ""), d.get("what", ""),
-                   d.get("says", ""), d.get("load"))
+                   d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""))
 
 
 def site_of(meta: Mapping[str, Any] | None) -> Site | None:

@@ -77,6 +77,8 @@ class Access:
     addrs: np.ndarray  # uint64, one per active lane
     values: np.ndarray  # the value loaded or stored, one per active lane
     itemsize: int
+    width: int  # lanes of the access, active or not (1: a scalar access)
+    width: int  # lanes of the access, active or not (1: a scalar access)
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Trace:
     accesses: list[Access] = field(default_factory=list)
     lanes: int = 0
     truncated: bool = False
+    failed: str | None = None  # the tracer's own exception (kvfuzz's, never the target's): nothing to attribute
 
 
 def _arg(name: str, t) -> Arg | None:
@@ -120,18 +123,18 @@ class Tracer:
         load, store, call = builder.create_masked_load, builder.create_masked_store, interp.GridExecutor.__call__
 
         def site():
-            f = sys._getframe(2)
+            f = sys._getframe(3)
             while f is not None and f.f_code.co_filename.startswith(skip):
                 f = f.f_back
             return (f.f_code.co_name, f.f_code.co_filename, f.f_lineno) if f is not None else ("?", "?", 0)
 
         def create_masked_load(self, ptrs, mask, other, *rest, **kw):
             ret = load(self, ptrs, mask, other, *rest, **kw)
-            tracer._record("load", self, ptrs, mask, ret.data, site())
+            tracer._guarded("load", self, ptrs, mask, lambda: ret.data, site)
             return ret
 
         def create_masked_store(self, ptrs, value, mask, *rest, **kw):
-            tracer._record("store", self, ptrs, mask, value.data, site())
+            tracer._guarded("store", self, ptrs, mask, lambda: value.data, site)
             return store(self, ptrs, value, mask, *rest, **kw)
 
         def grid_call(self, *args, **kwargs):
@@ -139,7 +142,11 @@ class Tracer:
                 bound = inspect.signature(self.fn).bind_partial(*args, **kwargs).arguments
             except TypeError:
                 bound = dict(zip(self.arg_names, args))
-            tensors = [a for a in (_arg(n, v) for n, v in bound.items()) if a is not None]
+            try:
+                tensors = [a for a in (_arg(n, v) for n, v in bound.items()) if a is not None]
+            except Exception as exc:  # kvfuzz's own: the run goes on, untraced
+                tracer.trace.failed = tracer.trace.failed or f"{type(exc).__name__}: {exc}"
+                tensors = []
             tracer.trace.launches.append(Launch(self.fn.__name__, tensors))
             tracer._launch = len(tracer.trace.launches) - 1
             return call(self, *args, **kwargs)
@@ -156,6 +163,14 @@ class Tracer:
             setattr(owner, name, old)
         self._saved.clear()
 
+    def _guarded(self, op: str, builder, ptrs, mask, values, site) -> None:
+        """`_record`, where an exception of the tracer's own is kept in `trace.failed` and never
+        reaches the kernel (it would pass for the target's)."""
+        try:
+            self._record(op, builder, ptrs, mask, values(), site())
+        except Exception as exc:
+            self.trace.failed = self.trace.failed or f"{type(exc).__name__}: {exc}"
+
     def _record(self, op: str, builder, ptrs, mask, values, where) -> None:
         t = self.trace
         if t.truncated:
@@ -171,4 +186,5 @@ class Tracer:
         func, file, line = where
         grid = getattr(builder, "grid_idx", None) or (0, 0, 0)
         t.accesses.append(Access(len(t.accesses), self._launch, op, func, file, line, tuple(int(g) for g in grid),
-                                 lanes, addrs[lanes].astype(np.uint64), vals[lanes].copy(), vals.dtype.itemsize))
+                                 lanes, addrs[lanes].astype(np.uint64), vals[lanes].copy(), vals.dtype.itemsize,
+                                 addrs.size))
