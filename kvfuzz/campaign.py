@@ -73,6 +73,7 @@ class CampaignConfig:
     ops_named: bool = False  # the user named the ops (--op): one the target lacks is refused, not skipped
     time_limit_s: float | None = None  # wall clock for the whole run, confirming and minimizing included
     baseline: str | None = None  # a second target every case also runs on: regressions, fixes, changes
+    sites: bool = True  # each saved finding's defect site, attributed under the interpreter (kvfuzz/sites)
 
     def validate(self) -> None:
         for op in self.ops:
@@ -201,6 +202,9 @@ class CampaignResult:
                 "case_digest": x.finding.first.digest(),
             } for x in self.flaky],
         }
+        from .sites.defects import defects_of
+
+        doc["defects"] = defects_of(doc["findings"])  # the findings grouped by defect site, defects first
         doc["internal_errors"] = list(self.internal_errors)  # after the findings: theirs included
         if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
             from .reports import against_baseline
@@ -240,6 +244,7 @@ class CampaignResult:
                 "minimize_seconds": round(x.minimize_seconds, 2),
                 "size": list(x.case.size_key()),
                 "unconfirmed": x.unconfirmed,
+                "site": x.site,
                 "internal_errors": mine(),
             }
         except Exception as exc:

@@ -270,6 +270,7 @@ def cmd_fuzz(args) -> int:
     from .ops import CONTRACTS, contract_status
     from .progress import make_display
     from .reports import engine_line
+    from .sites.defects import header
 
     cfg = CampaignConfig(
         ops=args.ops or list(CONTRACTS), target=args.target, device=args.device, budget_s=args.budget,
@@ -318,13 +319,16 @@ def cmd_fuzz(args) -> int:
         elif line["status"] == CUT_SHORT:
             status += f" ({line['reason']})"
         print(f"{s.op}: {status}")
-    for x in result.saved:
-        where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
-        print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
-        print(f"  {x.found.finding.message}")
-        print(f"  {contract_status(x.case)}")
-        if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
-            print(f"  also shows: {', '.join(x.signatures[1:])}")
+    by_sig = {x.found.finding.signature: x for x in result.saved}
+    for n, d in enumerate(report.get("defects", []), 1):  # defects first, each finding under its defect
+        print(header(n, d))
+        for x in (by_sig[s] for s in d["findings"] if s in by_sig):
+            where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
+            print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
+            print(f"  {x.found.finding.message}")
+            print(f"  {contract_status(x.case)}")
+            if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
+                print(f"  also shows: {', '.join(x.signatures[1:])}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
@@ -336,6 +340,7 @@ def cmd_fuzz(args) -> int:
     not_run = not_run_ops(report)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
+          + (f", {len(report['defects'])} defect(s)" if report.get("defects") else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (f" (cut short by {result.cut_short_by})" if result.interrupted else "")
           + (f"; {len(not_run)} op(s) ran no case: {', '.join(not_run)}" if not_run else ""))
@@ -369,6 +374,7 @@ def _fuzz_jobs(args, cfg) -> int:
     from .outcome import not_run_ops
     from .progress import make_display
     from .reports import engine_line
+    from .sites.defects import header
 
     if cfg.shard != (1, 1):
         raise BadInput("--jobs and --shard do not go together: --jobs runs the shards itself")
@@ -388,13 +394,16 @@ def _fuzz_jobs(args, cfg) -> int:
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
-    for f in merged["findings"]:
-        print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
-              + ("" if f.get("new", True) else " (known)"))
-        if f.get("contract"):
-            print(f"  {f['contract']}")
-        if len(f.get("signatures", ())) > 1:
-            print(f"  also shows: {', '.join(f['signatures'][1:])}")
+    by_sig = {f["signature"]: f for f in merged["findings"]}
+    for n, d in enumerate(merged.get("defects", []), 1):  # defects first, each finding under its defect
+        print(header(n, d))
+        for f in (by_sig[s] for s in d["findings"] if s in by_sig):
+            print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
+                  + ("" if f.get("new", True) else " (known)"))
+            if f.get("contract"):
+                print(f"  {f['contract']}")
+            if len(f.get("signatures", ())) > 1:
+                print(f"  also shows: {', '.join(f['signatures'][1:])}")
     for f in merged["flaky"]:
         print(f"FLAKY {f['signature']}: {f['reproduced']} of {f['tries']} fresh runs reproduced it (not saved)")
         if f.get("contract"):

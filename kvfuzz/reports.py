@@ -95,10 +95,11 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(case, "failure", message=f"ran no case: {reason or 'no case finished'}")
         elif new:
             failures += 1
-            failure = ET.SubElement(case, "failure", message=f"{len(new)} new finding(s): "
-                                    + ", ".join(f["signature"] for f in new))
-            failure.text = "\n".join(f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}"
-                                     for f in new)
+            defects = [d for d in report.get("defects", ()) if d["op"] == op and d.get("new", True)]
+            failure = ET.SubElement(case, "failure", message=(f"{len(defects)} new defect(s), " if defects else "")
+                                    + f"{len(new)} new finding(s): " + ", ".join(f["signature"] for f in new))
+            failure.text = _defect_text(defects) if defects else "\n".join(
+                f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}" for f in new)
         known = [f for f in mine if not f.get("new", True)]
         flaky = [f for f in report.get("flaky", []) if f["op"] == op]
         lines = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in known]
@@ -133,6 +134,16 @@ def junit_xml(report: dict) -> str:
     suite.set("skipped", str(skipped))
     suite.set("errors", str(errors))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _defect_text(defects: list[dict]) -> str:
+    """Each defect, then its symptoms (signature, path, contract status, case) under it."""
+    lines = []
+    for d in defects:
+        lines.append(f"defect {d['defect']}" + (f": {d['site_line']}" if d.get("site_line") else ""))
+        lines += [f"  {s['signature']} [{s['path']}] ({s.get('case')}){'; ' + s['contract'] if s.get('contract') else ''}"
+                  for s in d["symptoms"]]
+    return "\n".join(lines)
 
 
 def _fault_line(e: dict) -> str:
@@ -273,6 +284,11 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                 lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
                           for e in classes[kind]]
                 lines.append("")
+    if report.get("defects"):  # defects first: the findings grouped by the statement that went wrong
+        lines += ["", "## Defects", "", "| defect | site | symptoms |", "| --- | --- | --- |"]
+        for d in report["defects"]:
+            symptoms = "<br>".join(f"`{s['signature']}`" for s in d["symptoms"])
+            lines.append(f"| {d['defect']} | {(d.get('site_line') or '-').replace('|', '/')} | {symptoms} |")
     if findings:
         lines += ["", "## Findings", "", "| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
         for f in findings:
