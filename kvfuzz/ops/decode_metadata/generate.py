@@ -27,7 +27,9 @@ from .contract import VARIANT_ARGS
 OP = "decode_metadata"
 PAGE_SIZES = (1, 16, 2, 4, 64, 128, 1024)
 BAD_PAGE_SIZES = (3, 0, -4, 6, 48, 100, 2**31 - 1)
-DELTAS = (0, 1, 2, 3, 4, 5, 8)  # normal decode, then draft decode's step + 1
+# normal decode, then draft decode's step + 1, and verify's speculative_num_draft_tokens (0.5.23's
+# graph capture passes it; EAGLE's top-k > 1 trees draft 16 to 64 tokens)
+DELTAS = (0, 1, 2, 3, 4, 5, 8, 16, 64)
 OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "pool_index", "swa_token",
                    "negative_len", "len_overflow")
 # A case with a v2p table draws these too; a stint's `swa_token` (an index outside its table)
