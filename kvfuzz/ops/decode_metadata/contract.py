@@ -13,7 +13,13 @@ kvfuzz assumes where SGLang does not say:
   pool's ids is the caller's bug, so out of contract). Entries are a physical page (>= 0) or
   the tombstone -1 of an unbound page, which maps to the sink page 0 (0.5.23's docstring:
   "an unbound (-1) page maps to the sink"); a tombstone copied into a page table is a
-  defect. Entries below -1 are not produced by SGLang's allocator: out of contract.
+  defect. Entries below -1 are not produced by SGLang's allocator: out of contract. A negative
+  token id (a tombstoned slot, -1, of the unified pool) in a live column reads virtual page 0:
+  `sink(v2p[max(token // page_size, 0)])`. SGLang 0.5.23 guards it (`metadata.py:185`,
+  `tl.maximum(page_ids, 0)` before the v2p gather), so such tokens are in contract wherever a
+  v2p table is (0.5.17 and 0.5.18 too, whose unguarded gather reads before the table). With
+  the static pool's mapping a negative token id is still out of contract (it indexes the
+  mapping).
 * `kernel_page_multiplier` (0.5.17-0.5.18, a positive int, absent: 1) scales the full page
   table's values after the v2p translation (a physical page's first block in a page-major
   envelope): `page_table = sink(v2p[page]) * multiplier`, or `page * multiplier` without a table;
