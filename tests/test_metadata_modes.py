@@ -1,7 +1,8 @@
 """The metadata family's production launch modes: num_kv_splits past 1024 rows (MAX_NUM_SEQ
 1024-4096), swa_spec_page_table's draft trees (REPEAT_STEP > 4) and wide tables (LEN_A past 520,
-production widths), decode_metadata's verify-sized seq_len_delta and tombstoned token slots with
-a v2p table (0.5.23's guard), pa_page_table's eager call. Hand cases where the builtin kernel,
+production widths), decode_metadata's verify-sized seq_len_delta, tombstoned token slots with
+a v2p table (0.5.23's guard) and the unified SWA pool of 0.5.19-0.5.22, pa_page_table's eager
+call. Hand cases where the builtin kernel,
 the releases that take the mode and the two oracles agree; seeded one-line defects in each mode
 found by a short stream of the mode's cases."""
 
@@ -217,6 +218,20 @@ def test_a_tombstoned_token_slot_reads_v2p_page_0(device):
     assert signatures("sglang==0.5.18", case, device) != []
     full_only = decode([[3, -1, 0, -1]], [4], v2p=[5, 6, 7, 8])
     assert signatures("sglang==0.5.17", full_only, device) != []
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.20", "0.5.22"])
+def test_the_unified_swa_pool_path_of_0_5_19_to_0_5_22(version, device):
+    """0.5.19-0.5.22 take swa_v2p through a UnifiedSWAKVPool (variants read_table, skip); their
+    kernel reads it with stride 0 (0.5.18's SWA_MAPPING_IS_V2P branch gone), so every SWA page
+    is swa_v2p[0]: an in-contract finding, where 0.5.18 and the builtin are clean."""
+    kernel_file(version)
+    assert "swa_v2p" in load_target(f"sglang=={version}", device).takes["decode_metadata"]
+    case = decode([[0, 1, 2, 3]], [4], swa_v2p=[9, 10, 11, 12])
+    assert expected(case.replace(variant="skip"))["swa_page_table"][0, :4].tolist() == [9, 10, 11, 12]
+    assert signatures(f"sglang=={version}", case, device) == ["decode_metadata:swa:mismatch:swa_page_table:partial"]
+    assert signatures("sglang==0.5.18", case, device) == []
+    assert signatures("builtin", case, device, "strict") == []
 
 
 def test_a_negative_token_with_the_static_mapping_stays_out_of_contract():
