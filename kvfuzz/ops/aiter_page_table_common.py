@@ -239,19 +239,22 @@ MAPPING_SIZES = (1, 2, 64, 65, 1000, 4097)
 
 
 PROD_TOKENS = (32768, 65536, 131072, 163840)  # context lengths: 32 to 160 blocks of 1024 pages at page size 1
-PROD_BIG_PAGES = (16, 64)  # the page sizes of a production batch past 16 requests (tables under ~3M cells)
 
 
 def production_class(d: Draw, p: dict) -> bool:
-    """One class in sixteen: a production size into `p` (a context of 32768 to 163840 tokens as
-    `C_tokens`, a batch of one, a few, 17 to 256 or past 256, page sizes 16 and 64 for the big
-    batches); whether it drew one."""
+    """One class in sixteen: a production size into `p` (`C_tokens`, the context): a context of
+    32768 to 163840 tokens for one or a few requests, or a batch of 17 to 256 or past 256 over a
+    context of 1 to 2049 pages (the CPU interpreter runs each program in milliseconds: a big batch
+    of long rows would take minutes there); whether it drew one."""
     if d.integer(0, 15):
         return False
     p["size"] = "production"
     p["bs"] = d.choice(("one", "few", "few", "big", "past"))
-    p["page_size"] = d.choice(PROD_BIG_PAGES if p["bs"] in ("big", "past") else PRODUCTION)
-    p["C_tokens"] = d.choice(PROD_TOKENS)
+    if p["bs"] in ("one", "few"):  # a long context: 32 to 160 blocks of 1024 pages per request at page size 1
+        p["page_size"] = d.choice(PRODUCTION)
+        p["C_tokens"] = d.choice(PROD_TOKENS)
+    else:  # a big batch, its context within 2049 pages (1 to 3 programs per request)
+        p["C_tokens"] = p["page_size"] * d.choice((1, 1023, 1025, 2049))
     return True
 
 

@@ -15,9 +15,9 @@ read).
 
 Production sizes are classes of their own, one class in sixteen (`ragged_variant_class`, the
 campaign's class drawer): a context of 32768 to 163840 tokens (W = its pages, 32 to 160 blocks
-of 1024 pages at page size 1), a batch of one, a few, 17 to 256 or past 256 (257-300; page sizes
-16 and 64 there), one or two requests to the row's end or at the grid's block edges, the rest
-short. Every cell is judged; the CPU interpreter takes seconds on one.
+of 1024 pages at page size 1) for one or a few requests, or a batch of 17 to 256 or past 256
+(257-300) over 1 to 2049 pages; one or two requests to the row's end or at the grid's block
+edges, the rest short. Every cell is judged; the CPU interpreter takes seconds on one.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ and sentinel) and a PAGE_MULT (1, 2, 3, 61: a rank owning one MLA layer, a few, 
 the token ids read then pages within the table. The pool covers both first (`mla_class_features`).
 
 Production sizes are classes of their own, one class in sixteen of a variant's candidates: a
-table 32768 to 135169 tokens wide (past the 4096-token blocks of 8 to 33 programs per request),
-kv_indices as wide as a backend sizes it, a batch of one, a few, 17 to 256 or past 256
-(257-300; at page sizes >= 32 there, so a judged table stays under ~1.3M cells), one or two
-requests to the row's end or at a block edge, the rest short. Every cell is judged. The CPU
-interpreter takes seconds on one (a launch of bs * blocks programs), so a CPU campaign reaches
-one only in a stint of a minute or more.
+table 32768 to 135169 tokens wide (8 to 33 programs of 4096 tokens per request) for one or a few
+requests, or a batch of 17 to 256 or past 256 (257-300) over a table of 64 to 8193 tokens (1 to 3
+programs per request); kv_indices as wide as a backend sizes it; one or two requests to the row's
+end or at a block edge, the rest short. Every cell is judged. The CPU interpreter runs a program
+in about 5-20 ms (more on a loaded machine), so a production case takes up to a few seconds there:
+a CPU campaign reaches one in a stint of a minute or more (the pool covers the v2p modes first).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ V2P_OUT_OF_CONTRACT = OUT_OF_CONTRACT + ("page_past_v2p",)
 ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
 MULTS = (1, 2, 3, 61)  # PAGE_MULT: the full-attention MLA layers a rank owns (DeepSeek V3: 61)
 PROD_WIDTHS = (32768, 40960, 65536, 131072, 131072 + BLOCK + 1)  # C: 8 to 33 blocks of 4096 tokens
-PROD_BIG_PAGES = (32, 64, 128)  # the page sizes of a production batch past 16 requests
+BATCH_WIDTHS = (64, 4095, 4097, 8193)  # C of a production batch (17-300 requests): 1 to 3 blocks per request
 
 
 def _width(mode: str, C: int, ps: int) -> int:
@@ -97,8 +97,11 @@ def mla_variant_class(d: Draw, variant: str) -> CompileClass:
     if d.integer(0, 15) == 0:
         p["size"] = "production"
         p["bs"] = d.choice(("one", "few", "few", "big", "past"))
-        p["page_size"] = d.choice(PROD_BIG_PAGES if p["bs"] in ("big", "past") else PRODUCTION)
-        p["C"] = d.choice(PROD_WIDTHS)
+        if p["bs"] in ("one", "few"):  # a wide table: 8 to 33 blocks per request
+            p["page_size"] = d.choice(PRODUCTION)
+            p["C"] = d.choice(PROD_WIDTHS)
+        else:  # a big batch over a short table (a program per block per request)
+            p["C"] = d.choice(BATCH_WIDTHS)
         p["W"] = _width(d.choice(("row", "graph", "trtllm")), p["C"], p["page_size"])
     if "v2p" in VARIANT_ARGS.get(variant, ()) and d.boolean():
         p["v2p"] = True
