@@ -56,9 +56,11 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
 
 Padding rows: SGLang's CUDA-graph replay launches the graph's bs over `req_pool_indices[:bs]`
 (pool row 0 for the padded requests) with their `seq_lens` fill value; kvfuzz draws pool row 0
-among the rows and lengths of 0 and 1 (the padding requests), all in contract. No release of the
-kernel adds a guard over the inputs (0.5.17's v2p gather is masked to the live pages only: a
-padded lane never reads the table; docs/guards.md).
+among the rows and lengths of 0 and 1 (the padding requests), all in contract. SGLang's guards
+(docs/guards.md): 0.5.13's programs past a request's blocks return (`if i < num_pages_loop`, so
+the grid may be as wide as the buffer); 0.5.17's v2p gather is masked to the live pages (a lane
+past them never reads the table). Production sizes (`generate.py`): tables to 135169 tokens (33
+blocks of 4096), batches past 256; every cell is judged.
 """
 
 from __future__ import annotations
