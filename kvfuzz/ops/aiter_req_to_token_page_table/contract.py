@@ -50,6 +50,13 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   SWA, every such slot is < M and the mapping's entry there is an SWA slot, in [0, 2^31); M >= 1,
   since a lane past a request's pages loads slot 0 (`other=0`) and reads `swa_slot_mapping[0]`
   unmasked (it stores nothing: that read is in contract whatever the entry holds).
+
+SGLang's guards (docs/guards.md): the kernel (one text 0.5.12 - 0.5.23) returns from a program
+past a request's blocks and loads the slots with `other=0` (the lanes past the pages read
+`swa_slot_mapping[0]` and store nothing). The verify's CUDA-graph replay pads `seq_lens` with the
+draft count (`get_cuda_graph_seq_len_fill_value`) and `req_pool_indices` with pool row 0: padded
+requests of `DRAFT_NUM` tokens at pool row 0, in contract. Production sizes (`generate.py`):
+contexts to 163840 tokens, batches past 256; every cell is judged.
 """
 
 from __future__ import annotations

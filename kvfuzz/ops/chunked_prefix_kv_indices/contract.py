@@ -34,6 +34,14 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   `chunk_kv_indices` holds at least chunk_cu_seq_lens[bs - 1] + n[bs - 1] cells (SGLang's holds
   exactly the chunk's tokens, or, in the prefill CUDA-graph runner, the chunk capacity: a tail
   that must stay untouched).
+
+SGLang's guards (docs/guards.md): the kernel has none (one text in every release); the callers
+cut a chunk of `SGLANG_MAX_KV_CHUNK_CAPACITY // bs` tokens (131072 // bs by default; one chunk of
+the longest prefix on the single-chunk path) and assert no chunk passes the capacity; the prefill
+CUDA-graph runner (0.5.19 on) launches all its request slots, the padded ones of a zero-length
+prefix at pool row 0 with the chunk's start, into a zeroed output of the chunk capacity. All of
+it is in contract, and production-size classes draw it (`generate.py`: tables to 131585 tokens,
+chunks to 131072 tokens, batches past 256; every cell is judged).
 """
 
 from __future__ import annotations

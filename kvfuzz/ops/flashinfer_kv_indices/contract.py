@@ -53,6 +53,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
 Production sizes are compile classes of their own (`generate.py`): tables 32768 to 131072+
 tokens wide, lengths to 131072, batches to 256 and past; every cell is judged (the NumPy oracle
 is one vectorized gather).
+
+SGLang's guards (docs/guards.md): 0.5.20's `TOKEN_BLOCK_PARALLEL` programs past a row's copy
+blocks return (`if blk >= num_loop`), so any block count is in contract; 0.5.22's mapping load is
+masked by `data >= 0` with `other=-1`, so a -1 table entry with `token_mapping` is in contract
+(written -1). CUDA-graph replay's padded rows (length 1 or the draft count, pool row 0) are in
+contract in every release.
 """
 
 from __future__ import annotations

@@ -63,6 +63,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   swa_page_table < len(swa_mapping), its page fitting int32; every out_cache_loc[k], k < K,
   below len(swa_mapping) (negative ones are the -1 sentinel the kernel maps to -1). Mapping
   entries may be negative (the -1 sentinel): the SWA page is then -1.
+
+SGLang's guards (docs/guards.md): the SWA lookup is masked by `token >= 0` with `other=-1` (every
+release, for the -1 write locations; a negative slot in `req_to_token` stays out of contract);
+0.5.17 writes only the live prefix (variants `live_prefix`, `default`); 0.5.19 skips the page
+tables under the unified pool (`skip_page_table`). CUDA-graph replay's padded rows (`seq_lens` 1,
+pool row 0) are in contract.
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   the page of a negative one is not well defined; with SWA, every such slot is < M (SGLang's
   mapping has size + page_size + 1 entries, its last -1, which no live slot reaches) and the
   mapping's entry there is an SWA slot, in [0, 2^31) (freed entries hold 0).
+
+SGLang's guards (docs/guards.md): programs past a request's 4096-token blocks return (0.5.14
+on); 0.5.16 clamps the SWA lookup's index into the mapping (for the masked lanes, whose slot load
+has no `other`; the builder's docstring says live slots are always valid). CUDA-graph replay pads
+`seq_lens` with 1 and `req_pool_indices` with pool row 0 (slot 0): in contract. A live slot
+outside the mapping stays out of contract in every release.
 """
 
 from __future__ import annotations
