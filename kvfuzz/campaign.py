@@ -35,7 +35,8 @@ from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .internal import internal_error
 from .judge import Verdict
-from .ops import CONTRACTS, contract_status, get_contract
+from .contract import STRESS
+from .ops import CONTRACTS, contract_label, contract_status, get_contract
 from .outcome import op_status
 from .pipeline import Flaky, FindingPipeline, Saved
 from .plan import Plan
@@ -142,6 +143,7 @@ class CampaignResult:
     since_import_s: float | None = None
     notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
     internal_errors: list[dict] = field(default_factory=list)  # kvfuzz's own exceptions (internal.py)
+    stress_dropped: int = 0  # --in-contract-only: findings on stress cases, dropped unconfirmed
     not_run: dict[str, str] = field(default_factory=dict)  # op -> why it ran no case
     cut_short_by: str | None = None  # "SIGTERM", "the time limit (45 s)", ... (when interrupted)
     cut_op: str | None = None  # the op that was running when the run was cut short
@@ -196,12 +198,18 @@ class CampaignResult:
                 "signature": x.finding.finding.signature,
                 "message": x.finding.finding.message,
                 "contract": contract_status(x.finding.first),
+                "contract_status": contract_label(x.finding.first),
                 "reproduced": x.confirmation.reproduced,
                 "tries": x.confirmation.tries,
                 "case_digest": x.finding.first.digest(),
             } for x in self.flaky],
         }
         doc["internal_errors"] = list(self.internal_errors)  # after the findings: theirs included
+        from .reports import by_status
+
+        doc["findings_by_status"] = by_status(doc["findings"])
+        if self.config.in_contract_only:
+            doc["stress_dropped"] = self.stress_dropped
         if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
             from .reports import against_baseline
 
@@ -228,6 +236,7 @@ class CampaignResult:
                 "signatures": x.signatures,
                 "message": x.found.finding.message,
                 "contract": contract_status(x.case),  # in contract, or the rule the saved case breaks
+                "contract_status": contract_label(x.case),  # in_contract, stress, out_of_contract, must_refuse
                 "case": str(x.path) if x.path else None,
                 "save_error": x.save_error,
                 "confirmed": x.confirmation.describe() if x.confirmation else None,
@@ -332,6 +341,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     found: dict[str, Found] = {}  # the current op's findings, not yet settled
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
+    stress_dropped = [0]  # --in-contract-only: findings on stress cases, not kept
     interrupted = False
     not_run: dict[str, str] = {}  # op -> why it ran no case
     executor: Executor | None = None
@@ -396,6 +406,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     show(op, "fuzzing", s, t_op)
 
             def on_new(f: Found, op=op, t_op=t_op) -> None:
+                if cfg.in_contract_only and contract_label(f.first) == STRESS:  # a launch no call site makes
+                    stress_dropped[0] += 1
+                    return
                 show(op, "confirming", current, t_op)
                 outcome = pipeline.add(f)  # "new", "known" or "flaky"
                 setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
@@ -463,7 +476,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                 cut_short_by=stopped if interrupted else None,
                                 cut_op=current.op if interrupted and current is not None else None,
                                 internal_errors=pipeline.internal_errors if pipeline is not None else [],
-                                shared=pipeline.shared if pipeline is not None else [])
+                                shared=pipeline.shared if pipeline is not None else [],
+                                stress_dropped=stress_dropped[0])
         if cfg.report:
             write_json_atomic(cfg.report, result.report())
     return result

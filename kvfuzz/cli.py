@@ -237,7 +237,7 @@ def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
     from .outcome import CUT_SHORT, NOT_RUN, exit_code, not_run_ops
     from .plan import reserve_s
-    from .ops import CONTRACTS, contract_status
+    from .ops import CONTRACTS, contract_label, contract_status
     from .progress import make_display
     from .reports import engine_line
 
@@ -288,9 +288,14 @@ def cmd_fuzz(args) -> int:
         elif line["status"] == CUT_SHORT:
             status += f" ({line['reason']})"
         print(f"{s.op}: {status}")
-    for x in result.saved:
+    stress = [x for x in result.saved if contract_label(x.case) == "stress"]
+    stress_ids = {id(x) for x in stress}
+    for x in [x for x in result.saved if id(x) not in stress_ids] + stress:  # stress findings apart, last
+        if stress and x is stress[0]:
+            print(f"stress: {len(stress)} finding(s) on in-contract launches no SGLang call site makes")
         where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
-        print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
+        label = "STRESS FINDING" if id(x) in stress_ids else "FINDING"
+        print(f"{label} {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
         print(f"  {x.found.finding.message}")
         print(f"  {contract_status(x.case)}")
         if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
@@ -305,6 +310,8 @@ def cmd_fuzz(args) -> int:
     known = len(result.saved) - len(result.new)
     not_run = not_run_ops(report)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
+          + (f" ({len(stress)} of them stress)" if stress else "")
+          + (f", {result.stress_dropped} on stress cases dropped (--in-contract-only)" if result.stress_dropped else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (f" (cut short by {result.cut_short_by})" if result.interrupted else "")

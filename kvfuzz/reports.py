@@ -52,6 +52,19 @@ def engine_line(engine: dict | None) -> str:
     return ", ".join(f"{figures[k]} {names[k]}" for k in names if k in figures)
 
 
+STATUSES = ("in_contract", "stress", "out_of_contract", "must_refuse")
+
+
+def is_stress(f: dict) -> bool:
+    """A finding on a stress case (in contract, a launch no SGLang call site makes)."""
+    return f.get("contract_status") == "stress"
+
+
+def by_status(findings: list[dict]) -> dict[str, int]:
+    """The findings per contract status (the report's `findings_by_status`)."""
+    return {k: sum(f.get("contract_status") == k for f in findings) for k in STATUSES}
+
+
 def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
     """With --baseline: {"regression": [...], "fixed": [...], "changed": [...]}, each entry a
     class signature with the saved case that shows it and the finding it was merged into (its
@@ -73,7 +86,7 @@ def junit_xml(report: dict) -> str:
     findings = report.get("findings", [])
     suite = ET.Element("testsuite", name="kvfuzz", tests=str(len(ops)),
                        time=f"{report.get('seconds', 0):.2f}")
-    failures = skipped = errors = 0
+    failures = skipped = errors = extra = 0
     for op, stats in ops.items():
         case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}", name=op,
                              time=f"{stats.get('seconds', 0):.2f}")
@@ -82,7 +95,7 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
         for key, value in engine_figures(stats.get("engine")).items():
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
-        mine = [f for f in findings if f["op"] == op]
+        mine = [f for f in findings if f["op"] == op and not is_stress(f)]
         new = [f for f in mine if f.get("new", True)]
         status, reason = stats.get("status"), stats.get("reason")
         if status:
@@ -116,6 +129,21 @@ def junit_xml(report: dict) -> str:
                 ET.SubElement(case, "error", message=f"{len(faults)} internal error(s) of kvfuzz").text = text
             else:
                 ET.SubElement(case, "system-err").text = text
+    for op in ops:  # stress findings apart: a test of their own per op that has any
+        stress = [f for f in findings if f["op"] == op and is_stress(f)]
+        if not stress:
+            continue
+        extra += 1
+        case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.stress", name=op, time="0.00")
+        new = [f for f in stress if f.get("new", True)]
+        text = "\n".join(f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}" for f in new)
+        if new:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{len(new)} new stress finding(s) (launches no SGLang call "
+                          "site makes): " + ", ".join(f["signature"] for f in new)).text = text
+        known = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in stress if not f.get("new", True)]
+        if known:
+            ET.SubElement(case, "system-out").text = "\n".join(known)
     if report.get("baseline"):  # one test per class: a regression fails, a fix or a change is told
         classes = report.get("against_baseline") or against_baseline(findings)
         for kind, entries in classes.items():
@@ -128,7 +156,8 @@ def junit_xml(report: dict) -> str:
                               f"{report['baseline']}").text = text
             elif entries:
                 ET.SubElement(case, "system-out").text = text
-        suite.set("tests", str(len(ops) + len(classes)))
+        extra += len(classes)
+    suite.set("tests", str(len(ops) + extra))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
     suite.set("errors", str(errors))
@@ -273,9 +302,15 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                 lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
                           for e in classes[kind]]
                 lines.append("")
-    if findings:
-        lines += ["", "## Findings", "", "| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
-        for f in findings:
+    for title, shown in (("Findings", [f for f in findings if not is_stress(f)]),
+                         ("Stress findings", [f for f in findings if is_stress(f)])):
+        if not shown:
+            continue
+        lines += ["", f"## {title}", ""]
+        if title == "Stress findings":
+            lines += ["In contract, judged as in-contract cases are, but launches no SGLang call site makes.", ""]
+        lines += ["| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
+        for f in shown:
             lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
                          f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
                          f"{f.get('contract', '?').replace('|', '/')} |")
