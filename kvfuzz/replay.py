@@ -168,6 +168,13 @@ def render(r: Replayed, name: str | None = None) -> str:
              + (f", cross-checked on {c.meta['cross_check']}" if c.meta.get("cross_check") else "")]
     if r.saved.finding is not None:
         lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
+    site = c.meta.get("as_called")
+    if site:  # launched with a call site's own argument list (callsites/launch.py)
+        from .callsites.launch import binding_of
+
+        lines.append(f"as called {site['file']}:{site['line']} ({site.get('function')}): "
+                     f"{site['entry']}({', '.join(site['args'] + [f'{k}={v}' for k, v in site['kwargs'].items()])})")
+        lines += [f"binding  {b['message']}" for b in binding_of(site, r.target)]
     stress = CONTRACTS[c.op].stress_reasons(c) if v.status == "in_contract" else []
     lines.append(f"contract {status_text(v.status, v.reasons, stress)}"
                  + (" (judged as in contract; reported apart from in-contract findings)" if stress else ""))

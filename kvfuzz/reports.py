@@ -53,6 +53,7 @@ def engine_line(engine: dict | None) -> str:
 
 
 STATUSES = ("in_contract", "stress", "out_of_contract", "must_refuse")
+BINDING = "binding"  # a call site's finding (kvfuzz/callsites/launch.py), beside the cases' statuses
 
 
 def is_stress(f: dict) -> bool:
@@ -60,9 +61,26 @@ def is_stress(f: dict) -> bool:
     return f.get("contract_status") == "stress"
 
 
+def is_binding(f: dict) -> bool:
+    """A call site's binding finding (no case of its own: `site`, `argument`, `lands_in`, `means`)."""
+    return f.get("kind") == BINDING
+
+
 def by_status(findings: list[dict]) -> dict[str, int]:
-    """The findings per contract status (the report's `findings_by_status`)."""
-    return {k: sum(f.get("contract_status") == k for f in findings) for k in STATUSES}
+    """The findings per contract status, and the call sites' binding findings (the report's
+    `findings_by_status`)."""
+    return {k: sum(f.get("contract_status") == k for f in findings) for k in (*STATUSES, BINDING)}
+
+
+def binding_line(f: dict) -> str:
+    """A binding finding in one line: where, the argument as written, where it lands, what it means,
+    and what its site's own launch gave."""
+    line = f["message"]
+    called = f.get("as_called")
+    if called:
+        line += (f"; launched as called: {called['signature']} on {called['cases']} case(s)" if called.get("signature")
+                 else f"; launched as called: right output on {called['cases']} case(s)")
+    return line
 
 
 def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
@@ -95,7 +113,7 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
         for key, value in engine_figures(stats.get("engine")).items():
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
-        mine = [f for f in findings if f["op"] == op and not is_stress(f)]
+        mine = [f for f in findings if f["op"] == op and not is_stress(f) and not is_binding(f)]
         new = [f for f in mine if f.get("new", True)]
         status, reason = stats.get("status"), stats.get("reason")
         if status:
@@ -129,6 +147,16 @@ def junit_xml(report: dict) -> str:
                 ET.SubElement(case, "error", message=f"{len(faults)} internal error(s) of kvfuzz").text = text
             else:
                 ET.SubElement(case, "system-err").text = text
+    for f in [f for f in findings if is_binding(f)]:  # a test per binding finding: its call site
+        extra += 1
+        site = f.get("site") or {}
+        case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.binding",
+                             name=f"{f['op']} {site.get('file')}:{site.get('line')}", time="0.00")
+        if f.get("new", True):
+            failures += 1
+            ET.SubElement(case, "failure", message=f"binding: {f['message']}").text = binding_line(f)
+        else:
+            ET.SubElement(case, "system-out").text = f"known: {binding_line(f)}"
     for op in ops:  # stress findings apart: a test of their own per op that has any
         stress = [f for f in findings if f["op"] == op and is_stress(f)]
         if not stress:
@@ -302,7 +330,21 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                 lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
                           for e in classes[kind]]
                 lines.append("")
-    for title, shown in (("Findings", [f for f in findings if not is_stress(f)]),
+    bound = [f for f in findings if is_binding(f)]
+    if bound:
+        lines += ["", "## Binding findings", "",
+                  "Call sites of the target's release whose positional arguments land in another parameter than "
+                  "they mean, or cannot bind; `as called`: the kernel launched with the site's own arguments.", "",
+                  "| op | site | argument | lands in | means | | as called | case |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for f in bound:
+            site, called = f.get("site") or {}, f.get("as_called") or {}
+            shown = (f"`{called['signature']}`" if called.get("signature") else
+                     f"right output on {called['cases']} case(s)" if called else "-")
+            lines.append(f"| {f['op']} | `{site.get('file')}:{site.get('line')}` | `{f.get('argument') or '-'}` | "
+                         f"`{f.get('lands_in') or '-'}` | `{f.get('means') or '-'}` | "
+                         f"{'new' if f.get('new', True) else 'known'} | {shown} | `{f.get('case') or '-'}` |")
+    for title, shown in (("Findings", [f for f in findings if not is_stress(f) and not is_binding(f)]),
                          ("Stress findings", [f for f in findings if is_stress(f)])):
         if not shown:
             continue

@@ -110,10 +110,11 @@ def binding_of(site: Mapping[str, Any], target: str) -> list[dict]:
 def binding_findings(op: str, sites: list[dict], target: str) -> list[dict]:
     """The report entries (kind `binding`) of `op`'s call sites among `sites`, one per argument
     that lands elsewhere than it means or per call that cannot bind."""
-    out = []
+    out, seen = [], set()
     for site in sites:
-        if site["op"] != op:
+        if site["op"] != op or (site["file"], site["line"]) in seen:
             continue
+        seen.add((site["file"], site["line"]))
         for b in binding_of(site, target):
             where = f"{site['file']}:{site['line']}"
             out.append({
@@ -223,10 +224,15 @@ def misbound(findings: list[dict]) -> list[dict]:
 
 
 def as_called_cases(op: str, site: Mapping[str, Any], seed: int, n: int, variant: str | None = None) -> list:
-    """`n` in-contract cases of `op` launched as `site` does (a seeded sample: the same each run)."""
+    """`n` in-contract cases of `op` launched as `site` does (a seeded sample: the same each run):
+    those no stress rule marks first (a launch some call site makes), then the others."""
+    from ..ops import contract_label
     from ..strategies import random_cases
 
-    return [with_site(c, site) for c in random_cases(op, seed, n, in_contract_only=True, variant=variant)]
+    drawn = random_cases(op, seed, 4 * n, in_contract_only=True, variant=variant)
+    plain = [c for c in drawn if contract_label(c) == "in_contract"]
+    rest = [c for c in drawn if contract_label(c) != "in_contract"]
+    return [with_site(c, site) for c in (plain + rest)[:n]]
 
 
 
