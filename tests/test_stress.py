@@ -76,7 +76,8 @@ def test_junit_and_markdown_report_stress_findings_apart():
     head, _, tail = md.partition("## Stress findings")
     assert "no_start:mismatch" in head and ":start:mismatch" not in head.split("## Findings")[1]
     assert ":start:mismatch" in tail
-    assert by_status(report["findings"]) == {"in_contract": 1, "stress": 1, "out_of_contract": 0, "must_refuse": 0}
+    assert by_status(report["findings"]) == {"in_contract": 1, "stress": 1, "out_of_contract": 0, "must_refuse": 0,
+                                             "binding": 0}
 
 
 def _mutant(tmp_path: Path) -> str:
