@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run each case on TARGET (the merge base, the previous release) and report "
                    "regression / fixed / changed against it; exit 1 for regressions and new crashes only; "
                    "--budget then bounds the whole run after start-up (docs/regressions.md)")
+    f.add_argument("--call-sites", type=Path, metavar="FILE.json",
+                   help="check these call sites of the target (a JSON list, as kvfuzz/callsites/data/callsites.json "
+                   "holds a release's) instead of a release's own: binding findings, and each misbound site "
+                   "launched with its own arguments (docs/callsites.md)")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
@@ -267,9 +271,9 @@ def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
     from .outcome import CUT_SHORT, NOT_RUN, exit_code, not_run_ops
     from .plan import reserve_s
-    from .ops import CONTRACTS, contract_status
+    from .ops import CONTRACTS, contract_label, contract_status
     from .progress import make_display
-    from .reports import engine_line
+    from .reports import binding_line, engine_line
     from .sites.defects import header
 
     cfg = CampaignConfig(
@@ -280,7 +284,7 @@ def cmd_fuzz(args) -> int:
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
         cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
-        time_limit_s=args.time_limit, baseline=args.baseline)
+        time_limit_s=args.time_limit, baseline=args.baseline, call_sites=args.call_sites)
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend
@@ -320,15 +324,31 @@ def cmd_fuzz(args) -> int:
             status += f" ({line['reason']})"
         print(f"{s.op}: {status}")
     by_sig = {x.found.finding.signature: x for x in result.saved}
-    for n, d in enumerate(report.get("defects", []), 1):  # defects first, each finding under its defect
+    stress = [x for x in result.saved if contract_label(x.case) == "stress"]
+    stress_ids = {id(x) for x in stress}
+    shown_defects = []  # (saved findings, defect): the run's saved findings by defect, stress apart and last
+    for d in report.get("defects", []):
+        xs = [by_sig[s] for s in d["findings"] if s in by_sig]
+        if xs:  # a binding finding's defect is the call site's: listed below
+            shown_defects.append((xs, d))
+    shown_defects.sort(key=lambda xd: all(id(x) in stress_ids for x in xd[0]))
+    for n, (xs, d) in enumerate(shown_defects, 1):  # defects first, each finding under its defect
+        if stress and all(id(x) in stress_ids for x in xs) and not any(
+                all(id(y) in stress_ids for y in ys) for ys, _ in shown_defects[:n - 1]):
+            print(f"stress: {len(stress)} finding(s) on in-contract launches no SGLang call site makes")
         print(header(n, d))
-        for x in (by_sig[s] for s in d["findings"] if s in by_sig):
+        for x in xs:
             where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
-            print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
+            label = "STRESS FINDING" if id(x) in stress_ids else "FINDING"
+            print(f"{label} {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
             print(f"  {x.found.finding.message}")
             print(f"  {contract_status(x.case)}")
             if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
                 print(f"  also shows: {', '.join(x.signatures[1:])}")
+    bound = [b for b in report["findings"] if b["kind"] == "binding"]
+    for b in bound:  # call sites of the release binding an argument elsewhere than its name means
+        print(f"BINDING {b['signature']}{'' if b.get('new', True) else ' (known)'}")
+        print(f"  {binding_line(b)}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
@@ -339,12 +359,17 @@ def cmd_fuzz(args) -> int:
     known = len(result.saved) - len(result.new)
     not_run = not_run_ops(report)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
+          + (f" ({len(stress)} of them stress)" if stress else "")
+          + (f", {len(bound)} binding finding(s) of call sites" if bound else "")
+          + (f", {result.stress_dropped} on stress cases dropped (--in-contract-only)" if result.stress_dropped else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + (f", {len(report['defects'])} defect(s)" if report.get("defects") else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (f" (cut short by {result.cut_short_by})" if result.interrupted else "")
           + (f"; {len(not_run)} op(s) ran no case: {', '.join(not_run)}" if not_run else ""))
-    code = exit_code(failing=any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline))),
+    new_binding = any(b.get("new", True) for b in bound) and not args.baseline
+    code = exit_code(failing=new_binding or any(fails_the_run([s for x in result.new for s in x.signatures],
+                                                              bool(args.baseline))),
                      not_target=result.not_target, internal_errors=result.internal_errors,
                      cut_short=result.interrupted, not_run=not_run)
     if code == 2:
