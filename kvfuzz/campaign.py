@@ -535,9 +535,13 @@ def call_site_findings(cfg: CampaignConfig, executor, op: str, variant: str | No
     out = binding_findings(op, sites, cfg.target)
     if cfg.baseline:  # the baseline's launch of a site is not checked: the findings alone
         return out
+    from .targets import variant_lacks
+
     checker = Checker(executor, op, variant)
     for site in misbound(out):
-        f, ran = first_wrong(checker, as_called_cases(op, site, cfg.seed, AS_CALLED_CASES, variant))
+        cases = [c for c in as_called_cases(op, site, cfg.seed, 4 * AS_CALLED_CASES, variant)
+                 if not variant_lacks(op, c.variant, executor)][:AS_CALLED_CASES]  # cases the target can take
+        f, ran = first_wrong(checker, cases)
         result = {"cases": ran, "signature": f.finding.signature if f else None}
         for b in out:
             if b["site"] is site or b["site"] == site:

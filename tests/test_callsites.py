@@ -221,8 +221,8 @@ def test_launched_by_names_the_variant_and_modes_a_site_uses():
 def test_not_launched_says_why():
     from kvfuzz.callsites.launched import launched_by
 
-    v2p = _site("0.5.17", "trtllm_mla_backend.py", 364)  # unified memory's page remap, kept None by kvfuzz
-    assert launched_by(v2p, "0.5.17").startswith("not launched: passes v2p_ptr=self._v2p_page_table; kvfuzz keeps it None")
+    v2p = _site("0.5.17", "trtllm_mla_backend.py", 364)  # unified memory's page remap: flashmla's v2p variant
+    assert launched_by(v2p, "0.5.17") == "v2p (v2p, page_mult)"
     passed = next(s for s in load()["releases"]["0.5.23"]["sites"] if s["kind"] == "passed")
     assert launched_by(passed, "0.5.23").startswith("not launched: the kernel is passed to")
     old = _site("0.4.10.post1", "cutlass_mla_backend.py", 97)
