@@ -49,7 +49,8 @@ def test_a_positional_page_size_in_a_new_constexpr_slot_is_a_binding_finding_of_
         (97, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE"), (160, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE"),
         (201, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE")]
     assert found[0]["signature"] == f"{OP}:call_site:binding:NUM_PAGE_PER_BLOCK:cutlass_mla_backend.py#97"
-    assert found[0]["message"].startswith("sglang/srt/layers/attention/cutlass_mla_backend.py:97: positional argument 8")
+    assert found[0]["message"].startswith(
+        "sglang/srt/layers/attention/cutlass_mla_backend.py:97: positional argument 8")
     cutlass = [s for s in _sites() if s["file"].endswith("cutlass_mla_backend.py")]
     assert binding_findings(OP, cutlass, BUILTIN) == []  # the same calls bind right to PAGED_SIZE there
     trtllm = binding_findings(OP, _sites(), BUILTIN)  # its sites pass NUM_PAGE_PER_BLOCK by keyword

@@ -16,7 +16,8 @@ from kvfuzz.strategies import random_cases
 
 KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "flashmla_kv_indices.py"
 # a defect of the kv_start_idx path only: every SGLang backend passes None there (stress)
-START_MUTANT = ("s = tl.load(starts + req * starts_s).to(tl.int64)", "s = tl.load(starts + req * starts_s).to(tl.int64) + 1")
+START = "s = tl.load(starts + req * starts_s).to(tl.int64)"
+START_MUTANT = (START, START + " + 1")
 
 
 def _first(op: str, want) -> object:

@@ -167,8 +167,8 @@ def site_arguments(b, site: Mapping[str, Any], tensors: Mapping[str, Any], scala
             if got is not None:
                 mine = got(tensors, scalars)
                 if (const is None) != (mine is None) or (isinstance(const, (int, bool)) and mine != const):
-                    raise SiteNotLaunched(f"the case passes {means} = {'a tensor' if mine is not None and const is None else mine!r}"
-                                          f", the call site {text}")
+                    given = "a tensor" if mine is not None and const is None else repr(mine)
+                    raise SiteNotLaunched(f"the case passes {means} = {given}, the call site {text}")
             return const
         if got is None:
             raise SiteNotLaunched(f"`{text}` means {means}, which kvfuzz does not supply")

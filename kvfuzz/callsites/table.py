@@ -153,7 +153,8 @@ def markdown(data: dict) -> str:
             if not sites:
                 lines += ["No call site.", ""]
                 continue
-            lines += ["| site | function | launch | arguments as written | dtypes | selected by | launched by | binding |",
+            lines += ["| site | function | launch | arguments as written | dtypes | selected by | launched by "
+                      "| binding |",
                       "| --- | --- | --- | --- | --- | --- | --- | --- |"]
             lines += [f"| `{_place(s)}` | `{s['function']}` | {_cell(_launch(s))} | {_cell(_arguments(s))} | "
                       f"{_cell(_dtypes(s))} | {_cell(_selected(s))} | {_cell(_launched(s, v))} | "
