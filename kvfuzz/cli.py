@@ -376,8 +376,10 @@ def _fuzz_jobs(args, cfg) -> int:
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
-    for f in merged["findings"]:
-        print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
+    label = {"stress": "STRESS FINDING", "binding": "BINDING"}  # reported apart from in-contract findings
+    for f in sorted(merged["findings"], key=lambda f: f.get("contract_status") in label):
+        print(f"{label.get(f.get('contract_status'), 'FINDING')} {f['kind']} {f['signature']}"
+              + (f" -> {f['case']}" if f.get("case") else "")
               + ("" if f.get("new", True) else " (known)"))
         if f.get("contract"):
             print(f"  {f['contract']}")
