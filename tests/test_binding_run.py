@@ -113,3 +113,15 @@ def test_a_bad_call_sites_file_is_one_line_and_exit_2(tmp_path, capsys, text, wh
                  "--in-process", "--call-sites", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and why in err[0], err
+
+
+def test_a_site_that_leaves_a_parameter_at_its_default_fits_only_cases_with_that_value():
+    """FlashMLA's own sites leave PAGED_SIZE at its default 64: only page-size-64 cases fit them."""
+    ex = make_executor(MISBOUND, "cpu", isolate=False)
+    flashmla = next(s for s in _sites() if s["file"].endswith("flashmla_backend.py") and "PAGED_SIZE" not in s["kwargs"]
+                    and len(s["args"]) < 8)
+    cases = as_called_cases(OP, flashmla, 0, 16)
+    verdicts = [(c.scalars["page_size"], Checker(ex, OP).check(c)) for c in cases]
+    assert {ps for ps, v in verdicts if not v.not_target} == {64}, [(ps, v.not_target) for ps, v in verdicts]
+    assert all(not v.findings for _, v in verdicts)
+    assert any("leaves PAGED_SIZE at its default 64" in (v.not_target or "") for _, v in verdicts)
