@@ -105,3 +105,21 @@ def test_a_stress_only_defect_is_a_stress_finding_and_in_contract_only_drops_it(
         assert {f["contract_status"] for f in report["findings"]} == {"stress"}
         assert report["findings_by_status"]["stress"] == len(report["findings"])
         assert all(f["contract"].startswith("stress: kv_start_idx given") for f in report["findings"])
+        _collected_apart(tmp_path / "corpus")
+
+
+def _collected_apart(corpus: Path) -> None:
+    """The pytest plugin gives a saved stress case an id of its own and the kvfuzz_stress marker."""
+    import os
+    import subprocess
+    import sys
+
+    def collect(*extra: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            *extra, str(corpus)], capture_output=True, text=True, timeout=300, cwd=corpus,
+                           env=dict(os.environ) | {"PYTHONPATH": str(KERNEL.parents[2])})
+        return [line for line in r.stdout.splitlines() if "case.json::" in line]
+
+    ids = collect()
+    assert ids and all(":stress:" in line for line in ids), ids
+    assert collect("-m", "not kvfuzz_stress") == []
