@@ -102,6 +102,8 @@ def test_a_run_reports_binding_findings_and_saves_the_as_called_case_that_replay
     shown = capsys.readouterr().out
     assert "as called sglang/srt/layers/attention/cutlass_mla_backend.py:" in shown
     assert "binding  positional argument 8 `PAGE_SIZE` binds to `NUM_PAGE_PER_BLOCK`" in shown
+    assert main(["replay", bound[0]["case"], "--device", "cpu", "--emit-repro", str(tmp_path / "r.py")]) == 2
+    assert "the repro scripts launch by name only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, why", [("not json", "cannot read it as JSON"), ('{"x": 1}', "expected a list"),
