@@ -471,8 +471,8 @@ def cmd_replay(args) -> int:
     saved = _read_case(args.case)
     site = saved.case.meta.get("as_called")
     if args.emit_repro and site:  # the scripts launch by name: they would not make the site's call
-        raise BadInput(f"--emit-repro: this case is launched as {site['file']}:{site['line']} calls it (meta.as_called); "
-                       "the repro scripts launch by name only: replay it with kvfuzz")
+        raise BadInput(f"--emit-repro: this case is launched as {site['file']}:{site['line']} calls it "
+                       "(meta.as_called); the repro scripts launch by name only: replay it with kvfuzz")
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
         print(f"kvfuzz: warning: {line}", file=sys.stderr)
