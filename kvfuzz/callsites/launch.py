@@ -136,7 +136,8 @@ class SiteNotLaunched(Exception):
     """kvfuzz cannot give this call site's argument list from the case."""
 
 
-def _literal(text: str) -> tuple[bool, Any]:
+def literal(text: str) -> tuple[bool, Any]:
+    """(True, its value) for an argument written as a constant (`None`, `64`), else (False, None)."""
     try:
         return True, ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -162,7 +163,7 @@ def site_arguments(b, site: Mapping[str, Any], tensors: Mapping[str, Any], scala
     getters = b.getters()
 
     def value(text: str, means: str) -> Any:
-        is_const, const = _literal(text)
+        is_const, const = literal(text)
         got = getters.get(means)
         if is_const:
             if got is not None:
