@@ -106,6 +106,25 @@ def test_a_run_reports_binding_findings_and_saves_the_as_called_case_that_replay
     assert "the repro scripts launch by name only" in capsys.readouterr().err
 
 
+def test_replay_on_a_release_names_its_call_sites_that_bind_elsewhere(tmp_path, monkeypatch, capsys):
+    """Replaying any case of the op on a release lists that release's binding findings of the op
+    (no release kvfuzz runs has one: the release's call sites are 0.4.10.post1's here)."""
+    import shutil
+
+    from kvfuzz.callsites import launch
+
+    case = next(p.parent for p in sorted((ROOT / "corpora").glob("*/*/case.json"))
+                if json.loads(p.read_text())["expected"] == "pass")  # a builtin case that runs clean
+    op = json.loads((case / "case.json").read_text())["op"]
+    here = tmp_path / case.name
+    shutil.copytree(case, here)
+    monkeypatch.setattr(launch, "run_sites", lambda target, call_sites=None: [
+        dict(s, op=op, binding=[{"kind": "binding", "what": "misbound", "message": "arg lands elsewhere",
+                                 "param": "P"}]) for s in _sites()[:1]])
+    main(["replay", str(here), "--device", "cpu", "--in-process"])
+    assert "binding  sglang/srt/layers/attention/cutlass_mla_backend.py:97: arg lands elsewhere" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("text, why", [("not json", "cannot read it as JSON"), ('{"x": 1}', "expected a list"),
                                        ('[{"op": "x"}]', "site 0 lacks")])
 def test_a_bad_call_sites_file_is_one_line_and_exit_2(tmp_path, capsys, text, why):
