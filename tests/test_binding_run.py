@@ -122,7 +122,8 @@ def test_replay_on_a_release_names_its_call_sites_that_bind_elsewhere(tmp_path, 
         dict(s, op=op, binding=[{"kind": "binding", "what": "misbound", "message": "arg lands elsewhere",
                                  "param": "P"}]) for s in _sites()[:1]])
     main(["replay", str(here), "--device", "cpu", "--in-process"])
-    assert "binding  sglang/srt/layers/attention/cutlass_mla_backend.py:97: arg lands elsewhere" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "binding  sglang/srt/layers/attention/cutlass_mla_backend.py:97: arg lands elsewhere" in shown
 
 
 @pytest.mark.parametrize("text, why", [("not json", "cannot read it as JSON"), ('{"x": 1}', "expected a list"),
