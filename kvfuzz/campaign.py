@@ -442,6 +442,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             def on_new(f: Found, op=op, t_op=t_op) -> None:
                 if cfg.in_contract_only and contract_label(f.first) == STRESS:  # a launch no call site makes
                     stress_dropped[0] += 1
+                    found.pop(f.finding.signature, None)  # an in-contract case may still show it
                     return
                 show(op, "confirming", current, t_op)
                 outcome = pipeline.add(f)  # "new", "known" or "flaky"

@@ -419,11 +419,19 @@ def _fuzz_jobs(args, cfg) -> int:
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
+    label = {"stress": "STRESS FINDING", "binding": "BINDING"}  # reported apart from in-contract findings
     by_sig = {f["signature"]: f for f in merged["findings"]}
-    for n, d in enumerate(merged.get("defects", []), 1):  # defects first, each finding under its defect
-        print(header(n, d))
-        for f in (by_sig[s] for s in d["findings"] if s in by_sig):
-            print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
+    groups = [[by_sig[s] for s in d["findings"] if s in by_sig] for d in merged.get("defects", [])]
+    listed = {f["signature"] for g in groups for f in g}
+    shown = [(d, g) for d, g in zip(merged.get("defects", []), groups) if g]
+    shown.sort(key=lambda dg: all(f.get("contract_status") in label for f in dg[1]))  # stress apart, last
+    shown += [(None, [f]) for f in merged["findings"] if f["signature"] not in listed]  # binding: a call site's
+    for n, (d, fs) in enumerate(shown, 1):  # defects first, each finding under its defect
+        if d is not None:
+            print(header(n, d))
+        for f in fs:
+            print(f"{label.get(f.get('contract_status'), 'FINDING')} {f['kind']} {f['signature']}"
+                  + (f" -> {f['case']}" if f.get("case") else "")
                   + ("" if f.get("new", True) else " (known)"))
             if f.get("contract"):
                 print(f"  {f['contract']}")
@@ -551,6 +559,10 @@ def cmd_replay(args) -> int:
     if args.short and not args.emit_repro:
         raise BadInput("--short goes with --emit-repro FILE.py")
     saved = _read_case(args.case)
+    site = saved.case.meta.get("as_called")
+    if args.emit_repro and site:  # the scripts launch by name: they would not make the site's call
+        raise BadInput(f"--emit-repro: this case is launched as {site['file']}:{site['line']} calls it "
+                       "(meta.as_called); the repro scripts launch by name only: replay it with kvfuzz")
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
         print(f"kvfuzz: warning: {line}", file=sys.stderr)

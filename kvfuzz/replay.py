@@ -213,6 +213,10 @@ def render(r: Replayed, name: str | None = None) -> str:
         lines.append(f"as called {site['file']}:{site['line']} ({site.get('function')}): "
                      f"{site['entry']}({', '.join(site['args'] + [f'{k}={v}' for k, v in site['kwargs'].items()])})")
         lines += [f"binding  {b['message']}" for b in binding_of(site, r.target)]
+    else:  # the target release's own call sites of the op that bind elsewhere (docs/callsites.md)
+        from .callsites.launch import binding_findings, run_sites
+
+        lines += [f"binding  {b['message']}" for b in binding_findings(c.op, run_sites(r.target), r.target)]
     stress = CONTRACTS[c.op].stress_reasons(c) if v.status == "in_contract" else []
     lines.append(f"contract {status_text(v.status, v.reasons, stress)}"
                  + (" (judged as in contract; reported apart from in-contract findings)" if stress else ""))

@@ -49,7 +49,8 @@ def test_a_positional_page_size_in_a_new_constexpr_slot_is_a_binding_finding_of_
         (97, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE"), (160, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE"),
         (201, "PAGE_SIZE", "NUM_PAGE_PER_BLOCK", "PAGED_SIZE")]
     assert found[0]["signature"] == f"{OP}:call_site:binding:NUM_PAGE_PER_BLOCK:cutlass_mla_backend.py#97"
-    assert found[0]["message"].startswith("sglang/srt/layers/attention/cutlass_mla_backend.py:97: positional argument 8")
+    assert found[0]["message"].startswith(
+        "sglang/srt/layers/attention/cutlass_mla_backend.py:97: positional argument 8")
     cutlass = [s for s in _sites() if s["file"].endswith("cutlass_mla_backend.py")]
     assert binding_findings(OP, cutlass, BUILTIN) == []  # the same calls bind right to PAGED_SIZE there
     # trtllm's sites pass nine positionally (0.4.10.post1's NUM_PAGE_PER_BLOCK slot): against the
@@ -104,6 +105,28 @@ def test_a_run_reports_binding_findings_and_saves_the_as_called_case_that_replay
     shown = capsys.readouterr().out
     assert "as called sglang/srt/layers/attention/cutlass_mla_backend.py:" in shown
     assert "binding  positional argument 8 `PAGE_SIZE` binds to `NUM_PAGE_PER_BLOCK`" in shown
+    assert main(["replay", bound[0]["case"], "--device", "cpu", "--emit-repro", str(tmp_path / "r.py")]) == 2
+    assert "the repro scripts launch by name only" in capsys.readouterr().err
+
+
+def test_replay_on_a_release_names_its_call_sites_that_bind_elsewhere(tmp_path, monkeypatch, capsys):
+    """Replaying any case of the op on a release lists that release's binding findings of the op
+    (no release kvfuzz runs has one: the release's call sites are 0.4.10.post1's here)."""
+    import shutil
+
+    from kvfuzz.callsites import launch
+
+    case = next(p.parent for p in sorted((ROOT / "corpora").glob("*/*/case.json"))
+                if json.loads(p.read_text())["expected"] == "pass")  # a builtin case that runs clean
+    op = json.loads((case / "case.json").read_text())["op"]
+    here = tmp_path / case.name
+    shutil.copytree(case, here)
+    monkeypatch.setattr(launch, "run_sites", lambda target, call_sites=None: [
+        dict(s, op=op, binding=[{"kind": "binding", "what": "misbound", "message": "arg lands elsewhere",
+                                 "param": "P"}]) for s in _sites()[:1]])
+    main(["replay", str(here), "--device", "cpu", "--in-process"])
+    shown = capsys.readouterr().out
+    assert "binding  sglang/srt/layers/attention/cutlass_mla_backend.py:97: arg lands elsewhere" in shown
 
 
 @pytest.mark.parametrize("text, why", [("not json", "cannot read it as JSON"), ('{"x": 1}', "expected a list"),
@@ -115,3 +138,15 @@ def test_a_bad_call_sites_file_is_one_line_and_exit_2(tmp_path, capsys, text, wh
                  "--in-process", "--call-sites", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and why in err[0], err
+
+
+def test_a_site_that_leaves_a_parameter_at_its_default_fits_only_cases_with_that_value():
+    """FlashMLA's own sites leave PAGED_SIZE at its default 64: only page-size-64 cases fit them."""
+    ex = make_executor(MISBOUND, "cpu", isolate=False)
+    flashmla = next(s for s in _sites() if s["file"].endswith("flashmla_backend.py") and "PAGED_SIZE" not in s["kwargs"]
+                    and len(s["args"]) < 8)
+    cases = as_called_cases(OP, flashmla, 0, 16)
+    verdicts = [(c.scalars["page_size"], Checker(ex, OP).check(c)) for c in cases]
+    assert {ps for ps, v in verdicts if not v.not_target} == {64}, [(ps, v.not_target) for ps, v in verdicts]
+    assert all(not v.findings for _, v in verdicts)
+    assert any("leaves PAGED_SIZE at its default 64" in (v.not_target or "") for _, v in verdicts)

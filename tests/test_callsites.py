@@ -229,7 +229,8 @@ def test_not_launched_says_why():
     assert launched_by(old, "0.4.10.post1") == "not launched: kvfuzz runs sglang 0.5.6-0.5.23, not 0.4.10.post1"
     plain = _site("0.5.14", "aiter_backend.py", 922)  # a flashinfer_kv_indices launch of 0.5.14 (variant default)
     paged = dict(plain, kwargs={"ENTRY_PAGE_SIZE": "4"})
-    assert launched_by(paged, "0.5.14") == "not launched: passes ENTRY_PAGE_SIZE; variant default draws no entry_page_size"
+    assert launched_by(paged, "0.5.14") == \
+        "not launched: passes ENTRY_PAGE_SIZE; variant default draws no entry_page_size"
     assert launched_by(dict(plain, kwargs={"NEW_FLAG": "True"}), "0.5.14") == \
         "not launched: passes NEW_FLAG, which kvfuzz leaves at its default"
     wide = dict(plain, dtypes={"kv_indices": "torch.int16"})
@@ -240,7 +241,8 @@ def test_an_op_adds_its_modes_in_one_table(monkeypatch):
     from kvfuzz.callsites import launched
 
     site = _site("0.5.14", "aiter_backend.py", 922)
-    monkeypatch.setitem(launched.MODES, "flashinfer_kv_indices", lambda s, given: [f"width `{given['req_to_token_ptr_stride']}`"])
+    monkeypatch.setitem(launched.MODES, "flashinfer_kv_indices",
+                        lambda s, given: [f"width `{given['req_to_token_ptr_stride']}`"])
     assert launched.launched_by(site, "0.5.14") == "default (width `self.req_to_token.stride(0)`)"
     monkeypatch.setitem(launched.MODES, "flashinfer_kv_indices", lambda s, given: "a mode kvfuzz lacks")
     assert launched.launched_by(site, "0.5.14") == "not launched: a mode kvfuzz lacks"

@@ -16,7 +16,8 @@ from kvfuzz.strategies import random_cases
 
 KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "flashmla_kv_indices.py"
 # a defect of the kv_start_idx path only: every SGLang backend passes None there (stress)
-START_MUTANT = ("s = tl.load(starts + req * starts_s).to(tl.int64)", "s = tl.load(starts + req * starts_s).to(tl.int64) + 1")
+START = "s = tl.load(starts + req * starts_s).to(tl.int64)"
+START_MUTANT = (START, START + " + 1")
 
 
 def _first(op: str, want) -> object:
@@ -104,3 +105,53 @@ def test_a_stress_only_defect_is_a_stress_finding_and_in_contract_only_drops_it(
         assert {f["contract_status"] for f in report["findings"]} == {"stress"}
         assert report["findings_by_status"]["stress"] == len(report["findings"])
         assert all(f["contract"].startswith("stress: kv_start_idx given") for f in report["findings"])
+        _collected_apart(tmp_path / "corpus")
+
+
+def _collected_apart(corpus: Path) -> None:
+    """The pytest plugin gives a saved stress case an id of its own and the kvfuzz_stress marker."""
+    import os
+    import subprocess
+    import sys
+
+    def collect(*extra: str) -> list[str]:
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            *extra, str(corpus)], capture_output=True, text=True, timeout=300, cwd=corpus,
+                           env=dict(os.environ) | {"PYTHONPATH": str(KERNEL.parents[2])})
+        return [line for line in r.stdout.splitlines() if "case.json::" in line]
+
+    ids = collect()
+    assert ids and all(":stress:" in line for line in ids), ids
+    assert collect("-m", "not kvfuzz_stress") == []
+
+
+def test_in_contract_only_keeps_a_defect_a_stress_case_showed_first(tmp_path, monkeypatch):
+    """A defect of every path, first seen on a stress case, is still found on an in-contract one
+    (the stress rule here: the first case a finding is seen on, whatever it is)."""
+    from kvfuzz.campaign import CampaignConfig, run_campaign
+    from kvfuzz.engines import base
+
+    first: list[str] = []
+    sinks: list[str] = []
+
+    def first_case_only(c) -> list[str]:
+        first.append(first[0] if first else c.digest())
+        return ["the first case a finding showed on"] if c.digest() == first[0] else []
+
+    contract = CONTRACTS["flashmla_kv_indices"]
+    monkeypatch.setitem(contract.__dict__, "stress", first_case_only)
+    add = base.OpRun.add
+    monkeypatch.setattr(base.OpRun, "add", lambda self, f, case: sinks.append(f.signature) or add(self, f, case))
+    old = "pages = (tl.maximum(n, 0) + PS - 1) // PS"
+    path = tmp_path / "rounded_down.py"
+    src = KERNEL.read_text()
+    assert src.count(old) == 1
+    path.write_text(src.replace(old, "pages = tl.maximum(n, 0) // PS")
+                    .replace("from ._args import", "from kvfuzz.kernels._args import"))
+    cfg = CampaignConfig(ops=["flashmla_kv_indices"], ops_named=True, target=str(path), device="cpu", max_cases=40,
+                         budget_s=120, seed=3, isolate=False, minimize_budget_s=0, confirm_tries=2,
+                         in_contract_only=True, corpus=tmp_path / "corpus")
+    report = run_campaign(cfg).report()
+    assert report["stress_dropped"] == 1 and sinks, report["stress_dropped"]
+    assert sinks[0] in {s for f in report["findings"] for s in f["signatures"]}, (sinks, report["findings"])
+    assert {f["contract_status"] for f in report["findings"]} == {"in_contract"}

@@ -15,7 +15,8 @@ name's parameter, else the one it lands in), a constant its own value. So a page
 in the slot of a newly inserted constexpr reaches that constexpr, as in SGLang, and the judge
 sees the wrong output it makes. A case that gives a value the site writes as a constant (a
 `kv_start_idx` where the site passes None) does not fit the site: kvfuzz's harness refuses it
-(`HarnessError`, never a finding). The case's kernel path gets `/as_called@FILE#LINE`, so its
+(`HarnessError`, never a finding), and so does one that gives a parameter the site leaves at its
+default another value (a page size where the site relies on the default 64). The case's kernel path gets `/as_called@FILE#LINE`, so its
 findings are apart from those of kvfuzz's own by-name launch.
 """
 
@@ -135,7 +136,8 @@ class SiteNotLaunched(Exception):
     """kvfuzz cannot give this call site's argument list from the case."""
 
 
-def _literal(text: str) -> tuple[bool, Any]:
+def literal(text: str) -> tuple[bool, Any]:
+    """(True, its value) for an argument written as a constant (`None`, `64`), else (False, None)."""
     try:
         return True, ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -161,30 +163,46 @@ def site_arguments(b, site: Mapping[str, Any], tensors: Mapping[str, Any], scala
     getters = b.getters()
 
     def value(text: str, means: str) -> Any:
-        is_const, const = _literal(text)
+        is_const, const = literal(text)
         got = getters.get(means)
         if is_const:
             if got is not None:
                 mine = got(tensors, scalars)
                 if (const is None) != (mine is None) or (isinstance(const, (int, bool)) and mine != const):
-                    raise SiteNotLaunched(f"the case passes {means} = {'a tensor' if mine is not None and const is None else mine!r}"
-                                          f", the call site {text}")
+                    given = "a tensor" if mine is not None and const is None else repr(mine)
+                    raise SiteNotLaunched(f"the case passes {means} = {given}, the call site {text}")
             return const
         if got is None:
             raise SiteNotLaunched(f"`{text}` means {means}, which kvfuzz does not supply")
         return got(tensors, scalars)
 
     positional = sig.positional
-    args = []
+    args, given = [], set()  # given: the parameters whose values the site passes (wherever they land)
     for i, text in enumerate(site["args"]):
         if text.startswith("*"):
             raise SiteNotLaunched(f"the call site passes `{text}`")
         if i >= len(positional):
             raise SiteNotLaunched(f"the call site's {len(site['args'])} positional arguments do not bind")
-        args.append(value(text, binding.meant(text, positional[i].name, sig)))
+        means = binding.meant(text, positional[i].name, sig)
+        given.add(means)
+        args.append(value(text, means))
     kwargs = {k: value(text, k) for k, text in site["kwargs"].items()
               if k != "**" and k not in binding.LAUNCH_OPTIONS}
+    given |= set(kwargs)
+    for p in _defaults(b.entry):  # what the site leaves at its default, the case must give so too
+        if p.name not in given and p.name in getters:
+            mine = getters[p.name](tensors, scalars)
+            if (p.default is None) != (mine is None) or (isinstance(p.default, (int, bool)) and mine != p.default):
+                shown = "a tensor" if p.default is None else repr(mine)
+                raise SiteNotLaunched(f"the call site leaves {p.name} at its default {p.default!r}; the case passes "
+                                      f"{shown}")
     return args, kwargs
+
+
+def _defaults(entry: Any) -> list[inspect.Parameter]:
+    from ..targets.calls import signature_of
+
+    return [p for p in signature_of(entry).parameters.values() if p.default is not inspect.Parameter.empty]
 
 
 def launch_as_called(b, site: Mapping[str, Any], tensors: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:

@@ -19,19 +19,12 @@ more mode names or a reason it is not launched: an op that adds a launch mode ad
 
 from __future__ import annotations
 
-import ast
 from typing import Any, Callable, Mapping
 
 from .binding import LAUNCH_OPTIONS
+from .launch import literal as _literal
 
 NOT_LAUNCHED = "not launched"
-
-
-def _literal(text: str) -> tuple[bool, Any]:
-    try:
-        return True, ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False, None
 
 
 def passed(site: Mapping[str, Any], call) -> dict[str, str]:
