@@ -2,7 +2,7 @@
 """Turn a `kvfuzz mutants --report` JSON into a benchmarks/*.json record (docs/performance.md).
 
     python3 scripts/mutants_record.py REPORT.json --command "kvfuzz mutants ..." --machine "..." \
-        --title "..." --order N > benchmarks/NAME.json
+        --title "..." --order N [--commit SHA] > benchmarks/NAME.json
 
 The record names the command, the kvfuzz commit (`git rev-parse --short HEAD`), the versions and
 the machine; `python3 scripts/render_performance.py` then renders it with the other records.
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--machine", required=True)
     p.add_argument("--title", required=True)
     p.add_argument("--order", type=int, required=True)
+    p.add_argument("--commit", help="the kvfuzz commit the report was made at (default: HEAD)")
     args = p.parse_args(argv)
     try:
         report = json.loads(args.report.read_text())
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"mutants_record: {args.report}: {exc}", file=sys.stderr)
         return 2
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip()
     record = benchmark_record(report, args.command, commit, args.machine, args.title, args.order)
     print(json.dumps(record, indent=2))
     return 0

@@ -32,7 +32,7 @@ def build(cfg: MutantsConfig, plans: list[OpPlan], skipped: dict[str, str], refs
         mine = [s for s in states if s["op"] == p.op]
         ops[p.op] = tally(mine) | {
             "file": str(p.source), "functions": p.functions, "variant": refs[p.op]["variant"],
-            "original_findings": refs[p.op]["signatures"],
+            "original_findings": refs[p.op]["signatures"], "original_paths": refs[p.op].get("paths", {}),
             "kernels": {f: tally([s for s in mine if s["function"] == f])
                         for f in dict.fromkeys(s["function"] for s in mine)}}
     first = next(iter(refs.values()), {})
@@ -90,6 +90,10 @@ def markdown(report: dict) -> str:
             lines += [f"* {m['op']} `{m['file']}` ({m['operator']}) `{m['diff']}`"
                       + (f": {m['reason']}" if m.get("reason") else "") for m in group]
     for op, t in report["ops"].items():
+        paths = ", ".join(f"`{k}` {n}" for k, n in t.get("original_paths", {}).items())
+        lines += ["", f"Cases per kernel path of {op}'s unmutated copy ({report['confirm_factor']:g}x the budget): "
+                  f"{paths or 'none recorded'}. A survivor in a kernel whose path no case took says nothing "
+                  "about that kernel."]
         if t["original_findings"]:
             lines += ["", f"The original's own findings for {op} (a mutant showing only these is not killed): "
                       + ", ".join(f"`{s}`" for s in t["original_findings"])]

@@ -223,7 +223,8 @@ class Runner:
                            f"(exit {rc}): {last}")
         sigs = sorted({s for f in doc["findings"] for s in f.get("signatures") or [f["signature"]]})
         state = {"signatures": sigs, "variant": doc["ops"][p.op].get("contract_variant"),
-                 "cases": doc["ops"][p.op].get("cases", 0), "versions": doc.get("versions", {}),
+                 "cases": doc["ops"][p.op].get("cases", 0), "paths": paths_run(doc, p.op),
+                 "versions": doc.get("versions", {}),
                  "device_name": doc.get("device_name")}
         _write_state(folder, state)
         return state
@@ -314,7 +315,14 @@ def classify(rc: int, doc: dict | None, last: str, op: str, reference: set[str])
         return {"status": STILLBORN, "reason": f"ran no case: {doc['ops'].get(op, {}).get('reason')}"}
     outside = [f for f in findings if f.get("contract") != "in contract" and not set(sigs(f)) <= reference]
     reason = f"killed only out of contract ({outside[0]['signature']}: {outside[0]['contract']})" if outside else None
-    return {"status": SURVIVED, "cases": cases, "reason": reason}
+    return {"status": SURVIVED, "cases": cases, "paths": paths_run(doc, op), "reason": reason}
+
+
+def paths_run(doc: dict, op: str) -> dict[str, int]:
+    """Kernel path -> cases a campaign's report says it ran there: a survivor of a campaign that
+    never took its kernel's path says nothing about that kernel."""
+    coverage = doc["ops"].get(op, {}).get("coverage", {})
+    return {k.removeprefix("path:"): n for k, n in sorted(coverage.items()) if k.startswith("path:")}
 
 
 def _read_state(folder: Path) -> dict | None:
@@ -375,7 +383,9 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
         refs = dict(zip([p.op for p in plans], runner.pool(runner.reference, [(p, variants.get(p.op)) for p in plans])))
         for p in plans:
             shown = ", ".join(refs[p.op]["signatures"]) or "none"
-            say(f"[{p.op}] the original: variant {refs[p.op]['variant']}, findings of its own: {shown}")
+            paths = ", ".join(f"{k} {n}" for k, n in refs[p.op].get("paths", {}).items())
+            say(f"[{p.op}] the original: variant {refs[p.op]['variant']}, cases per kernel path: {paths}; "
+                f"findings of its own: {shown}")
         by_op = {p.op: p for p in plans}
         done = [0]
 
