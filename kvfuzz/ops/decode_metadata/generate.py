@@ -346,7 +346,14 @@ def decode_features(case: Case) -> set[str]:
                 out.add(f"non_identity:{name}")
     if not isinstance(ps, int) or ps <= 0 or ps & (ps - 1):
         return out | {"bad_page_size"}
+    if isinstance(s.get("seq_len_delta"), int) and s["seq_len_delta"] >= 16:
+        out.add("delta:verify")  # a verify's speculative_num_draft_tokens
+    rtt = case.values.get("req_to_token")
+    if "full_v2p" in t and rtt is not None and rtt.size and int(rtt.min()) < 0:
+        out.add("tombstone:req_to_token")  # negative token ids read through a v2p table (0.5.23's clamp)
     P = s.get("max_seq_pages", 0)
+    if isinstance(P, int) and P * ps >= 32768:
+        out.add("size:production")
     block = block_of(ps, swa, "full_v2p" in t)
     if P == 0:
         out.add("zero_pages")
