@@ -290,3 +290,34 @@ def test_a_wrapper_that_allocates_without_zeroing_is_found_by_eager_cases(tmp_pa
     cases = mode_cases("pa_page_table", lambda k: bool(k.get("eager_call")), 20)
     assert stream_finds(path, cases, device)
     assert not stream_finds(kernel_file("0.5.23", "pa_page_table.py"), cases, device)
+
+
+@pytest.mark.interpreter  # the scripts run under Triton's interpreter, in other processes
+def test_the_repro_scripts_make_the_eager_call(tmp_path):
+    """The standalone repro script and the short one call the wrapper as eager decode does (no
+    outputs, the returned tensors copied in): clean on 0.5.23's file, a finding on the mutant."""
+    import os
+    import subprocess
+    import sys
+
+    from kvfuzz.corpus import SavedCase
+    from kvfuzz.repro import write_repro
+    from kvfuzz.short_repro import write_short_repro
+
+    release = kernel_file("0.5.23", "pa_page_table.py")
+    bad = mutant(tmp_path, release.read_text(), "dst_page_table = torch.zeros(bs, pa_max_len",
+                 "dst_page_table = torch.full((bs, pa_max_len), 7", "pa_page_table.py")
+    saved = SavedCase(case=pa(True), finding=None, target="sglang==0.5.23", device="cpu", versions={}, origin="hand",
+                      expected="pass")
+    full, short = tmp_path / "full.py", tmp_path / "short.py"
+    write_repro(saved, full, device="cpu")
+    write_short_repro(saved, short)
+    assert "dst_page_table.copy_(page_table)" in short.read_text()
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    for script in (full, short):
+        def run(kernel_file_):
+            return subprocess.run([sys.executable, str(script), str(kernel_file_)], capture_output=True, text=True,
+                                  timeout=300, env=env)
+        ok, found = run(release), run(bad)
+        assert ok.returncode == 0, (script.name, ok.stdout[-2000:], ok.stderr[-2000:])
+        assert found.returncode == 1, (script.name, found.stdout[-2000:], found.stderr[-2000:])
