@@ -247,8 +247,16 @@ def test_a_builtin_without_the_clamp_is_found_by_tombstone_cases(tmp_path, devic
     path = mutant(tmp_path, src, "vpage = tl.maximum(page, 0)", "vpage = page", "mutant_clamp.py")
     cases = mode_cases("decode_metadata", lambda k: bool(k.get("full_v2p")) and not k.get("skip")
                        and k["P"] != "zero" and k.get("swa_map") != "mapping" and not (k["swa"] and not k.get("swa_map")),
-                       40, variant="strict")
-    cases = [c for c in cases if (np.asarray(c.values["req_to_token"]) < 0).any()]
+                       120, variant="strict")
+    def reads_a_tombstone(c: Case) -> bool:  # a live page's token is negative, and v2p[0] > 0 tells it apart
+        s, v = c.scalars, c.values
+        live = -(-(v["seq_lens"].astype(np.int64) + s["seq_len_delta"]) // s["page_size"])
+        cols = np.arange(s["max_seq_pages"])
+        tokens = v["req_to_token"][v["req_pool_indices"][:, None], cols[None, :] * s["page_size"]]
+        return bool(((tokens < 0) & (cols[None, :] < live[:, None])).any()) and int(v["full_v2p"][0]) > 0 \
+            and c.tensors["full_v2p"].strides != (0,)
+
+    cases = [c for c in cases if reads_a_tombstone(c)]
     assert cases and stream_finds(path, cases, device)
 
 
