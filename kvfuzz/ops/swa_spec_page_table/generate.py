@@ -160,9 +160,9 @@ def spec_features(case: Case) -> set[str]:
         return out
     if R > 4:
         out.add("repeat:draft_tree")  # REPEAT_STEP past 4: EAGLE's top-k > 1 draft trees
-    width_a = case.tensors["page_table_a"].shape
-    if len(width_a) == 2 and width_a[1] > 520:
-        out.add("size:production" if width_a[1] >= 32768 else "len_a:wide")
+    a = case.tensors.get("page_table_a")
+    if a is not None and len(a.shape) == 2 and a.shape[1] > 520:
+        out.add("size:production" if a.shape[1] >= 32768 else "len_a:wide")
     la_row, lb_row = la_all.tolist(), lb_all.tolist()
     for m in range(min(lb_all.size, la_all.size * R)):
         la, lb = la_row[m // R], lb_row[m]
