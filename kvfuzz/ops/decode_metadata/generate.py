@@ -6,7 +6,7 @@ tensor's layout class, and the integer class of the batch size, of `max_seq_page
 every row length that becomes a stride. A case then draws sizes inside those classes (block
 edges, zero pages, CUDA-graph padding rows) and its values. One class in sixteen (of those
 with pages) is a production class: `max_seq_pages` covers a context of 32768 to 132072 tokens,
-one to three requests (one at page size 1, whose page table is that wide); the interpreter runs
+one to three requests (two at most at page size 1, whose page table is that wide); the interpreter runs
 one program per request and 128 or 256 columns, so such a case takes 1 to 15 seconds on the CPU.
 
 The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`,
@@ -180,7 +180,7 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     B = 1 if k["B"] == ONE else d.integer(2, 6)
     pages = _size(d, k["P"], plain_pages, div16_pages, cap)
     if k.get("size") == "production":  # a long context (in pages of the class's size), one to three requests
-        pages, B = fit(d.choice(PROD_TOKENS) // ps, k["P"]), min(B, 1 if ps == 1 else 3)
+        pages, B = fit(d.choice(PROD_TOKENS) // ps, k["P"]), min(B, 2 if ps == 1 else 3)  # B keeps its class
 
     # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
     # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
@@ -224,7 +224,9 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     n_pages = -(-high // ps)  # the virtual pages of tokens in [0, high)
     for name, on in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
         if on:
-            shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
+            # two entries at least: a one-entry table is contiguous whatever its stride, so the
+            # .contiguous() of 0.5.18-0.5.22's host code would copy some tables of a class and not others
+            shapes[name] = (k[f"dtype:{name}"], (max(n_pages + d.choice(V2P_SLACK), 2),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
         lay = "req_to_token" if name == "swa_src_table" else None  # the same strides
@@ -370,6 +372,8 @@ def class_combinations(k: CompileClass) -> set[str]:
     """Each kernel path with each class of max_seq_pages: its block edges (block - 1 and
     block + 1 are plain, block itself divisible by 16) live in different classes, and only
     where the page size lets max_seq_pages reach past the block."""
+    if k.get("size") == "production":  # its max_seq_pages is a long context's, never a block edge
+        return set()
     if k["path"] == "skip" or k.get("full_v2p"):
         # no gather, or a v2p table (0.5.23 and builtin then gather in the general kernel's
         # 128-column blocks, whose edges the general path's classes reach): the cover draws
