@@ -50,6 +50,12 @@ def _binding(site: dict) -> str:
     return "; ".join(b["message"] for b in site["binding"])
 
 
+def _launched(site: dict, version: str) -> str:
+    from .launched import launched_by
+
+    return launched_by(site, version)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") if text else "-"
 
@@ -87,6 +93,11 @@ def markdown(data: dict) -> str:
         "A kernel handed to another function as an argument is a site of its own (`passed to`); a",
         "parameter named after the kernel (`<entry>_fn`) that the receiving function launches is a launch.",
         "",
+        "`launched by`: the contract variant (and its modes: the optional tensors and later arguments the",
+        "site passes, an output dtype other than the first the contract takes) by which kvfuzz launches the",
+        "site's call as the site makes it, or `not launched` and why (`kvfuzz/callsites/launched.py`, read",
+        "from the site's arguments, the op's `OpCall` and the release's contract variant).",
+        "",
         "`binding`: the site's arguments replayed, as written, against the definition of the entry point",
         "the call reaches in the same release (`kvfuzz/callsites/binding.py`): a positional argument",
         "whose name means another parameter than the one it lands in, or a call that cannot bind.",
@@ -116,6 +127,16 @@ def markdown(data: dict) -> str:
         lines += ["", "Searched for binding findings only (the number of call sites each has): " +
                   ", ".join(f"{v} ({searched[v]['sites']})" for v in sorted(searched, key=lambda v: (parse_version(v), v)))
                   + ". Every release with call sites kept is in the tables below."]
+    lines += ["", "## Launched by kvfuzz", "",
+              "Call sites whose launch mode (variant, optional tensors, later arguments, dtypes) kvfuzz makes, of all",
+              "call sites (`launched by`), per release:", ""]
+    for v in DETAILED:
+        if v in data["releases"]:
+            sites = data["releases"][v]["sites"]
+            out = [s for s in sites if _launched(s, v).startswith("not launched")]
+            lines.append(f"- {v}: {len(sites) - len(out)} of {len(sites)}"
+                         + (": not " + "; ".join(f"`{_place(s)}` ({_launched(s, v).split(': ', 1)[1]})" for s in out)
+                            if out else ""))
     lines += ["", "## Call sites per op and release", "",
               "| release | " + " | ".join(f"`{op}`" for op in ops) + " |",
               "| --- |" + " --- |" * len(ops)]
@@ -132,10 +153,11 @@ def markdown(data: dict) -> str:
             if not sites:
                 lines += ["No call site.", ""]
                 continue
-            lines += ["| site | function | launch | arguments as written | dtypes | selected by | binding |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += ["| site | function | launch | arguments as written | dtypes | selected by | launched by | binding |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
             lines += [f"| `{_place(s)}` | `{s['function']}` | {_cell(_launch(s))} | {_cell(_arguments(s))} | "
-                      f"{_cell(_dtypes(s))} | {_cell(_selected(s))} | {_cell(_binding(s))} |" for s in sites]
+                      f"{_cell(_dtypes(s))} | {_cell(_selected(s))} | {_cell(_launched(s, v))} | "
+                      f"{_cell(_binding(s))} |" for s in sites]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -155,6 +177,7 @@ def cli_lines(data: dict, version: str) -> list[str]:
             extra = "; ".join(x for x in (_dtypes(s), _selected({**s, "callers": []})) if x)  # callers: below
             call = _launch(s) if s["kind"] == "passed" else f"{_launch(s)}({_arguments(s)})"
             lines.append(f"    {_place(s)} {s['function']} {call}" + (f"  [{extra}]" if extra else ""))
+            lines.append(f"      launched by: {_launched(s, version)}")
             lines += [f"      binding: {b['message']}" for b in s["binding"]]
             lines += [f"      via {v}" for v in _via(s)]
     return lines

@@ -217,6 +217,14 @@ class Binding:
         else:
             self.entry(*args, **kwargs)
 
+    def getters(self) -> dict[str, Getter]:
+        """Parameter name -> what kvfuzz passes it: the case's values (by name, or in 0.5.14's
+        order) and the later releases' parameters it turns off (`neutral`)."""
+        named = {} if self.by_name else dict(zip(self.supplied, self._positional))
+        named.update(self._keywords)
+        named.update({k: const(v) for k, v in self.neutral.items() if k not in named})
+        return named
+
     def describe(self) -> str:
         how = (f"by name, SGLang {self.generation} API" if self.generation else
                f"by name, closest to SGLang {self.closest} API" if self.by_name else
