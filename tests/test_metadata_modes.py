@@ -300,6 +300,7 @@ def test_a_wrapper_that_allocates_without_zeroing_is_found_by_eager_cases(tmp_pa
     assert not stream_finds(kernel_file("0.5.23", "pa_page_table.py"), cases, device)
 
 
+@pytest.mark.slow  # four scripts of a few seconds each on an idle CPU, over two minutes on a loaded one
 @pytest.mark.interpreter  # the scripts run under Triton's interpreter, in other processes
 def test_the_repro_scripts_make_the_eager_call(tmp_path):
     """The standalone repro script and the short one call the wrapper as eager decode does (no
