@@ -138,7 +138,7 @@ def test_one_function_settles_the_variant_a_saved_case_is_judged_by():
     from kvfuzz.check import Checker, settle_variant
     from kvfuzz.errors import BadInput
 
-    release = SimpleNamespace(variants={OP: "skip"}, takes={OP: ("skip_page_table",)})  # SGLang 0.5.20-like
+    release = SimpleNamespace(variants={OP: "skip"}, takes={OP: ("skip_page_table", "swa_v2p")})  # SGLang 0.5.20-like
     fused = hand.decode(variant="fused")
     with pytest.raises(BadInput, match="the case's variant fused: target sglang==0.5.20 does not take"):
         Checker.for_saved(release, fused, "sglang==0.5.20", own_target=True)

@@ -247,8 +247,16 @@ def test_a_builtin_without_the_clamp_is_found_by_tombstone_cases(tmp_path, devic
     path = mutant(tmp_path, src, "vpage = tl.maximum(page, 0)", "vpage = page", "mutant_clamp.py")
     cases = mode_cases("decode_metadata", lambda k: bool(k.get("full_v2p")) and not k.get("skip")
                        and k["P"] != "zero" and k.get("swa_map") != "mapping" and not (k["swa"] and not k.get("swa_map")),
-                       40, variant="strict")
-    cases = [c for c in cases if (np.asarray(c.values["req_to_token"]) < 0).any()]
+                       120, variant="strict")
+    def reads_a_tombstone(c: Case) -> bool:  # a live page's token is negative, and v2p[0] > 0 tells it apart
+        s, v = c.scalars, c.values
+        live = -(-(v["seq_lens"].astype(np.int64) + s["seq_len_delta"]) // s["page_size"])
+        cols = np.arange(s["max_seq_pages"])
+        tokens = v["req_to_token"][v["req_pool_indices"][:, None], cols[None, :] * s["page_size"]]
+        return bool(((tokens < 0) & (cols[None, :] < live[:, None])).any()) and int(v["full_v2p"][0]) > 0 \
+            and c.tensors["full_v2p"].strides != (0,)
+
+    cases = [c for c in cases if reads_a_tombstone(c)]
     assert cases and stream_finds(path, cases, device)
 
 
@@ -290,3 +298,35 @@ def test_a_wrapper_that_allocates_without_zeroing_is_found_by_eager_cases(tmp_pa
     cases = mode_cases("pa_page_table", lambda k: bool(k.get("eager_call")), 20)
     assert stream_finds(path, cases, device)
     assert not stream_finds(kernel_file("0.5.23", "pa_page_table.py"), cases, device)
+
+
+@pytest.mark.slow  # four scripts of a few seconds each on an idle CPU, over two minutes on a loaded one
+@pytest.mark.interpreter  # the scripts run under Triton's interpreter, in other processes
+def test_the_repro_scripts_make_the_eager_call(tmp_path):
+    """The standalone repro script and the short one call the wrapper as eager decode does (no
+    outputs, the returned tensors copied in): clean on 0.5.23's file, a finding on the mutant."""
+    import os
+    import subprocess
+    import sys
+
+    from kvfuzz.corpus import SavedCase
+    from kvfuzz.repro import write_repro
+    from kvfuzz.short_repro import write_short_repro
+
+    release = kernel_file("0.5.23", "pa_page_table.py")
+    bad = mutant(tmp_path, release.read_text(), "dst_page_table = torch.zeros(bs, pa_max_len",
+                 "dst_page_table = torch.full((bs, pa_max_len), 7", "pa_page_table.py")
+    saved = SavedCase(case=pa(True), finding=None, target="sglang==0.5.23", device="cpu", versions={}, origin="hand",
+                      expected="pass")
+    full, short = tmp_path / "full.py", tmp_path / "short.py"
+    write_repro(saved, full, device="cpu")
+    write_short_repro(saved, short)
+    assert "dst_page_table.copy_(page_table)" in short.read_text()
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    for script in (full, short):
+        def run(kernel_file_):
+            return subprocess.run([sys.executable, str(script), str(kernel_file_)], capture_output=True, text=True,
+                                  timeout=300, env=env)
+        ok, found = run(release), run(bad)
+        assert ok.returncode == 0, (script.name, ok.stdout[-2000:], ok.stderr[-2000:])
+        assert found.returncode == 1, (script.name, found.stdout[-2000:], found.stderr[-2000:])

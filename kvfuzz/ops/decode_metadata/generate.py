@@ -4,7 +4,10 @@ A compile class fixes what SGLang's and kvfuzz's kernels specialise on: the page
 `seq_len_delta` (constexprs in SGLang), SWA or not (the kernel path), every dtype, every
 tensor's layout class, and the integer class of the batch size, of `max_seq_pages` and of
 every row length that becomes a stride. A case then draws sizes inside those classes (block
-edges, zero pages, CUDA-graph padding rows) and its values.
+edges, zero pages, CUDA-graph padding rows) and its values. One class in sixteen (of those
+with pages) is a production class: `max_seq_pages` covers a context of 32768 to 132072 tokens,
+one to three requests (two at most at page size 1, whose page table is that wide); the interpreter runs
+one program per request and 128 or 256 columns, so such a case takes 1 to 15 seconds on the CPU.
 
 The arguments later releases added (`kernel_page_multiplier`, `src_is_read_table`,
 `swa_src_table`, `skip_page_table`, `zero_tail`, `full_v2p`, `swa_v2p`) are drawn only for a
@@ -43,6 +46,8 @@ V2P_SLACK = (0, 1, 100)  # entries past the last virtual page a case reads (0: s
 OUTPUTS = ("cache_seqlens_int32", "cu_seqlens_k", "page_table", "swa_page_table")
 TWO_D = ("page_table", "swa_page_table", "req_to_token")
 MAX_TOKENS = 1 << 14  # tokens per request slot: a case stays small (P * page_size <= 16K)
+# production classes (one in sixteen): contexts of 32K to 128K tokens and past, a few requests
+PROD_TOKENS = (32768, 65536, 131072, 131072 + 1000)
 
 
 def block_of(ps: int, swa: bool, v2p: bool = False) -> int:
@@ -84,6 +89,8 @@ def decode_class(d: Draw, variant: str | None = None) -> CompileClass:
         "W": d.choice(widths), "T": d.choice(widths), "W2": d.choice(widths),
     }
     p.update(ext)
+    if P in (PLAIN, DIV16) and d.integer(0, 15) == 0:
+        p["size"] = "production"
     present = set(_tensor_names(p))
     # always these five, so that the classes without later arguments stay as they were
     for name in ("seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "full_to_swa_index_mapping"):
@@ -172,6 +179,8 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     block, plain_pages, div16_pages, cap, flags = _class_facts(k)
     B = 1 if k["B"] == ONE else d.integer(2, 6)
     pages = _size(d, k["P"], plain_pages, div16_pages, cap)
+    if k.get("size") == "production":  # a long context (in pages of the class's size), one to three requests
+        pages, B = fit(d.choice(PROD_TOKENS) // ps, k["P"]), min(B, 2 if ps == 1 else 3)  # B keeps its class
 
     # lengths as a caller makes them: P = cdiv(max(len + delta), page_size), or P wider than
     # needed; every length at least delta (seq_lens >= 0), delta itself fixed by the class
@@ -215,7 +224,9 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     n_pages = -(-high // ps)  # the virtual pages of tokens in [0, high)
     for name, on in (("full_v2p", full_v2p), ("swa_v2p", swa_v2p)):
         if on:
-            shapes[name] = (k[f"dtype:{name}"], (n_pages + d.choice(V2P_SLACK),))
+            # two entries at least: a one-entry table is contiguous whatever its stride, so the
+            # .contiguous() of 0.5.18-0.5.22's host code would copy some tables of a class and not others
+            shapes[name] = (k[f"dtype:{name}"], (max(n_pages + d.choice(V2P_SLACK), 2),))
     tensors, bcast = {}, {}
     for name, (dt, shape) in shapes.items():
         lay = "req_to_token" if name == "swa_src_table" else None  # the same strides
@@ -337,7 +348,14 @@ def decode_features(case: Case) -> set[str]:
                 out.add(f"non_identity:{name}")
     if not isinstance(ps, int) or ps <= 0 or ps & (ps - 1):
         return out | {"bad_page_size"}
+    if isinstance(s.get("seq_len_delta"), int) and s["seq_len_delta"] >= 16:
+        out.add("delta:verify")  # a verify's speculative_num_draft_tokens
+    rtt = case.values.get("req_to_token")
+    if "full_v2p" in t and rtt is not None and rtt.size and int(rtt.min()) < 0:
+        out.add("tombstone:req_to_token")  # negative token ids read through a v2p table (0.5.23's clamp)
     P = s.get("max_seq_pages", 0)
+    if isinstance(P, int) and P * ps >= 32768:
+        out.add("size:production")
     block = block_of(ps, swa, "full_v2p" in t)
     if P == 0:
         out.add("zero_pages")
@@ -354,6 +372,8 @@ def class_combinations(k: CompileClass) -> set[str]:
     """Each kernel path with each class of max_seq_pages: its block edges (block - 1 and
     block + 1 are plain, block itself divisible by 16) live in different classes, and only
     where the page size lets max_seq_pages reach past the block."""
+    if k.get("size") == "production":  # its max_seq_pages is a long context's, never a block edge
+        return set()
     if k["path"] == "skip" or k.get("full_v2p"):
         # no gather, or a v2p table (0.5.23 and builtin then gather in the general kernel's
         # 128-column blocks, whose edges the general path's classes reach): the cover draws

@@ -121,6 +121,8 @@ def splits_features(case: Case) -> set[str]:
     n = case.scalars.get("num_seq")
     if n in (255, 256, 257, 1024, 1025):
         out.add(f"edge:num_seq:{n}")
+    if isinstance(n, int) and n > 512:
+        out.add(f"max_num_seq:{1 << (n - 1).bit_length()}")  # SGLang's MAX_NUM_SEQ past 512
     lens = case.values.get("seq_lens")
     if lens is None or not lens.size:
         return out

@@ -237,6 +237,8 @@ def pa_features(case: Case) -> set[str]:
         return set()
     R, W = out_spec.shape
     out = set(strided_rows(case))
+    if s.get("eager"):
+        out.add("eager_call")  # the wrapper allocates both outputs
     if R == 0:
         out.add("bs:zero")
     if R >= 17:

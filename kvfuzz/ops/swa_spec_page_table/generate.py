@@ -158,6 +158,11 @@ def spec_features(case: Case) -> set[str]:
     out: set[str] = set()
     if not isinstance(R, int) or R < 1 or la_all is None or lb_all is None:
         return out
+    if R > 4:
+        out.add("repeat:draft_tree")  # REPEAT_STEP past 4: EAGLE's top-k > 1 draft trees
+    a = case.tensors.get("page_table_a")
+    if a is not None and len(a.shape) == 2 and a.shape[1] > 520:
+        out.add("size:production" if a.shape[1] >= 32768 else "len_a:wide")
     la_row, lb_row = la_all.tolist(), lb_all.tolist()
     for m in range(min(lb_all.size, la_all.size * R)):
         la, lb = la_row[m // R], lb_row[m]
