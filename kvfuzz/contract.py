@@ -116,7 +116,7 @@ class Contract:
     # output -> the cells more than one program writes on this case (only an out-of-contract
     # case can have them: overlapping CSR ranges); a second run may leave either program's
     # value there, so a difference confined to them is the input's race, not nondeterminism
-    # of the kernel (judge._reruns). None: no op program shares a cell with another
+    # of the kernel (judge_flow.rerun_findings). None: no op program shares a cell with another
     racy: Callable[[Case], dict[str, np.ndarray]] | None = None
     # reasons an in-contract case is a launch no SGLang call site makes, though the kernel's
     # contract covers it ([] or None: a launch some call site makes); judged as in contract

@@ -32,12 +32,11 @@ import numpy as np
 from .case import Case
 from .contract import Expected
 from .device import torch_device
-from .faults import is_device_fault, one_line
+from .faults import CUDA_FAULT, is_device_fault, one_line
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 from .rerun_schedule import run_schedule
 
-CUDA_FAULT = "CudaFault"  # error type of a run whose kernel faulted the device
 ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, never a finding)
 HOST = "cpu"  # where the torch oracle runs, whatever runs the target (see oracles/torch_ref.py)

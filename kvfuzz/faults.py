@@ -9,6 +9,7 @@ Standalone (standard library only): kvfuzz's executor uses it, and the repro scr
 it (kvfuzz.repro.standalone_modules).
 """
 
+CUDA_FAULT = "CudaFault"  # the error type a run is recorded with when its kernel faulted the device
 CUDA_ERROR_MARKS = ("CUDA error", "CUDA_ERROR", "Triton Error [CUDA]", "illegal memory access", "device-side assert")
 
 

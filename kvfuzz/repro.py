@@ -2,14 +2,15 @@
 
 The script is assembled from the source of kvfuzz's own modules (`assemble`): a description
 of the case, then each standalone module the script needs (`standalone_modules(op)`: the
-finding signatures, which exceptions are CUDA faults, the two fills, where a byte lies and
-whom it is charged to, the output, re-run and cross-check rules, the SGLang stand-ins, the
-call bindings), each under a header comment naming it and with its imports of kvfuzz
-modules dropped, then `kvfuzz/repro_script.py` (the script's own part), its line
-`CASE = None` replaced by the case's data. kvfuzz runs the same modules, so each rule exists
-once. Those modules import only the standard library, torch, triton and each other (checked
-here, when a script is assembled), so the script needs only Python, torch and triton (no
-NumPy, no kvfuzz), and a kernel author can run it against their own kernel file:
+judge itself, judge_flow, and what it stands on: the finding signatures, which exceptions are
+CUDA faults, the two fills, where a byte lies and whom it is charged to, the output, re-run
+and cross-check rules; the SGLang stand-ins, the call bindings), each under a header comment
+naming it and with its imports of kvfuzz modules dropped, then `kvfuzz/repro_script.py` (the
+script's own part), its line `CASE = None` replaced by the case's data. kvfuzz runs the same
+modules, so each rule exists once. Those modules import only the standard library, torch,
+triton and each other (checked here, when a script is assembled), so the script needs only
+Python, torch and triton (no NumPy, no kvfuzz), and a kernel author can run it against their
+own kernel file:
 
     python FILE.py PATH/TO/KERNELS.py [--device cpu|cuda]
 
@@ -17,11 +18,12 @@ Everything kvfuzz knows about the case is computed here, at emit time, and embed
 data (`repro_case`): the guarded arena's layout and whole initial image (canaries, poison and
 input values; zlib + base64), which byte belongs to which tensor's elements, and, for an
 in-contract case, the NumPy oracle's values of every required cell (with every accepted
-alternative) plus the cells that must stay untouched. The script applies the rules of
-`kvfuzz.judge` to them (tests/test_repro_agrees.py holds its verdict on every corpus case
-equal to `kvfuzz replay`'s). The case is judged under every contract variant kvfuzz may select for
-a kernel file (`judged_variants`), and the script judges the file it is given by the variant
-kvfuzz selects for that file (kvfuzz/variant_choice.py, as `kvfuzz replay --target FILE`).
+alternative) plus the cells that must stay untouched. The script runs kvfuzz's judge on them
+(judge_flow's functions, which kvfuzz.judge runs on NumPy arenas; tests/test_repro_agrees.py
+holds its verdict on every corpus case equal to `kvfuzz replay`'s). The case is judged under
+every contract variant kvfuzz may select for a kernel file (`judged_variants`), and the script
+judges the file it is given by the variant kvfuzz selects for that file
+(kvfuzz/variant_choice.py, as `kvfuzz replay --target FILE`).
 Exit status: 0 clean, 1 defect, 2 it cannot run this file (one line on stderr).
 """
 
@@ -198,14 +200,13 @@ class _Judgment:
                 self.cell_notes[name] = _cells_notes(c.required, c.untouched, uniq)
         racy = contract.racy(case) if contract.racy is not None else {}  # as kvfuzz.judge takes them
         self.fields = dict(status=status, reasons=[_oneline(r) for r in reasons],
-                           refuse_where=reasons[0].split()[0] if status == "must_refuse" and reasons else "-",
                            cells=cells, racy={name: _b64(_le_bytes(m, "uint8")) for name, m in racy.items()
                                               if name in regions and m.any()})
 
     def source(self, indent: int) -> str:
         """The `dict(...)` expression of `fields`, its blobs one per line, at `indent`."""
         f, pad = self.fields, " " * indent
-        out = ["dict(", f"{pad}    status={f['status']!r}, refuse_where={f['refuse_where']!r},",
+        out = ["dict(", f"{pad}    status={f['status']!r},",
                f"{pad}    reasons={_indent(_pylist(f['reasons']), indent + 4)},"]
         if not f["cells"]:
             out.append(f"{pad}    cells={{}},  # an in-contract case's required / untouched cells and accepted values")

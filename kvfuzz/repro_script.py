@@ -3,43 +3,44 @@
 
 This module is the script's own part: `kvfuzz.repro` writes FILE.py as a description of the
 case (this docstring's place), then the source of each kvfuzz module it imports from
-(`kvfuzz.repro.standalone_modules(op)`: the finding signatures, which exceptions are CUDA
-faults, the two fills, where a byte lies and whom it is charged to, the output, re-run and
-cross-check rules, which checks judge a case and in which order, the SGLang stand-ins, the call
-bindings), each under a header naming it
-and with its imports of kvfuzz modules dropped, then this module's source, its line
-`CASE = None` (near the end) replaced by the case's data (a `ReproCase`). So each of those
-modules needs only Python 3.9+, torch and triton, as this one does: no NumPy, no kvfuzz
-(tests/test_repro.py checks their imports). The rules they hold exist once: kvfuzz runs the
-same code.
+(`kvfuzz.repro.standalone_modules(op)`: the judge itself, kvfuzz/judge_flow.py, and what it
+stands on: the finding signatures, which exceptions are CUDA faults, the two fills, where a
+byte lies and whom it is charged to, the output, re-run and cross-check rules; the re-run
+schedule, the contract variant a kernel file selects, the SGLang stand-ins, the call
+bindings), each under a header naming it and with its imports of kvfuzz modules dropped, then
+this module's source, its line `CASE = None` (near the end) replaced by the case's data (a
+`ReproCase`). So each of those modules needs only Python 3.9+, torch and triton, as this one
+does: no NumPy, no kvfuzz (tests/test_repro.py checks their imports). They exist once: kvfuzz
+runs the same code, its judge on NumPy arenas, the script on torch ones (`TorchArena`).
 
 Imported as `kvfuzz.repro_script` it holds no case (its `main` refuses to run); callers
-build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, `judge_runs`
-and the checks directly.
+build a `ReproCase` (`kvfuzz.repro.repro_case(saved)`) and call `run_case`, or `judge_runs`
+on a `TorchArena` directly.
 
-It rebuilds the guarded arena, judges the case under the contract variant kvfuzz selects for
-the kernel file it is given (`bind_entry`: as `kvfuzz replay --target FILE` does), calls the
-entry point as kvfuzz binds it (`bind`, twice, on fresh arenas, as `kvfuzz replay` does), reads the arena back and applies the rules of
-`kvfuzz.judge`: must-refuse cases must raise; in-contract cases must not raise, must match
-the oracle on their required cells and leave their untouched cells alone; no case may change
-a byte outside every tensor's elements or an input element (a stray byte is charged to the
-output whose store overran: `charge_writes`); runs must agree, the second starting from the
-alternate image (every byte that is no element's holding a position-encoding fill instead of
-the canary): a difference the fill explains is an out-of-bounds read of the input read past;
-on CUDA, a CUDA error (an illegal memory access, a device-side assert) is a crash
-(`cuda_fault`), in contract or not, never a refusal. Exit status: 0 clean, 1 defect, 2 it
-cannot run this file (one line on stderr: a usage error, a kernel file that cannot be loaded or
-called, an entry point without an argument the case passes). `--json FILE` also writes the verdict as
-JSON: the exit status, and each defect's signature with its cells in the fields kvfuzz's finding
-lists them (tests/test_repro_agrees.py compares the two cell for cell).
+This part rebuilds the guarded arena in torch, judges the case under the contract variant
+kvfuzz selects for the kernel file it is given (`bind_entry`: as `kvfuzz replay --target FILE`
+does), calls the entry point as kvfuzz binds it (`bind`) on fresh arenas in kvfuzz's schedule
+(twice, the second from the alternate image, then the probe runs where the fill matters, as
+`kvfuzz replay` does), reads each arena back and hands the runs to kvfuzz's judge
+(`judge_runs`): must-refuse cases must raise; in-contract cases must not raise, must match the
+oracle on their required cells and leave their untouched cells alone; no case may change a
+byte outside every tensor's elements or an input element; runs must agree, a difference the
+fill explains being an out-of-bounds read of the input read past. On CUDA, a CUDA error is
+recorded as kvfuzz's executor records it (`CUDA_FAULT`): a crash (`cuda_fault`), in contract
+or not, never a refusal. It prints each defect as kvfuzz's finding says it, with its cells.
+Exit status: 0 clean, 1 defect, 2 it cannot run this file (one line on stderr: a usage error,
+a kernel file that cannot be loaded or called, an entry point without an argument the case
+passes). `--json FILE` also writes the verdict as JSON: the exit status, and each defect's
+signature with its cells as kvfuzz's finding lists them (tests/test_repro_agrees.py compares
+the two cell for cell).
 
 A `backend_divergence` case (kvfuzz's `--cross-check`: the compiled kernel and Triton's
 interpreter disagree) carries the backend it was compared with (`ReproCase.cross_check`). The
 script then runs it on both, each in a process of its own as kvfuzz's cross-check does: the
 primary device (cuda), judged as any case, and the backend (the interpreter, with
 KVFUZZ_CROSS_CHECK_WORKER=1 in its environment, as kvfuzz's cross-check worker has), called once;
-each hands its first run's arena back in a file, and this process compares the two as
-`kvfuzz.judge` does. Without a device other than the backend it refuses in one line (exit 2).
+each hands its first run's arena back in a file, and this process compares the two with
+kvfuzz's `divergence_findings`. Without a device other than the backend it refuses in one line (exit 2).
 """
 
 from __future__ import annotations
@@ -61,12 +62,11 @@ import zlib
 # kvfuzz modules the script embeds (kvfuzz.repro.standalone_modules): in a written script these
 # lines are dropped, and the names are the embedded modules' own
 from .errors import TargetLoadError
-from .faults import is_device_fault, one_line
-from .fills import CANARY_BYTE, alt_source, alt_words
+from .faults import CUDA_FAULT, is_device_fault, one_line
+from .fills import CANARY_BYTE, alt_words
 from .findings import Finding
-from .judge_flow import judge_steps
-from .places import band_range, band_words, charge_writes, read_place, region_of_byte
-from .rules import after_error_rule, divergence_rules, output_rules, racy_only, rerun_rules
+from .judge_flow import NOBODY, OutputCells, divergence_findings, judge_runs
+from .places import band_range
 from .targets.calls import bind
 from .targets.sglang_shim import ensure_swa_pool_type
 from .rerun_schedule import run_schedule
@@ -114,7 +114,7 @@ class ReproCase:
         self.arena_bytes = arena_bytes
         self.arena_image = arena_image
         self.owner = owner
-        self.judgments = list(judgments)  # per judgment: status, reasons, refuse_where, cells
+        self.judgments = list(judgments)  # per judgment: status, reasons, cells, racy
         self.by_variant = dict(by_variant)  # contract variant -> its judgment's index
         self.cross_check = cross_check
         self.found_on = found_on
@@ -126,7 +126,6 @@ class ReproCase:
         self.variant = variant  # the contract variant that judges it
         self.status = j["status"]  # in_contract | out_of_contract | must_refuse
         self.reasons = list(j["reasons"])  # why the case is out of contract / must be refused
-        self.refuse_where = j["refuse_where"]  # the `where` of an invalid_accepted defect
         self.cells = dict(j["cells"])
         self.racy = dict(j["racy"])  # output -> cells two programs write (uint8 blob, its logical shape)
 
@@ -391,7 +390,7 @@ def bind_entry(case, entry, path):
     return binding
 
 
-# ---------------------------------------------------------------------------- memory
+# ---------------------------------------------------------------------------- the arena
 
 
 def unpack(blob):
@@ -419,24 +418,134 @@ def views_of(case, arena):
     return views
 
 
-def elements(case, arena_host, name):
-    """A tensor's logical values (int64 copy) read from a host arena."""
+class TorchArena:
+    """The case's arena on the host in torch, as kvfuzz's judge (judge_runs, from
+    kvfuzz/judge_flow.py, whose docstring lists what an arena offers) reads one: the image,
+    the alternate image, and per byte whose element holds it (the embedded owner map)."""
+
+    def __init__(self, case):
+        import torch
+
+        self.case = case
+        self.names, self.outputs, self.regions = tuple(case.tensors), case.outputs, case.regions
+        self.image = host_bytes(case.arena_image, torch.uint8)
+        owner = host_bytes(case.owner, torch.uint8)
+        assert self.image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
+        self.owner = owner.to(torch.int64) - 1  # the index into names, or NOBODY (-1)
+        w = alt_words(torch.arange((self.image.numel() + 3) // 4, dtype=torch.int64))
+        fill = torch.stack([(w >> (8 * k)) & 0xFF for k in range(4)], dim=1).flatten()[: self.image.numel()]
+        self.alt_image = torch.where(owner == 0, fill.to(torch.uint8), self.image)  # the fill where no element is
+        self.nowhere = torch.zeros(0, dtype=torch.int64)
+
+    def elements(self, name, arena):
+        import torch
+
+        return views_of(self.case, arena)[name].to(torch.int64)
+
+    def itemsize(self, name):
+        import torch
+
+        return torch.empty(0, dtype=getattr(torch, self.case.tensors[name]["dtype"])).element_size()
+
+    def owner_of(self, positions):
+        return self.owner[positions]
+
+    def owner_at(self, b):
+        return int(self.owner[b]) if 0 <= b < self.owner.numel() else NOBODY
+
+    def as_canary(self, after):
+        """A run from the alternate image with every word still holding the fill put back."""
+        import torch
+
+        out = after.clone()
+        words, alt = out.view(torch.int32), self.alt_image.view(torch.int32)
+        kept = words == alt  # by whole words: a stored value can share a byte with the fill, not a word
+        words[kept] = self.image.view(torch.int32)[kept]
+        return out
+
+    @staticmethod
+    def differ(x, y):
+        import torch
+
+        return torch.nonzero(x != y).flatten()
+
+    @staticmethod
+    def where(mask, limit):
+        import torch
+
+        return [tuple(ix) for ix in torch.nonzero(mask)[:limit].tolist()]
+
+    @staticmethod
+    def unique(values):
+        import torch
+
+        return torch.unique(values).tolist()
+
+    @staticmethod
+    def same(x, y):
+        import torch
+
+        return torch.equal(x, y)
+
+    @staticmethod
+    def word(arena, w):
+        import torch
+
+        return int(arena[4 * w : 4 * w + 4].view(torch.int32)[0])
+
+    def band(self, name, where):
+        """The byte range of `name`'s guard band before it, its storage (gap) or its guard band after it."""
+        return band_range(types.SimpleNamespace(**self.case.tensors[name]), where)
+
+    def bands(self, name):
+        """`name`'s guard bands, and "gap" where its storage holds bytes that are no element's."""
+        lo, hi = self.band(name, "gap")
+        return ("before", "gap", "after") if bool((self.owner[lo:hi] != self.names.index(name)).any()) \
+            else ("before", "after")
+
+    def probe_image(self, name, where):
+        """The image with the alternate fill in the bands `where` of `name` alone."""
+        out = self.image.clone()
+        for one in where:
+            lo, hi = self.band(name, one)
+            out[lo:hi] = self.alt_image[lo:hi].where(self.owner[lo:hi] == NOBODY, out[lo:hi])
+        return out
+
+
+def output_cells(case):
+    """{output: OutputCells (from kvfuzz/judge_flow.py)} of an in-contract case: its required,
+    may-write and untouched cells and the accepted answers, as kvfuzz embedded them."""
     import torch
 
-    return views_of(case, arena_host)[name].to(torch.int64)
+    out = {}
+    for name, c in case.cells.items():
+        shape = tuple(case.tensors[name]["shape"])
+        required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
+        untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
+        out[name] = OutputCells(required, ~(required | untouched), untouched,  # may-write: neither of the two
+                                [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]])
+    return out
+
+
+def racy_cells(case):
+    """{output: its cells two programs write} of an out-of-contract case, as kvfuzz embedded them."""
+    import torch
+
+    return {name: host_bytes(m, torch.uint8).reshape(tuple(case.tensors[name]["shape"])).bool()
+            for name, m in case.racy.items()}
 
 
 class Run:
-    """One call on a fresh arena: what it raised, the arena after it, or the CUDA fault that
-    left the device unusable (then `after` is None)."""
+    """One call on a fresh arena: what it raised (a CUDA fault as kvfuzz records one: error type
+    CUDA_FAULT, from kvfuzz/faults.py; the device is unusable and `after` None), and the arena
+    after it."""
 
-    def __init__(self, error=None, error_type=None, detail=None, after=None, fault=None, alt=False, probe=None):
-        self.error = error  # "TypeName: first line" of an ordinary exception the call raised
+    def __init__(self, error=None, error_type=None, detail=None, after=None, alt=False, probe=None):
+        self.error = error  # "TypeName: first line" of the exception the call raised
         self.error_type = error_type
         self.detail = detail  # its traceback
         self.after = after  # uint8 CPU tensor: the arena's bytes after the call
-        self.fault = fault  # "TypeName: first line" of the CUDA error
-        self.alt = alt  # the call started from the alternate image (alternate_image)
+        self.alt = alt  # the call started from the alternate image (TorchArena.alt_image)
         self.probe = probe  # "tensor:where" ("tensor:*": all its bands): only there the alternate fill
 
 
@@ -446,56 +555,97 @@ def run_once(case, call, image, device):
     import torch
 
     run = Run()
+
+    def faulted(exc):
+        run.error, run.error_type, run.detail = f"{CUDA_FAULT}: {one_line(exc)}", CUDA_FAULT, traceback.format_exc()
+        return run
+
     arena = image.clone().to(device)
-    views = views_of(case, arena)
     try:
-        call(views, case.scalars)
+        call(views_of(case, arena), case.scalars)
         if device == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:
         if device == "cuda" and is_device_fault(exc):
-            run.fault, run.detail = one_line(exc), traceback.format_exc()
-            return run
+            return faulted(exc)
         run.error, run.error_type, run.detail = one_line(exc), type(exc).__name__, traceback.format_exc()
         if device == "cuda":  # an ordinary exception after a launch that faulted: the fault decides
             try:
                 torch.cuda.synchronize()
             except Exception as sync_exc:
-                run.fault = one_line(sync_exc)
-                return run
+                return faulted(sync_exc)
     if device == "cuda":
         try:
             run.after = arena.cpu()
         except Exception as exc:
-            run.fault = one_line(exc)
+            return faulted(exc)
     else:
         run.after = arena
     return run
 
 
-# ---------------------------------------------------------------------------- checks
+# ---------------------------------------------------------------------------- the verdict
 
 
 class Report:
-    """The defects found, each printed as it is found with kvfuzz's signature."""
+    """The defects found, each printed with kvfuzz's signature and its cells."""
 
     def __init__(self, case):
         self.case = case
-        self.defects = []  # signatures, in the order found
-        self.cells = {}  # signature -> its cells, as kvfuzz's finding lists them (the fields --json writes)
+        self.findings = []  # Findings (from kvfuzz/findings.py), in the order found
         self.runs = []  # the runs judged (run_case)
 
-    def defect(self, kind, tensor, where, message, lines=(), cells=()):
-        signature = self.case.signature(kind, tensor, where)  # an unknown kind raises here, as in kvfuzz
-        self.defects.append(signature)
-        self.cells.setdefault(signature, [dict(c) for c in cells][:MAX_SHOWN])
-        print(f"DEFECT {kind}: {message}  [{signature}]")
-        for line in lines:
-            print(f"    {line}")
+    @property
+    def defects(self):
+        """The findings' signatures, in the order found."""
+        return [f.signature for f in self.findings]
+
+    def add(self, findings, arena=None, after=None):
+        """Print and keep `findings`; with the `arena` and the first run's arena `after`, a stray
+        write's bytes and a changed input's elements are shown too."""
+        for f in findings:
+            self.findings.append(f)
+            print(f"DEFECT {f.kind}: {f.message}  [{f.signature}]")
+            for line in detail_lines(f, arena, after)[:MAX_SHOWN]:
+                print(f"    {line}")
+
+    def defect(self, kind, tensor, where, message):
+        """A defect the script itself tells (its child process died)."""
+        self.add([Finding(kind, self.case.op, self.case.kernel_path, tensor, where, message)])
 
 
 def fmt_index(idx):
     return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+CELL_WORDS = {"numpy": "expected", "before": "was", "read_at": "read at byte"}
+
+
+def detail_lines(f, arena, after):
+    """What a kernel author reads under a defect: its cells (an element and its values, or a
+    stray byte's run with what it holds now), or a changed input's elements."""
+    if f.kind == "input_modified" and arena is not None:
+        got, was = arena.elements(f.tensor, after), arena.elements(f.tensor, arena.image)
+        return [f"{f.tensor}{fmt_index(ix)}: was {int(was[ix])}, now {int(got[ix])}"
+                for ix in arena.where(got != was, MAX_SHOWN)]
+    lines, stray = [], []
+    for cell in f.cells:
+        rest = dict(cell)
+        tensor = rest.pop("tensor", f.tensor)
+        if "byte" in rest and f.kind == "out_of_bounds_write":
+            stray.append(rest.pop("byte"))
+            continue
+        head = f"{tensor}{fmt_index(rest.pop('index'))}" if "index" in rest else \
+            f"byte {rest.pop('byte')}" if "byte" in rest else ""
+        values = ", ".join(f"{CELL_WORDS.get(k, k)} {v}" for k, v in rest.items())
+        lines.append(f"{head}: {values}" if head and values else head or values)
+    t = arena.case.tensors.get(f.tensor) if arena is not None else None
+    base, of = (t["start"], f"{f.tensor}'s storage start") if t else (0, "the arena's start")
+    for lo, hi in byte_runs(stray):  # the cells' offsets: from the output's storage start
+        held = after[base + lo : base + min(hi, lo + 15) + 1].tolist() if arena is not None else []
+        now = f": canary 0x{CANARY_BYTE:02x} -> " + " ".join(f"{x:02x}" for x in held) if held else ""
+        lines.append(f"bytes {lo:+d}..{hi:+d} from {of}{now}" + (" ..." if hi - lo >= 16 and held else ""))
+    return lines
 
 
 def byte_runs(positions):
@@ -509,294 +659,19 @@ def byte_runs(positions):
     return [tuple(r) for r in runs]
 
 
-def hex_bytes(arena, first, last, limit=16):
-    data = arena[first : min(last, first + limit - 1) + 1].tolist()
-    more = " ..." if last - first + 1 > limit else ""
-    return " ".join(f"{x:02x}" for x in data) + more
-
-
-def check_memory(report, case, image, owner, after):
-    """Bytes outside every tensor's elements, and input elements, must not change. A stray
-    byte is charged to the output whose store overran, not to the neighbour it landed in
-    (charge_writes, from kvfuzz/places.py)."""
-    import torch
-
-    changed = after != image
-    stray = torch.nonzero(changed & (owner == 0)).flatten().tolist()  # ascending
-    for (name, where), (at, landed) in sorted(charge_writes(case.regions, case.outputs, stray).items()):
-        into = ", ".join(f"{n} in {band_words(v, w)}" for (v, w), n in sorted(landed.items()))
-        if name == "-":
-            report.defect("out_of_bounds_write", "-", "outside",
-                          f"{len(at)} arena bytes outside every tensor changed",
-                          [f"arena bytes {a}..{b}: canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
-                           for a, b in byte_runs(at)[:MAX_SHOWN]], [{"byte": b} for b in at])
-            continue
-        s, n = case.tensors[name]["start"], case.tensors[name]["nbytes"]
-        shown = [f"bytes {a - s:+d}..{b - s:+d} from {name}'s storage start "
-                 f"(its storage is {n} bytes): canary 0x{CANARY_BYTE:02x} -> {hex_bytes(after, a, b)}"
-                 for a, b in byte_runs(at)[:MAX_SHOWN]]
-        report.defect("out_of_bounds_write", name, where,
-                      f"{len(at)} bytes {where} {name}'s elements changed (outside every tensor's elements), "
-                      f"written by a store to {name}; they landed {into}", shown, [{"byte": b - s} for b in at])
-    for i, (name, t) in enumerate(case.tensors.items()):
-        if t["role"] != "in":
-            continue
-        hit = changed & (owner == i + 1)
-        if bool(hit.any()):
-            got, before = elements(case, after, name), elements(case, image, name)
-            diff = torch.nonzero(got != before)
-            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}"
-                     for ix in diff[:MAX_SHOWN].tolist()]
-            report.defect("input_modified", name, "elements",
-                          f"input {name} changed ({int(hit.sum())} bytes, {len(diff)} elements)", shown)
-
-
-def check_outputs(report, case, image, after):
-    """In-contract case: kvfuzz's output rules (output_rules, from kvfuzz/rules.py) on every
-    output, with the accepted answers kvfuzz embedded."""
-    import torch
-
-    for name, c in case.cells.items():
-        got, before = elements(case, after, name), elements(case, image, name)
-        shape = tuple(case.tensors[name]["shape"])
-        required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
-        untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
-        accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
-        want = accepted[0]
-        for kind, where, message, mask in output_rules(name, required, untouched, got, before, accepted):
-            shown, cells = [], []
-            for ix in torch.nonzero(mask)[:MAX_SHOWN].tolist():
-                cells.append({"index": ix, "got": int(got[tuple(ix)])})
-                ix = tuple(ix)
-                if kind != "mismatch":
-                    shown.append(f"{name}{fmt_index(ix)}: must stay {int(before[ix])}, now {int(got[ix])}")
-                    continue
-                alts = sorted({int(a[ix]) for a in accepted[1:]} - {int(want[ix])})
-                also = f" (or {', '.join(map(str, alts))})" if alts else ""
-                poison = "  [never written: still poison]" if int(got[ix]) == int(before[ix]) else ""
-                shown.append(f"{name}{fmt_index(ix)}: expected {int(want[ix])}{also}, got {int(got[ix])}{poison}")
-            report.defect(kind, name, where, message, shown, cells)
-
-
-def check_unchanged_outputs(report, case, image, after, error_type):
-    """A refused must-refuse case must have raised before writing anything (after_error_rule)."""
-    import torch
-
-    for name in case.outputs:
-        got, before = elements(case, after, name), elements(case, image, name)
-        broken = after_error_rule(name, got, before, error_type)
-        if broken is not None:
-            kind, where, message, hit = broken
-            at = torch.nonzero(hit)[:MAX_SHOWN].tolist()
-            shown = [f"{name}{fmt_index(ix)}: was {int(before[tuple(ix)])}, now {int(got[tuple(ix)])}" for ix in at]
-            report.defect(kind, name, where, message, shown, [{"index": ix, "got": int(got[tuple(ix)])} for ix in at])
-
-
-# ---------------------------------------------------------------------------- the alternate fill
-# Every second run starts from the alternate image: the same elements, every other byte the
-# alternate fill, a word pattern that encodes its own position (alt_words, from kvfuzz/fills.py).
-# An output that differs between the fills was computed from bytes outside every tensor: an
-# out-of-bounds read, named after the input read past.
-
-MAX_DECODED = 64  # differing elements read back per tensor when telling where a read came from
-
-
-def alternate_image(case, image, owner):
-    """`image` with every byte that is no tensor's element holding the alternate fill."""
-    import torch
-
-    w = alt_words(torch.arange((image.numel() + 3) // 4, dtype=torch.int64))
-    fill = torch.stack([(w >> (8 * k)) & 0xFF for k in range(4)], dim=1).flatten()[: image.numel()].to(torch.uint8)
-    return torch.where(owner == 0, fill, image)
-
-
-def as_canary(image, alt_image, after):
-    """A run from the alternate image with every word still holding the fill put back."""
-    import torch
-
-    out = after.clone()
-    words, alt = out.view(torch.int32), alt_image.view(torch.int32)
-    kept = words == alt  # by whole words: a stored value can share a byte with the fill, not a word
-    words[kept] = image.view(torch.int32)[kept]
-    return out
-
-
-def band(case, name, where):
-    """The byte range of `name`'s guard band before it, its storage (gap) or its guard band after it."""
-    return band_range(types.SimpleNamespace(**case.tensors[name]), where)
-
-
-def bands(case, owner, name):
-    """`name`'s guard bands, and "gap" where its storage holds bytes that are no element's."""
-    k = list(case.tensors).index(name) + 1
-    lo, hi = band(case, name, "gap")
-    return ("before", "gap", "after") if bool((owner[lo:hi] != k).any()) else ("before", "after")
-
-
-def probe_image(case, image, alt_image, owner, name, where):
-    """`image` with the alternate fill in the bands `where` of `name` alone."""
-    out = image.clone()
-    for one in where:
-        lo, hi = band(case, name, one)
-        free = owner[lo:hi] == 0
-        out[lo:hi] = alt_image[lo:hi].where(free, out[lo:hi])
-    return out
-
-
-def decoded_reads(case, owner, first, seen):
-    """{(input, where): [(line, cell)]} for the differing values that were read from the fill
-    (each cell as kvfuzz's finding lists it: where the value landed, and read_at, the byte offset
-    read from the input's storage start)."""
-    import torch
-
-    found = {}
-    inputs = case.inputs or tuple(case.tensors)
-
-    def note(src, line, cell):
-        if src is not None and 0 <= src[0] < owner.numel() and int(owner[src[0]]) == 0:
-            place = read_place(case.regions, inputs, src[0])[0]
-            cell["read_at"] = src[0] - case.tensors[place[0]]["start"] if place[0] in case.tensors else src[0]
-            found.setdefault(place, []).append((line, cell))
-
-    for name, t in case.tensors.items():
-        mine, theirs = elements(case, first, name), elements(case, seen, name)
-        bits = 32 if t["dtype"] == "int32" else 64
-        for ix in torch.nonzero(mine != theirs)[:MAX_DECODED].tolist():
-            a, b = int(mine[tuple(ix)]), int(theirs[tuple(ix)])
-            note(alt_source(a, b, bits), f"{name}{fmt_index(ix)}: {a} under the canary, {b} under the alternate fill",
-                 {"tensor": name, "index": ix})
-    stray = torch.nonzero((first != seen) & (owner == 0)).flatten()
-    for w in torch.unique(stray // 4)[:MAX_DECODED].tolist():
-        a = int(first[4 * w : 4 * w + 4].view(torch.int32)[0])
-        b = int(seen[4 * w : 4 * w + 4].view(torch.int32)[0])
-        note(alt_source(a, b, 32), f"arena word at byte {4 * w}: {a} under the canary, {b} under the alternate fill",
-             {"tensor": "-", "byte": 4 * w})
-    return found
-
-
-def owners_of(case, owner, diff):
-    """Sorted names of the tensors whose elements hold the bytes in `diff` ("-" for bytes
-    that are no tensor's element), as kvfuzz's judge names them."""
-    import torch
-
-    names = list(case.tensors)
-    return sorted({names[o - 1] if o else "-" for o in torch.unique(owner[diff]).tolist()})
-
-
-def judge_runs(report, case, runs, image, owner):
-    """kvfuzz.judge's rules over the runs of one case (the first judged in full, the later
-    ones compared with it)."""
-    faults = [r.fault for r in runs if r.fault is not None]
-    if faults:  # a CUDA error: the context is unusable, the arena unreadable; nothing else is judged
-        report.defect("crash", "-", "cuda_fault", f"a CUDA error on the device: {faults[0]}")
-        return
-    first = runs[0]
-    # the order and choice of checks: judge_steps, from kvfuzz/judge_flow.py (kvfuzz's judge runs it
-    # too); a lost run is a crash said before (a fault above, a dead or hung child by supervise)
-    steps = judge_steps(case.status, first.error is not None, False, first.after is not None)
-    if "invalid_accepted" in steps:
-        report.defect("invalid_accepted", "-", case.refuse_where, f"ran a case it must refuse: {case.reasons[0]}")
-    if "raised" in steps:
-        report.defect("crash", "-", first.error_type or "Exception", f"raised on an in-contract case: {first.error}")
-    if "memory" not in steps:
-        return
-    check_memory(report, case, image, owner, first.after)
-    if "outputs" in steps:
-        check_outputs(report, case, image, first.after)
-    if "unchanged_outputs" in steps:
-        check_unchanged_outputs(report, case, image, first.after, first.error_type)
-    judge_reruns(report, case, runs, image, owner)
-
-
-def judge_reruns(report, case, runs, image, owner):
-    """The runs after the first, by kvfuzz's rerun rules (rerun_rules, from kvfuzz/rules.py):
-    one from the image that differs is nondeterministic; one from the alternate image that
-    differs is an out-of-bounds read where a differing value decodes as a read of the fill, or
-    where the fill in one input's band alone (a probe run) changes each run of it alike, no run
-    from the image differs and no image's runs disagree; else nondeterministic."""
-    import torch
-
-    first = runs[0]
-    alt_image = alternate_image(case, image, owner)
-    said = set()
-
-    def seen_of(run):
-        return as_canary(image, alt_image, run.after) if run.alt else run.after
-
-    def differs(run):
-        return run.error != first.error or not torch.equal(seen_of(run), first.after)
-
-    def same(a, b):
-        return a.error == b.error and torch.equal(seen_of(a), seen_of(b))
-
-    def decoded(run):
-        return decoded_reads(case, owner, first.after, seen_of(run))
-
-    # "name:*": all of an input's bands at once (the schedule's first probe); its bands, one by one, tell where
-    banded = [r for r in runs[1:] if r.probe is None or not r.probe.endswith(":*")]
-    racy = {name: host_bytes(m, torch.uint8).reshape(tuple(case.tensors[name]["shape"])).bool()
-            for name, m in case.racy.items()}
-
-    def only_racy(run):
-        """Whether `run` differs from the first only in racy cells (racy_only, from kvfuzz/rules.py)."""
-        seen = seen_of(run)
-        diff = seen != first.after
-        if run.error != first.error or not bool(diff.any()):
-            return False
-        return racy_only(set(owners_of(case, owner, diff)), racy, lambda name, cells: bool(
-            ((elements(case, first.after, name) != elements(case, seen, name)) & ~cells).any()))
-
-    def changed_by(probe):
-        """What a probe run changed, as kvfuzz's judge names it."""
-        names = owners_of(case, owner, seen_of(probe) != first.after)
-        return sorted(n if n != "-" else "bytes outside the tensors" for n in names) or ["the error raised"]
-
-    for kind, run, places in rerun_rules(banded, first.error, differs, decoded, same):
-        i = runs.index(run) + 1
-        if kind == "nondeterministic" and only_racy(run):
-            continue
-        if kind == "nondeterministic":
-            diff = seen_of(run) != first.after
-            owners = owners_of(case, owner, diff)
-            tensor = owners[0] if owners else "-"
-            if case.signature(kind, tensor, "rerun") not in said:
-                said.add(case.signature(kind, tensor, "rerun"))
-                fill = " from the alternate image, not explained by the fill" if run.alt else ""
-                report.defect(kind, tensor, "rerun",
-                              f"run {i} differs from run 1{fill} ({int(diff.sum())} bytes in "
-                              f"{', '.join(owners) or 'the error'}; errors: {first.error!r} vs {run.error!r})")
-            continue
-        how = ("the value stored decodes as a read of the alternate fill there" if kind == "read_decoded"
-               else "the alternate fill there alone changes the run")
-        if kind != "read_decoded":  # {"input:where": its first probe run}: the cells say whose elements changed
-            places = {tuple(band.split(":")): [(None, {"changed": o}) for o in changed_by(probe)]
-                      for band, probe in places.items()}
-        for (tensor, where), shown in sorted(places.items()):
-            lines = [line for line, _ in shown if line is not None]
-            signature = case.signature("out_of_bounds_read", tensor, where)
-            if signature not in said:
-                said.add(signature)
-                report.defect("out_of_bounds_read", tensor, where,
-                              f"run {i} (from the alternate image) differs from run 1: the kernel reads {where} "
-                              f"{tensor}'s elements ({how})", lines[:MAX_SHOWN], [cell for _, cell in shown])
-
-
 def run_case(case, call, device, runs=DEFAULT_RUNS):
     """Call the entry point (`call`: its Binding) on fresh arenas as kvfuzz does (`runs` runs,
     then the probe runs where the fill matters: run_schedule, from kvfuzz/rerun_schedule.py;
-    stopping at a CUDA fault) and judge them; the Report (defects printed as found)."""
+    stopping at a CUDA fault) and judge them as kvfuzz does (judge_runs, from
+    kvfuzz/judge_flow.py); the Report (its defects printed)."""
     import torch
 
-    image = host_bytes(case.arena_image, torch.uint8)
-    owner = host_bytes(case.owner, torch.uint8)
-    assert image.numel() == case.arena_bytes and owner.numel() == case.arena_bytes, "corrupt embedded data"
-    alt_image = alternate_image(case, image, owner)
+    arena = TorchArena(case)
     done = []
 
     def make(alt, probe, where):
         """One run (kvfuzz's rerun_schedule, from kvfuzz/rerun_schedule.py, decides which)."""
-        start = probe_image(case, image, alt_image, owner, probe.split(":")[0], where) if probe else \
-            alt_image if alt else image
+        start = arena.probe_image(probe.split(":")[0], where) if probe else arena.alt_image if alt else arena.image
         run = run_once(case, call, start, device)
         run.alt, run.probe = alt, probe
         done.append(run)
@@ -804,18 +679,20 @@ def run_case(case, call, device, runs=DEFAULT_RUNS):
             print(f"raised: {run.error}")
             if case.status == "in_contract":
                 sys.stderr.write(run.detail or "")
-        if run.fault is not None:
+        elif run.error_type == CUDA_FAULT:
             sys.stderr.write(run.detail or "")
-        return run, run.fault is None
+        return run, run.error_type != CUDA_FAULT
 
     def fill_matters(first, run):
         return first.after is not None and run.after is not None and (
-            run.error != first.error or not torch.equal(as_canary(image, alt_image, run.after), first.after))
+            run.error != first.error or not torch.equal(arena.as_canary(run.after), first.after))
 
-    run_schedule(runs, case.inputs, lambda name: bands(case, owner, name), make, fill_matters)
+    run_schedule(runs, case.inputs, arena.bands, make, fill_matters)
     report = Report(case)
     report.runs = done
-    judge_runs(report, case, done, image, owner)
+    _, found = judge_runs(arena, case.op, case.kernel_path, case.status, case.reasons, done,
+                          output_cells(case) if case.status == "in_contract" else {}, racy_cells(case))
+    report.add(found, arena, done[0].after)
     return report
 
 
@@ -837,27 +714,32 @@ def cross_devices(requested, case):
     return primary, backend
 
 
-def save_run(path, run, defects, variant):
-    """A side's first run and the variant it was judged by, for the parent that compares the two
-    (cross_check)."""
+FINDING_FIELDS = ("kind", "op", "path", "tensor", "where", "message", "cells")
+
+
+def save_run(path, run, findings, variant):
+    """A side's first run, its findings and the variant it was judged by, for the parent that
+    compares the two (cross_check)."""
     import torch
 
     after = None if run.after is None else run.after.cpu()
-    torch.save({"error": run.error, "error_type": run.error_type, "fault": run.fault, "after": after,
-                "defects": list(defects), "variant": variant}, path)
+    torch.save({"error": run.error, "error_type": run.error_type, "after": after, "variant": variant,
+                "findings": [{k: getattr(f, k) if k != "cells" else [dict(c) for c in f.cells] for k in FINDING_FIELDS}
+                             for f in findings]}, path)
 
 
 def load_run(path):
     import torch
 
     d = torch.load(path, weights_only=True)
-    run = Run(error=d["error"], error_type=d["error_type"], after=d["after"], fault=d["fault"])
-    return run, list(d["defects"]), d["variant"]
+    findings = [Finding(**{**f, "cells": tuple(f["cells"])}) for f in d["findings"]]
+    return Run(error=d["error"], error_type=d["error_type"], after=d["after"]), findings, d["variant"]
 
 
 def cross_check(args, case):
     """Run the case on the primary device (judged as any case, in its own process) and on the
-    backend (once, in another process), then compare the two first runs (judge_divergence)."""
+    backend (once, in another process), then compare the two first runs as kvfuzz does
+    (divergence_findings, from kvfuzz/judge_flow.py)."""
     primary, backend = cross_devices(args.device, case)
     print(f"repro: {case.op} case {case.digest} is a divergence between {case.found_on or primary} and {backend}: "
           f"it runs on {primary} and on {backend}, each in a process of its own, and the two arenas are compared")
@@ -875,67 +757,14 @@ def cross_check(args, case):
             if status is None and side == "primary":  # a crash; nothing to compare (as kvfuzz's judge)
                 report.defect("crash", "-", where, f"the process calling the kernel died: {why}")
                 return conclude(report, args.json)
-            sides[side] = load_run(out) if status == 0 else (None, why, None)
-    mine, report.defects, variant = sides["primary"]  # the primary's defects, printed by its process
+            # a backend that died or hung: lost, as a dead kvfuzz worker is
+            sides[side] = load_run(out) if status == 0 else (Run(error=f"WorkerDied: {why}", error_type="WorkerDied"),
+                                                             [], None)
+    mine, report.findings, variant = sides["primary"]  # the primary's defects, printed by its process
     case.judge_as(variant)  # the variant the primary's process judged the kernel file by
-    theirs, lost, _ = sides["backend"]
-    import torch
-
-    judge_divergence(report, case, host_bytes(case.owner, torch.uint8), mine, theirs, backend,
-                     lost if theirs is None else None)
+    report.add(divergence_findings(TorchArena(case), case.op, case.kernel_path, mine, sides["backend"][0], backend,
+                                   output_cells(case)))
     return conclude(report, args.json)
-
-
-def judge_divergence(report, case, owner, mine, theirs, backend, lost=None):
-    """kvfuzz.judge's cross-check rules: the primary's first run (`mine`) against the
-    backend's (`theirs`; None with `lost` saying why when its process died or hung)."""
-    import torch
-
-    kind = "backend_divergence"
-    if mine.fault is not None or mine.after is None:
-        return  # the primary faulted: a crash already, nothing to compare
-    if theirs is None:
-        report.defect(kind, "-", "lost", f"ran on the primary device, but the run on {backend} was lost: {lost}")
-        return
-    if (mine.error is None) != (theirs.error is None):
-        who, error = ("the primary device", mine.error) if mine.error else (backend, theirs.error)
-        report.defect(kind, "-", "raised", f"raised on {who} only: {error}")
-        return
-    if mine.error is not None or theirs.after is None:
-        return  # both raised: already a crash on an in-contract case
-    changed = mine.after != theirs.after
-    if not bool(changed.any()):
-        return
-    regions, by_place = case.regions, {}
-    for b in torch.nonzero(changed & (owner == 0)).flatten().tolist():
-        by_place.setdefault(region_of_byte(regions, b), []).append(b)
-    for (name, where), at in sorted(by_place.items()):
-        report.defect(kind, name, where, f"{len(at)} bytes {where} {name}'s elements differ between the primary "
-                      f"device and {backend}",
-                      [f"arena bytes {a}..{b}: primary {hex_bytes(mine.after, a, b)}, "
-                       f"{backend} {hex_bytes(theirs.after, a, b)}" for a, b in byte_runs(at)[:MAX_SHOWN]])
-    for i, (name, t) in enumerate(case.tensors.items()):
-        if not bool((changed & (owner == i + 1)).any()):
-            continue
-        got, other = elements(case, mine.after, name), elements(case, theirs.after, name)
-        hit = got != other
-
-        def shown(mask):
-            return [f"{name}{fmt_index(ix)}: primary {int(got[tuple(ix)])}, {backend} {int(other[tuple(ix)])}"
-                    for ix in torch.nonzero(mask)[:MAX_SHOWN].tolist()]
-
-        if t["role"] != "out":
-            report.defect(kind, name, "input", f"input {name}: {int(hit.sum())} elements differ between the "
-                          f"primary device and {backend}", shown(hit))
-            continue
-        c, shape = case.cells[name], tuple(t["shape"])  # an in-contract case: every output has its cells
-        required = host_bytes(c["required"], torch.uint8).reshape(shape).bool()
-        untouched = host_bytes(c["untouched"], torch.uint8).reshape(shape).bool()
-        accepted = [host_bytes(b, torch.int64).reshape(shape) for b in c["expected"]]
-        may_write = ~(required | untouched)  # the contract's may-write cells: neither required nor untouched
-        for where, message, bad in divergence_rules(name, backend, required, may_write, untouched, got, other,
-                                                    accepted):
-            report.defect(kind, name, where, message, shown(bad))
 
 
 # ---------------------------------------------------------------------------- main
@@ -993,7 +822,7 @@ def _main_in_process(args, case):
         return 0
     report = run_case(case, call, device, args.runs)
     if args.arena_out is not None:  # the cross-check primary's side: the parent concludes
-        save_run(args.arena_out, report.runs[0], report.defects, case.variant)
+        save_run(args.arena_out, report.runs[0], report.findings, case.variant)
         return 0
     return conclude(report, args.json)
 
@@ -1004,8 +833,8 @@ def conclude(report, json_out=None):
     rc = _conclude(report)
     if json_out is not None:
         with open(json_out, "w", encoding="utf-8") as f:
-            json.dump({"exit": rc, "findings": [{"signature": s, "cells": report.cells.get(s, [])}
-                                                for s in report.defects]}, f, indent=1)
+            json.dump({"exit": rc, "findings": [{"signature": f.signature, "cells": [dict(c) for c in f.cells]}
+                                                for f in report.findings]}, f, indent=1)
     return rc
 
 

@@ -4,9 +4,6 @@ defect; a difference anywhere else is `nondeterministic`, in both."""
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stdout
-
 import numpy as np
 import pytest
 
@@ -54,13 +51,10 @@ def script_says(cell) -> list[str]:
 
     case = repro_case(SavedCase(case=racy_case(), finding=None, target="builtin", device="cpu", versions={},
                                 origin="hand"))
-    image = repro_script.host_bytes(case.arena_image, torch.uint8)
-    owner = repro_script.host_bytes(case.owner, torch.uint8)
     runs = [repro_script.Run(after=torch.from_numpy(a.copy())) for a in arenas(cell)]
-    report = repro_script.Report(case)
-    with redirect_stdout(io.StringIO()):
-        repro_script.judge_runs(report, case, runs, image, owner)
-    return report.defects
+    _, found = repro_script.judge_runs(repro_script.TorchArena(case), case.op, case.kernel_path, case.status,
+                                       case.reasons, runs, racy=repro_script.racy_cells(case))
+    return [f.signature for f in found]
 
 
 def test_the_case_is_racy_where_the_contract_says():

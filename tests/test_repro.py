@@ -35,6 +35,10 @@ KERNELS = REPO / "kvfuzz" / "kernels"
 SCRIPT_IMPORTS = {"__future__", "argparse", "base64", "dataclasses", "faulthandler", "importlib", "importlib.util",
                   "inspect", "json", "os", "re", "signal", "subprocess", "sys", "tempfile", "traceback", "types",
                   "typing", "zlib", "torch", "triton", "triton.language", "triton.runtime.jit"}
+# kvfuzz's modules that the full script embeds and kvfuzz runs itself: the judge (judge_flow) and
+# the rules, fills, places, signatures and schedules it stands on
+SHARED_WITH_KVFUZZ = ("kvfuzz.judge_flow", "kvfuzz.rules", "kvfuzz.places", "kvfuzz.fills", "kvfuzz.findings",
+                      "kvfuzz.faults", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice")
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -230,7 +234,7 @@ def test_spec_out_of_bounds_write(kv, tmp_path):
     assert r.returncode == 1, show(r)
     assert "DEFECT out_of_bounds_write" in r.stdout and "after page_table_dst" in r.stdout, show(r)
     assert "12 bytes after page_table_dst" in r.stdout, show(r)  # 3 int32 cells past the end
-    assert "bytes +128..+139 from page_table_dst's storage start" in r.stdout, show(r)
+    assert "bytes +128..+135 from page_table_dst's storage start" in r.stdout, show(r)  # the first 8 (MAX_CELLS)
 
     assert ok.returncode == 0, show(ok)
     assert "OK:" in ok.stdout, show(ok)
@@ -383,11 +387,10 @@ def test_checks_with_plain_function(kv, tmp_path):
     assert r_bad.returncode == 1, show(r_bad)
     for needle in ("DEFECT mismatch: num_kv_splits: 1 of 4 required cells differ",
                    f"num_kv_splits[2]: expected {want[2]}, got {want[2] + 1}",
-                   "DEFECT input_modified: input seq_lens changed (1 bytes, 1 elements)",
+                   "DEFECT input_modified: input seq_lens changed (1 bytes)",
                    "seq_lens[0]: was 4, now 77",
                    "DEFECT out_of_bounds_write: 4 bytes after num_kv_splits's elements changed",
-                   "bytes +16..+19 from num_kv_splits's storage start (its storage is 16 bytes): "
-                   "canary 0xa5 -> 00 00 00 00"):
+                   "bytes +16..+19 from num_kv_splits's storage start: canary 0xa5 -> 00 00 00 00"):
         assert needle in r_bad.stdout, f"{needle!r} not in\n{show(r_bad)}"
     assert r_crash.returncode == 1, show(r_crash)
     assert "DEFECT crash: raised on an in-contract case: RuntimeError: boom" in r_crash.stdout, show(r_crash)
@@ -540,11 +543,19 @@ def test_template_module_is_clean_and_standalone():
     assert {"kvfuzz.findings", "kvfuzz.fills", "kvfuzz.places", "kvfuzz.rules", "kvfuzz.targets.calls",
             "kvfuzz.targets.sglang_shim", "kvfuzz.rerun_schedule", "kvfuzz.variant_choice",
             "kvfuzz.judge_flow"} <= modules
-    for name in ("kvfuzz.rerun_schedule", "kvfuzz.variant_choice", "kvfuzz.judge_flow"):  # kvfuzz's own copy
+    scripts = {op: repro.assemble(op) for op in CONTRACTS if records()[op].standalone}
+    for name in SHARED_WITH_KVFUZZ:  # kvfuzz's own copy, verbatim but for its imports of kvfuzz modules
         own = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
-        assert repro.embedded_source(name) in repro.assemble("decode_metadata")
+        imports = {line for line in own.splitlines() if line.startswith(("from .", "from __future__"))}
         assert [line for line in repro.embedded_source(name).splitlines() if line.strip()] == \
-            [line for line in own.splitlines() if line.strip() and line != "from __future__ import annotations"]
+            [line for line in own.splitlines() if line.strip() and line not in imports], name
+        for op, script in scripts.items():
+            assert repro.embedded_source(name) in script, (name, op)
+    # the judge kvfuzz runs is the one the script embeds
+    from kvfuzz import judge, judge_flow
+
+    assert judge.judge_runs is judge_flow.judge_runs and repro_script.judge_runs is judge_flow.judge_runs
+    assert judge.divergence_findings is judge_flow.divergence_findings is repro_script.divergence_findings
     for name in sorted(modules):
         text = Path(importlib.util.find_spec(name).origin).read_text(encoding="utf-8")
         assert lint(text, name) == [], name
@@ -686,27 +697,30 @@ def test_a_cuda_fault_is_one_crash_in_contract_or_not(kv, capsys):
     from kvfuzz import repro_script as rs
     from kvfuzz.repro import repro_case
 
-    fault = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    fault = "CudaFault: AcceleratorError: CUDA error: an illegal memory access was encountered"
     cases = {"in_contract": decode_swa_transposed(kv), "out_of_contract": spec_overflow(kv),
              "must_refuse": decode_swa_transposed(kv).with_scalars(page_size=3)}
     for status, case in cases.items():
         rc = repro_case(kv.saved(case))
         assert rc.status == status
-        image = rs.host_bytes(rc.arena_image, torch.uint8)
-        owner = rs.host_bytes(rc.owner, torch.uint8)
+        arena = rs.TorchArena(rc)
         crash = rc.signature("crash", "-", "cuda_fault")
-        clean = rs.Run(after=image.clone())
-        for runs in ([rs.Run(fault=fault)], [clean, rs.Run(fault=fault)],
-                     [rs.Run(error="ValueError: bad", error_type="ValueError", detail="", fault=fault)]):
+        clean = rs.Run(after=arena.image.clone())
+
+        def defects(runs):
             report = rs.Report(rc)
-            rs.judge_runs(report, rc, runs, image, owner)
-            assert report.defects == [crash], (status, report.defects)
+            report.add(rs.judge_runs(arena, rc.op, rc.kernel_path, rc.status, rc.reasons, runs,
+                                     rs.output_cells(rc) if status == "in_contract" else {})[1])
+            return report.defects
+
+        lost = rs.Run(error=fault, error_type=rs.CUDA_FAULT)
+        assert defects([lost]) == [crash], status
+        # a fault in a later run: a crash too, beside what the first run shows
+        assert crash in defects([clean, lost]), status
         # an ordinary exception stays what it was: a refusal, or a crash only in contract
-        report = rs.Report(rc)
-        rs.judge_runs(report, rc, [rs.Run(error="ValueError: bad", error_type="ValueError", after=image.clone())] * 2,
-                      image, owner)
-        assert report.defects == ([rc.signature("crash", "-", "ValueError")] if status == "in_contract" else [])
-    assert "DEFECT crash: a CUDA error on the device: " + fault in capsys.readouterr().out
+        raised = rs.Run(error="ValueError: bad", error_type="ValueError", after=arena.image.clone())
+        assert defects([raised] * 2) == ([rc.signature("crash", "-", "ValueError")] if status == "in_contract" else [])
+    assert "DEFECT crash: the run was lost: " + fault in capsys.readouterr().out
 
 
 @pytest.mark.gpu

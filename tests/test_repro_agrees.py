@@ -154,7 +154,8 @@ def assert_same_cells(script: Path, verdict, r: subprocess.CompletedProcess) -> 
     (the wrong cells, their values, the stray bytes, where a read came from), cell for cell."""
     written = json.loads(script.with_suffix(".json").read_text(encoding="utf-8"))
     assert written["exit"] == r.returncode, show(r)
-    theirs = {f["signature"]: f["cells"] for f in written["findings"]}
+    theirs = {f["signature"]: [{k: c[k] for k in CELL_FIELDS if k in c} for c in f["cells"]]
+              for f in written["findings"]}
     ours: dict[str, list] = {}
     for f in verdict.findings:
         if f.kind not in NOT_COMPARED:

@@ -140,7 +140,7 @@ class BatchEngine(Engine):
             def not_alone(f: Finding, again: Verdict) -> None:
                 if f.kind == "nondeterministic" and any(g.kind == "out_of_bounds_read" for g in again.findings):
                     # the batch's two runs could not say it was the fill; the case alone (its probe
-                    # runs, judge._reruns) could: the same difference, named after the input read past
+                    # runs, judge_flow.rerun_findings) could: the same difference, named after the input read past
                     for g in again.findings:
                         if g.kind == "out_of_bounds_read" and g.signature not in found:
                             run.add(g, recorded(p))
