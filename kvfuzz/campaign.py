@@ -458,6 +458,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             s, found = run_engine(engine_cls(op, executor, options), budget_s=turn.budget_s,
                                   max_cases=cfg.max_cases, start=state.start(op) if state else 0,
                                   until=turn.fuzz_end, until_clean=turn.op_end, first_by=turn.first_by,
+                                  to_minimize=lambda found=found: pipeline.waiting(found),
                                   known=found, stats=current,
                                   on_case=on_case, sink=on_new)
             if sites:  # the op's call sites: binding findings, and the misbound ones launched as called

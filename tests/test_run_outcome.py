@@ -313,3 +313,7 @@ def test_an_op_that_has_found_nothing_draws_to_the_end_of_its_share():
     case = hand.decode(ps=1, delta=3)
     run.found["x"] = Found(None, case, case)  # a finding: the rest of the share minimizes it
     assert run.until == now - 1 and not run.in_time()
+    # a finding that needs no minimizing (shared with the baseline, flaky) leaves the share drawing
+    shared = OpRun("a", budget_s=100.0, max_cases=10, until=now - 1, until_clean=now + 60, to_minimize=lambda: False)
+    shared.found["x"] = Found(None, case, case)
+    assert shared.until == now + 60 and shared.in_time()

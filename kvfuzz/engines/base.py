@@ -59,7 +59,7 @@ class OpRun:
                  known: dict[str, Found] | None = None, stats: OpStats | None = None,
                  on_case: Callable[[OpStats, Verdict], None] | None = None,
                  sink: Callable[[Found], None] | None = None, first_by: float | None = None,
-                 until_clean: float | None = None) -> None:
+                 until_clean: float | None = None, to_minimize: Callable[[], bool] | None = None) -> None:
         self.stats = OpStats(op) if stats is None else stats
         self.found: dict[str, Found] = {} if known is None else known
         self.max_cases = max_cases  # this run's: a resumed stream counts from `start`
@@ -72,6 +72,9 @@ class OpRun:
         # ... which, while the op has found nothing (nothing to minimize in the rest of its
         # share), moves on to this (plan.Turn.op_end)
         self._until_clean = until_clean
+        # whether any finding waits to be minimized (the campaign's pipeline knows: a finding the
+        # baseline shares, or one set aside as flaky, needs none); None: any finding does
+        self._to_minimize = to_minimize
         # until then the op's first case is drawn however little of its share is left (the
         # run's end under --time-limit: an op whose turn came runs at least one batch)
         self.first_by = first_by
@@ -80,9 +83,9 @@ class OpRun:
 
     @property
     def until(self) -> float:
-        """The hard stop now: the op's share's end while it has found nothing, else the end of
-        its drawing (the rest of the share minimizes what it found)."""
-        if self._until_clean is not None and not self.found:
+        """The hard stop now: the op's share's end while it has found nothing to minimize, else
+        the end of its drawing (the rest of the share minimizes what it found)."""
+        if self._until_clean is not None and not (self._to_minimize() if self._to_minimize else self.found):
             return max(self._until, self._until_clean)
         return self._until
 
