@@ -32,7 +32,7 @@ from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
 from ..kv_index_common import BLOCK, EDGES, WIDTHS, batch_size, block_length, csr_offsets, editable, flat_size, \
     free_lengths, free_starts, generic_required, laid_out, last_pool_row, length_features, pool_rows, pool_size, \
-    relaid, relength, strided_rows, table_layout, token_table
+    production_batch, relaid, relength, strided_rows, table_layout, token_table
 
 OP = "chunked_prefix_kv_indices"
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "negative_start", "cu_inconsistent", "negative_len",
@@ -103,8 +103,7 @@ def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
 def chunk_in_class(d: Draw, k: CompileClass) -> Case:
     C = k["C"]
     production = k.get("size") == "production"
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]] \
-        if production else batch_size(d, k)
+    bs = production_batch(d, k) if production else batch_size(d, k)
     P = pool_size(d, k)
     g = rng(d.seed())
     if production:
