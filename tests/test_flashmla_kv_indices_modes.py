@@ -1,5 +1,5 @@
 """flashmla_kv_indices's unified-memory mode (SGLang 0.5.17-0.5.18's `v2p_ptr` and `PAGE_MULT`,
-passed by TRT-LLM MLA) and its production sizes: hand cases where the builtin kernel, SGLang
+passed by TRT-LLM MLA; its production sizes: tests/test_kv_index_production.py): hand cases where the builtin kernel, SGLang
 0.5.17's and the two oracles agree; each release judged by the variant of the modes its kernel
 takes; seeded one-line defects in the mode, in copies of SGLang 0.5.17's kernel and of the
 builtin, found by a short campaign."""
@@ -83,17 +83,6 @@ def test_v2p_and_page_mult_are_no_arguments_of_the_default_variant():
     case = pages_case([[0, 1]], [0], [2], 1, 2, v2p=[0, 1], mult=2, variant="default")
     status, reasons, _ = record(OP).contract.assess(case)
     assert status == "out_of_contract" and any("v2p" in r for r in reasons), reasons
-
-
-def test_a_production_table_past_the_block_count(device):
-    """A 40960-token table at page size 1 (AITER's): 10 blocks of 4096 pages, the row's end
-    and a length one past a block edge."""
-    rng = np.random.default_rng(3)
-    table = rng.integers(0, 1 << 20, size=(2, 40960))
-    case = pages_case(table, [1, 0], [40960, 8193], 1, W=40960, variant="default")
-    out = expected(case)
-    assert np.array_equal(out[0], table[1]) and np.array_equal(out[1, :8193], table[0, :8193])
-    runs_clean(case, device, ("builtin", "sglang==0.5.23"))
 
 
 @pytest.mark.parametrize("version,variant", [("0.5.16", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p"),
