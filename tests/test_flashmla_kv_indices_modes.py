@@ -147,3 +147,34 @@ def test_seeded_defects_in_the_builtins_mode_are_found(name, tmp_path, device):
     path = tmp_path / "mutant.py"
     path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
     assert campaign_finds(path, device)
+
+
+@pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process
+def test_a_short_repro_launches_the_unified_pools_remap(tmp_path):
+    """The short script passes v2p_ptr and PAGE_MULT as TRT-LLM MLA does; it runs clean on
+    0.5.17's kernel and exits 1 on a copy with a seeded defect in the remap."""
+    import os
+    import subprocess
+    import sys
+
+    from kvfuzz.corpus import SavedCase
+    from kvfuzz.short_repro import write_short_repro
+
+    table = np.array([[0, 16, 32, 48, 20, 36]])
+    case = pages_case(table, [0], [6], 1, W=6, v2p=list(range(100, 150)), mult=3)
+    saved = SavedCase(case=case, finding=None, target="sglang==0.5.17", device="cpu", versions={}, origin="hand",
+                      expected="pass")
+    script = tmp_path / "v2p.py"
+    write_short_repro(saved, script)
+    src = script.read_text()
+    assert "v2p_ptr=v2p" in src and "PAGE_MULT=3" in src
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+
+    def run(kernel_file):
+        return subprocess.run([sys.executable, str(script), str(kernel_file)], capture_output=True, text=True,
+                              timeout=300, env=env)
+    assert run(release_file("0.5.17")).returncode == 0
+    old, new = SGLANG_MUTANTS["v2p: one entry off"]
+    mutant = tmp_path / "kv_indices.py"
+    mutant.write_text(release_file("0.5.17").read_text().replace(old, new))
+    assert run(mutant).returncode == 1
