@@ -10,15 +10,17 @@ length at the block edges (0, 1, 511, 512, 513, 1024, 1025) and up to the row's 
 its pool row (the pool's first and last rows among them); then a base and a tail for the flat output.
 
 Production sizes are classes of their own, one class in sixteen (the campaign's class drawer,
-`chunk_variant_class`): a table 32768 to 131585 tokens wide, a batch of one, a few, 17 to 256 or
-past 256 (257-300), and one chunk as SGLang's ForwardBatch cuts it from the requests' prefixes
-(one or two to the row's end or a 512-token block edge, the rest short): the chunk length the
-capacity over the batch, 131072 // bs (SGLANG_MAX_KV_CHUNK_CAPACITY's default), or the longest
-prefix (the single-chunk path), every request from the chunk's start; so a request copies up to
-131072 tokens, the batch at most the capacity. The prefill CUDA-graph runner's padded slots are
-requests of a zero-length prefix (a start past it, length 0) at pool row 0, drawn among them.
-Every cell is judged. The CPU interpreter takes a second or more on one (SGLang's kernel loops over
-256 blocks of 512 tokens), so a CPU campaign reaches one only in a stint of a minute or more.
+`chunk_variant_class`): a table 32768 to 131585 tokens wide for one or a few requests, or a batch
+of 17 to 256 or past 256 (257-300) over a table of up to 8193 tokens (the interpreter runs the
+builtin's program per 1024 columns per request: 300 requests of 131072 columns would take it
+minutes). One chunk as SGLang's ForwardBatch cuts it from the requests' prefixes (one or two to
+the row's end or a block edge, the rest short): the chunk length the capacity over the batch,
+131072 // bs (SGLANG_MAX_KV_CHUNK_CAPACITY's default), or the longest prefix (the single-chunk
+path), every request from the chunk's start; so a request copies up to 131072 tokens, the batch
+at most the capacity. The prefill CUDA-graph runner's padded slots are requests of a zero-length
+prefix (a start past it, length 0) at pool row 0, drawn among them. Every cell is judged; the CPU
+interpreter takes a second or more on a long chunk, so a CPU campaign reaches one only in a stint
+of a minute or more.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ ONE_D = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_
 INDEX = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens")
 CAPACITY = 131072  # SGLang's SGLANG_MAX_KV_CHUNK_CAPACITY default: the tokens of one chunk over the batch
 PROD_WIDTHS = (32768, 65536, CAPACITY, CAPACITY + BLOCK + 1)  # C: the table's width (max context)
+BATCH_WIDTHS = (2049, 4097, 8193)  # C of a production batch (17-300 requests)
 
 
 def chunk_class(d: Draw) -> CompileClass:
@@ -65,8 +68,10 @@ def chunk_variant_class(d: Draw, variant: str) -> CompileClass:
         return k
     p = dict(k.items)
     p["size"] = "production"
-    p["C"] = d.choice(PROD_WIDTHS)
     p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+    # a long table for one or a few requests; a big batch over a shorter one (the interpreter runs a
+    # program per 512 columns per request: 300 requests of 131072 columns would take it minutes)
+    p["C"] = d.choice(PROD_WIDTHS if p["bs"] in ("one", "few") else BATCH_WIDTHS)
     p["cu"] = "bs+1"  # ForwardBatch's and the graph runner's
     return CompileClass.of(OP, p)
 
