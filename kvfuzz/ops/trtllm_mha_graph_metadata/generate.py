@@ -22,7 +22,7 @@ wild values past every row's live pages (`stale: wild`), which such a kernel mus
 
 Production sizes are classes of their own, one class in sixteen (`graph_variant_class`, the
 campaign's class drawer): `wide`, max_seq_pages for a context of 32768 to 131072 tokens and more
-(the backend's `max_num_pages`, 256 to 8193 pages at its page sizes, 1 to 17 of the kernel's
+(the backend's `max_num_pages`, 256 to 8197 pages at its page sizes, 1 to 17 of the kernel's
 512-page blocks) over a batch of 1 to 4; or `batch`, BS_BLOCK 256 or 512 (129 to 512 requests,
 past 256 among them) over at most 16 pages. Every cell is judged.
 """
