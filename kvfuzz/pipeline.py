@@ -83,6 +83,7 @@ class Saved:
     shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
     starved: bool = False  # its op's minimizing time was spent before it came up (settle_starved)
     unconfirmed: bool = False  # its confirmation raised (an internal error): saved as found, unconfirmed
+    site: dict | None = None  # its defect site (kvfuzz/sites: meta["site"]), or {"none": why}
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -141,6 +142,7 @@ class FindingPipeline:
         # a case found after this (less a margin for shards starting a little apart) is this run's
         self.since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=SHARD_START_SPREAD_S)
         self.internal_errors: list[dict] = []  # kvfuzz's own exceptions, each of one stage of one finding
+        self.sites: dict[str, dict] = {}  # signature -> its site (meta["site"]), attributed as it settles
 
     def _fault(self, stage: str, exc: BaseException, sig: str | None) -> dict:
         """Record an exception of kvfuzz's own that ended `stage` for the finding `sig`."""
@@ -244,6 +246,10 @@ class FindingPipeline:
                 self._fault("settle", exc, sig)
                 self._keep(found[sig])
             waiting -= needs
+        try:
+            self._group_defects(groups_from)
+        except Exception as exc:  # the findings stay apart, as their merge left them
+            self._fault("group", exc, None)
         for sig in [s for s in found if s in self.under_class]:
             f = self.under_class.pop(sig)
             try:
@@ -252,6 +258,22 @@ class FindingPipeline:
                 self._fault("settle", exc, sig)
                 self._keep(f)
         found.clear()
+
+    def _group_defects(self, groups_from: int) -> None:
+        """One defect, one case per symptom kind: this op's findings with one defect key
+        (sites/defects.py) and one kind merged into the smallest case of them, which lists
+        their signatures; those with no site stay as they are."""
+        from .sites.defects import defect_key
+
+        hosts: dict[tuple, Saved] = {}
+        for x in sorted(self.saved[groups_from:], key=lambda x: x.case.size_key()):
+            key = defect_key(x.found.finding.op, x.site)
+            if key is None or x.unconfirmed:
+                continue
+            host = hosts.setdefault((key, x.found.finding.kind), x)
+            if host is not x:
+                self.saved.remove(x)
+                self._absorb(host, list(x.signatures), [x.new] * len(x.signatures))
 
     def _keep(self, f: Found) -> None:
         """After an internal error settling `f`: it is in `saved`, as it stands, unless it is there."""
@@ -350,6 +372,8 @@ class FindingPipeline:
             meta["cross_check"] = cfg.cross_check
         if cfg.baseline:  # the case was judged against it: replay runs both again
             meta["baseline"] = cfg.baseline
+        if f.finding.signature in self.sites:  # the statement that went wrong (docs/defects.md)
+            meta["site"] = self.sites[f.finding.signature]
         errors = self.errors_of(signatures or [f.finding.signature])
         if errors:  # kvfuzz's own exceptions on the way here (docs/case-format.md)
             meta["internal_errors"] = errors
@@ -414,6 +438,8 @@ class FindingPipeline:
                 case, log, seconds, minimized_confirmed, shows, c = m
                 confirmation = c or confirmation
         finding = f.finding
+        if not interrupted:
+            self._attribute(f, case, until)
         path, error, res = None, None, None
         if self.store is not None:
             res, error = self._try_save(self._saved_case(f, case, tuple(log)))
@@ -430,7 +456,25 @@ class FindingPipeline:
         # where its first save failed, this save says
         return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
                      new=first_saved == "new" or (first_saved is None and (res is None or res.status == "new")),
-                     shows=frozenset(shows), starved=starved)
+                     shows=frozenset(shows), starved=starved, site=self.sites.get(sig))
+
+    def _attribute(self, f: Found, case: Case, until: float | None) -> None:
+        """The site of `f` on the case it is saved with (kvfuzz/sites: the case run traced under
+        Triton's interpreter, in a subprocess of its own), into `sites`; none, said so, for a
+        crash, a timeout or an interpreter that refuses the target."""
+        from .sites.choose import NO_SITE, site_meta
+        from .sites.run import TIMEOUT_S, attribute_isolated
+
+        sig = f.finding.signature
+        if not self.cfg.sites:
+            return
+        try:
+            attribution, why = None, ""
+            if site_meta(sig, None).get("none") not in NO_SITE.values():
+                attribution, why = attribute_isolated(case, self.cfg.target, within(TIMEOUT_S, until) or 1.0)
+            self.sites[sig] = site_meta(sig, attribution, why)
+        except Exception as exc:  # no site: the finding stays as it is
+            self._fault("site", exc, sig)
 
     def _minimized(self, f: Found, until: float | None):
         """`f` minimized by `until` and its smaller case confirmed in fresh processes: (case, log,

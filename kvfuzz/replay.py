@@ -9,6 +9,12 @@ A case whose verdict varies by nature (a `nondeterministic` finding saved or sho
 read of stray memory) is run `RUNS` times (`check_runs`) and judged by all of them: a finding
 any run shows counts, said as "shown in k of n runs" where not every run shows it, so a replay
 of such a case fails (exit 1) every time the defect shows in any of its runs, not by chance.
+
+Every replay also runs the case once more under Triton's interpreter with its loads and stores
+traced (kvfuzz/sites, in a subprocess of its own), whatever the device: the site of the saved
+finding is printed as a line a maintainer can open, and a load outside every tensor argument of
+its launch (a read past a copy the target's wrapper made, where no guard band of kvfuzz's lies
+and what is read varies) is an `out_of_bounds_read` on every replay, naming the statement.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class Replayed:
     runs: int = 1  # runs judged
     shown: dict[str, int] = field(default_factory=dict)  # signature -> runs that showed it
     failing: int = 0  # runs with any finding
+    site: dict | None = None  # the saved finding's site as the traced run names it (sites.choose.site_meta)
 
     @property
     def varies(self) -> bool:
@@ -51,7 +58,8 @@ class Replayed:
         return self.saved.finding is not None and self.saved.finding.signature in self.verdict.signatures()
 
 
-def replay(saved: SavedCase, target: str | None = None, device: str = "auto", isolate: bool = True) -> Replayed:
+def replay(saved: SavedCase, target: str | None = None, device: str = "auto", isolate: bool = True,
+           trace: bool = True) -> Replayed:
     """Against the case's own target the case keeps its contract variant; against another
     target (`target`) it is judged by the variant that target selects (its SGLang release).
     A case found by a cross-check (`meta["cross_check"]`: a `backend_divergence`) runs on this
@@ -104,9 +112,39 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
         if case is not saved.case:
             saved = dataclasses.replace(saved, case=case)
         verdict, runs, shown, failing = check_runs(checker, case, saved)
-        return Replayed(saved, spec, dev, verdict, executor.description, runs, shown, failing)
+        site = traced(saved, spec, verdict, shown, runs) if trace else None
+        if shown and min(shown.values()) == runs:  # a finding every run shows (the traced read) fails every run
+            failing = runs
+        return Replayed(saved, spec, dev, verdict, executor.description, runs, shown, failing, site)
     finally:
         executor.close()
+
+
+def traced(saved: SavedCase, spec: str, verdict: Verdict, shown: dict[str, int], runs: int) -> dict:
+    """The case run traced under the interpreter (sites.run): the saved finding's site
+    (`meta["site"]` form), and a stray load it shows added to `verdict` as an
+    `out_of_bounds_read` shown in every run, where no such finding names that tensor."""
+    from .findings import Finding
+    from .sites.choose import site_meta
+    from .sites.run import attribute_isolated
+
+    attribution, why = attribute_isolated(saved.case, spec)
+    sig = saved.finding.signature if saved.finding is not None else "-:-:mismatch:-:-"
+    site = site_meta(sig, attribution, why)
+    read = attribution.sites.get("stray_read") if attribution is not None else None
+    if read is not None:
+        from .sites.site import where
+
+        f = Finding("out_of_bounds_read", saved.case.op, saved.finding.path if saved.finding else "-",
+                    read.tensor or "-", read.place or "outside",
+                    f"the kernel {read.says}: `{where(read.file, read.line)}` `{read.text}` (a load outside "
+                    "every tensor argument of its launch, under the interpreter's trace)")
+        if not any(x.kind == "out_of_bounds_read" and x.tensor == f.tensor for x in verdict.findings):
+            verdict.findings.append(f)
+            shown[f.signature] = runs
+        if "line" not in site:  # the saved finding's own wrong does not show: the read does
+            site = read.to_json()
+    return site
 
 
 def varies_by_nature(saved: SavedCase, verdict: Verdict) -> bool:
@@ -159,6 +197,7 @@ def render(r: Replayed, name: str | None = None) -> str:
     """What `kvfuzz replay` prints; `name`: the case directory's name (default: the corpus key,
     the name the corpus gives it)."""
     from .contract import status_text
+    from .ops import CONTRACTS
     from .show import cell_lines, input_lines
 
     c, v = r.saved.case, r.verdict
@@ -167,7 +206,20 @@ def render(r: Replayed, name: str | None = None) -> str:
              + (f", cross-checked on {c.meta['cross_check']}" if c.meta.get("cross_check") else "")]
     if r.saved.finding is not None:
         lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
-    lines.append(f"contract {status_text(v.status, v.reasons)}")
+    site = c.meta.get("as_called")
+    if site:  # launched with a call site's own argument list (callsites/launch.py)
+        from .callsites.launch import binding_of
+
+        lines.append(f"as called {site['file']}:{site['line']} ({site.get('function')}): "
+                     f"{site['entry']}({', '.join(site['args'] + [f'{k}={v}' for k, v in site['kwargs'].items()])})")
+        lines += [f"binding  {b['message']}" for b in binding_of(site, r.target)]
+    else:  # the target release's own call sites of the op that bind elsewhere (docs/callsites.md)
+        from .callsites.launch import binding_findings, run_sites
+
+        lines += [f"binding  {b['message']}" for b in binding_findings(c.op, run_sites(r.target), r.target)]
+    stress = CONTRACTS[c.op].stress_reasons(c) if v.status == "in_contract" else []
+    lines.append(f"contract {status_text(v.status, v.reasons, stress)}"
+                 + (" (judged as in contract; reported apart from in-contract findings)" if stress else ""))
     lines += [f"         also: {why}" for why in v.reasons[1:3]]
     if v.expected is not None and v.expected.boundary:
         lines.append(f"boundary {v.expected.boundary}")
@@ -183,6 +235,10 @@ def render(r: Replayed, name: str | None = None) -> str:
         return "\n".join(lines)
     lines.append(f"verdict  FAIL: {len(v.findings)} finding(s)"
                  + (f", shown in {r.failing} of {r.runs} runs (its runs differ by nature)" if r.varies else ""))
+    if r.site:
+        from .sites import site_line
+
+        lines.append(f"site     {site_line({'site': r.site})}")
     for f in v.findings:
         k = r.shown.get(f.signature, r.runs)
         lines.append(f"  {f.kind}: {f.signature}" + (f"  (shown in {k} of {r.runs} runs)" if k < r.runs else ""))

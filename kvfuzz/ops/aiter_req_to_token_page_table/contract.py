@@ -64,7 +64,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Contract, Scalar, dtype_and_layout_reasons
+from ...contract import Arg, Contract, Scalar, dtype_and_layout_reasons, zero_stride_reasons
 from ..aiter_page_table_common import BLOCK_SIZE, PAGE_TABLE, SWA_MAPPING, SWA_PAGE_TABLE, cells_of, kernel_path, \
     page_size_reasons, racy_of, table_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, POOL_INDICES, matrix_reasons, refuses_nothing, size_reasons, \
@@ -110,6 +110,11 @@ def structural_reasons(case: Case) -> list[str]:
     return size_reasons(t, bs, {"seq_lens": bs}) or table_reasons(t, bs)
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="aiter_req_to_token_page_table",
     entry="scatter_req_to_token_to_page_table_kernel",
@@ -128,4 +133,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK_SIZE,),
+    stress=stress,
 )

@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract
+from ...contract import Arg, Cells, Contract, zero_stride_reasons
 from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
     size_reasons, span_cells
 from . import oracle
@@ -91,6 +91,11 @@ def cells(case: Case) -> dict[str, Cells]:
                                            max(int(cu[lens.shape[0] - 1] + lens[-1]), 0))}
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="chunked_prefix_kv_indices",
     entry="create_chunked_prefix_cache_kv_indices",
@@ -110,4 +115,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
+    stress=stress,
 )

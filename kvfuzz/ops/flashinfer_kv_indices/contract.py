@@ -66,7 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, Scalar
+from ...contract import Arg, Cells, Contract, Scalar, zero_stride_reasons
 from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
     size_reasons, span_cells, start_path
 from . import oracle
@@ -134,6 +134,11 @@ def kernel_path(case: Case) -> str:
 
 _RULE = "cells [kv_indptr[i], kv_indptr[i+1]) written, the rest of kv_indices untouched"
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="flashinfer_kv_indices",
     entry="create_flashinfer_kv_indices_triton",
@@ -160,4 +165,5 @@ CONTRACT = Contract(
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
     variant_args=VARIANT_ARGS,
+    stress=stress,
 )

@@ -68,7 +68,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, zero_stride_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, PAGE_BLOCK, POOL_INDICES, matrix_reasons, page_cells, \
     page_size_reasons, refuses_nothing, size_reasons, start_path, vector_reasons
 from . import oracle
@@ -133,6 +133,20 @@ def cells(case: Case) -> dict[str, Cells]:
     return {"kv_indices": page_cells(case, "kv_indices", "paged_kernel_lens")}
 
 
+BACKEND_PAGE_SIZES = (1, 32, 64, 128)  # AITER 1, TRT-LLM MLA 32 or 64, FlashMLA 64, CUTLASS MLA 128 (call sites)
+
+
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it (docs/callsites.md)."""
+    out = []
+    if "kv_start_idx" in case.tensors:
+        out.append("kv_start_idx given (every SGLang backend passes None)")
+    ps = case.scalars.get("page_size")
+    if ps not in BACKEND_PAGE_SIZES:
+        out.append(f"page_size {ps}: no MLA backend uses it (AITER 1, TRT-LLM MLA 32 or 64, FlashMLA 64, CUTLASS MLA 128)")
+    return out + zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="flashmla_kv_indices",
     entry="create_flashmla_kv_indices_triton",
@@ -154,4 +168,5 @@ CONTRACT = Contract(
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK_TOKENS,),
     variant_args=VARIANT_ARGS,
+    stress=stress,
 )

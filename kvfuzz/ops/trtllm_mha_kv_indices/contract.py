@@ -66,6 +66,7 @@ import numpy as np
 
 from ...case import Case
 from ...contract import INT32_MAX, Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, written_more_than_once
+from ...contract import zero_stride_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, PAGE_BLOCK, POOL_INDICES, matrix_reasons, page_cells, \
     page_counts, page_size_reasons, refuses_nothing, size_reasons, vector_reasons
 from . import oracle
@@ -150,6 +151,11 @@ def racy(case: Case) -> dict[str, np.ndarray]:
     return {name: mask for name in OUTPUTS if name in case.tensors}
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="trtllm_mha_kv_indices",
     entry="create_trtllm_mha_kv_indices_triton",
@@ -169,4 +175,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK_TOKENS,),
+    stress=stress,
 )

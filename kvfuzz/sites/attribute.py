@@ -1,0 +1,316 @@
+"""Attribute a case's wrong cells, stray writes and stray reads to kernel statements.
+
+The case runs once, in this process, on the CPU under Triton's interpreter, with every load and
+store recorded (trace.py). Each store's addresses are then placed in the case's arena (which
+output cell, which input element, which guard band or gap) or in a tensor the target's wrapper
+made itself (a `.contiguous()` copy: the launches' own pointer arguments say where those lie),
+and each load's addresses checked against every tensor argument of its launch. The first of
+each kind of wrong is kept, with its statement:
+
+* `wrong_value`: a required cell left with a value no oracle answer accepts, by the last store
+  that wrote it; where the stored value equals a value one of the program's earlier loads
+  returned on the same lane (or any lane), that load is named too (a wrong row read).
+* `lost_write`: a required cell no store wrote: the store that wrote a wrapper's copy of the
+  output, else the store that wrote the output's nearest cell.
+* `stray_write` / `untouched_write` / `input_write`: a store outside every tensor's elements, to
+  a cell the contract leaves alone, to an input.
+* `stray_read`: a load outside every tensor argument's elements.
+* `overlap`: a cell two programs wrote with different values (on a GPU, either may be left).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..case import Case
+from ..materialize import NOBODY, Plan
+from ..places import region_of_byte
+from .site import Site
+from .trace import Access, Arg, Trace, Tracer
+
+ORDER = ("wrong_value", "lost_write", "stray_write", "untouched_write", "input_write", "stray_read", "overlap")
+
+
+@dataclass
+class Attribution:
+    sites: dict[str, Site] = field(default_factory=dict)  # what -> the first such site
+    error: str | None = None  # the target raised (the trace holds what ran before)
+    truncated: bool = False
+
+    def to_json(self) -> dict:
+        return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
+                "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Attribution":
+        return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
+                   bool(d.get("truncated")))
+
+
+def run_traced(target, case: Case, plan: Plan) -> tuple[Trace, np.ndarray, int, str | None]:
+    """(trace, the arena's bytes after the run, the arena's address, the error raised or None):
+    `case` run once on the CPU from its image."""
+    from ..materialize import to_device
+
+    arena, views = to_device(plan, "cpu")
+    error = None
+    with Tracer() as tracer:
+        try:
+            target.invoke(case.op, views, case.scalars)
+        except Exception as exc:  # what ran before it is still attributed
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return tracer.trace, arena.numpy().copy(), arena.data_ptr(), error
+
+
+def _text(file: str, line: int) -> str:
+    return linecache.getline(file, line).strip()
+
+
+def _site(a: Access, what: str, says: str, load: Access | None = None) -> Site:
+    src = None
+    if load is not None:
+        src = {"kernel": load.func, "file": load.file, "line": load.line, "op": "tl.load",
+               "text": _text(load.file, load.line)}
+    return Site(a.func, a.file, a.line, f"tl.{a.op}", _text(a.file, a.line), what, says, src)
+
+
+def _index(shape: tuple, flat: int) -> str:
+    return "[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, shape)) + "]" if shape else "[]"
+
+
+class _Arena:
+    """Addresses of a planned arena: whose element (region, flat cell index) each byte is."""
+
+    def __init__(self, plan: Plan, base: int) -> None:
+        self.plan, self.base = plan, base
+        self._cell: dict[str, np.ndarray] = {}
+
+    def inside(self, addr: int) -> bool:
+        return self.base <= addr < self.base + self.plan.size
+
+    def place(self, addr: int) -> tuple[str | None, int]:
+        """(tensor whose element holds byte `addr`, its flat cell index), or (None, -1)."""
+        off = addr - self.base
+        who = int(self.plan.owner_of(np.array([off], dtype=np.int64))[0])
+        if who == NOBODY:
+            return None, -1
+        name = self.plan.names[who]
+        return name, int(self._cells(name)[off - self.plan.regions[name].start])
+
+    def _cells(self, name: str) -> np.ndarray:
+        got = self._cell.get(name)
+        if got is None:
+            r = self.plan.regions[name]
+            got = np.full(r.nbytes, -1, dtype=np.int64)
+            idx = r.spec.element_index().ravel()
+            for k in range(r.itemsize):
+                got[idx * r.itemsize + k] = np.arange(idx.size)
+            self._cell[name] = got
+        return got
+
+    def address(self, name: str, flat: int) -> int:
+        r = self.plan.regions[name]
+        return self.base + r.start + int(r.spec.element_index().ravel()[flat]) * r.itemsize
+
+    def stray_words(self, addr: int) -> str:
+        """Where a byte outside every element of the arena lies, in words."""
+        off = addr - self.base
+        name, where = region_of_byte(self.plan.regions.values(), off)
+        if name == "-":
+            return "outside every tensor"
+        r = self.plan.regions[name]
+        if where == "gap":
+            return f"into a stride gap of {name}"
+        if where == "after":
+            n = (off - (r.start + r.nbytes)) // r.itemsize + 1
+            return f"{n} element{'s' if n > 1 else ''} past the end of {name}"
+        n = (r.start - off + r.itemsize - 1) // r.itemsize
+        return f"{n} element{'s' if n > 1 else ''} before the start of {name}"
+
+
+def _arg_place(args: list[Arg], addr: int) -> tuple[Arg | None, str, str]:
+    """(the nearest argument, before|after|gap|outside, words) for an address outside every
+    argument's elements."""
+    best, out = None, (None, "outside", "outside every tensor argument")
+    for a in args:
+        if a.numel == 0:
+            continue
+        if addr >= a.hi:
+            d, place = addr - a.hi, "after"
+            n = d // a.itemsize + 1
+            w = f"{n} element{'s' if n > 1 else ''} past the end of {a.name}"
+        elif addr < a.lo:
+            d, place = a.lo - addr, "before"
+            n = (d + a.itemsize - 1) // a.itemsize
+            w = f"{n} element{'s' if n > 1 else ''} before the start of {a.name}"
+        else:
+            d, place, w = 0, "gap", f"into a stride gap of {a.name}"
+        if best is None or d < best:
+            best, out = d, (a, place, w)
+    return out
+
+
+def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
+    """The case's tensor a kernel argument is: its arena view's, or (a copy the wrapper made) the
+    one of `names` with its element count and size, where only one has them."""
+    if arg is None:
+        return "-"
+    if arena.inside(arg.ptr):
+        name, _ = arena.place(arg.ptr)
+        if name is not None:
+            return name
+    same = [n for n in names if case.tensors[n].numel == arg.numel
+            and arena.plan.regions[n].itemsize == arg.itemsize]
+    return same[0] if len(same) == 1 else arg.name
+
+
+def _source(trace: Trace, store: Access, lane: int, value) -> Access | None:
+    """The program's last load before `store` that returned `value` on the store's lane `lane`
+    (or a scalar load that returned it): where the stored value came from."""
+    for a in reversed(trace.accesses[: store.seq]):
+        if a.op != "load" or a.program != store.program or a.launch != store.launch:
+            continue
+        if a.width == 1 and a.values.size == 1 and a.values[0] == value:
+            return a
+        at = np.flatnonzero(a.lanes == lane)
+        if at.size and a.values[at[0]] == value:
+            return a
+    return None
+
+
+def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, outputs: tuple[str, ...],
+            cells: dict | None, accepted: tuple = ()) -> Attribution:
+    """The first site of each kind of wrong (ORDER) the traced run shows. `cells`: the
+    contract's cells per output (None: not judged, out of contract); `accepted`: the oracle's
+    accepted answers (in-contract cases; empty: no wrong values judged)."""
+    arena = _Arena(plan, base)
+    out = Attribution(truncated=trace.truncated)
+    sites = out.sites
+    last_store: dict[int, tuple[Access, int, object]] = {}  # address -> (store, lane, value)
+    writers: dict[int, tuple[tuple, object]] = {}  # address -> (program, value) of its first writer
+    for a in trace.accesses:
+        launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
+        args = launch.args if launch is not None else []
+        if a.op == "load":
+            if "stray_read" in sites or not args:
+                continue
+            ok = np.zeros(a.addrs.shape, dtype=bool)
+            for arg in args:
+                ok |= arg.holds(a.addrs)
+            if not ok.all():
+                addr = int(a.addrs[np.flatnonzero(~ok)[0]])
+                arg, place, words = _arg_place(args, addr)
+                inputs = [n for n in case.tensors if n not in outputs]
+                sites["stray_read"] = dataclasses.replace(
+                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs), place=place)
+            continue
+        for lane, addr, value in zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist()):
+            prev = writers.get(addr)
+            if prev is None:
+                writers[addr] = (a.program, value)
+            elif prev[0] != a.program and prev[1] != value and "overlap" not in sites:
+                name, flat = arena.place(addr) if arena.inside(addr) else (None, -1)
+                cell = f"{name}{_index(plan.regions[name].spec.shape, flat)}" if name else f"address {addr:#x}"
+                sites["overlap"] = _site(a, "overlap", f"writes {cell}, which another program writes with "
+                                                         f"another value ({prev[1]} and {value})",
+                                         _source(trace, a, lane, value))
+            last_store[addr] = (a, lane, value)
+            if arena.inside(addr):
+                name, flat = arena.place(addr)
+                if name is None:
+                    if "stray_write" not in sites:
+                        tensor, place = region_of_byte(plan.regions.values(), addr - base)
+                        sites["stray_write"] = dataclasses.replace(
+                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", _source(trace, a, lane, value)),
+                            tensor=tensor, place=place)
+                elif name not in outputs:
+                    if "input_write" not in sites:
+                        sites["input_write"] = _site(a, "input_write", f"writes input {name}"
+                                                     f"{_index(plan.regions[name].spec.shape, flat)}")
+                elif cells is not None and "untouched_write" not in sites:
+                    c = cells[name]
+                    idx = np.unravel_index(flat, c.required.shape)
+                    if c.untouched[idx]:
+                        sites["untouched_write"] = _site(
+                            a, "untouched_write", f"writes {name}{_index(c.required.shape, flat)}, a cell the contract "
+                            "leaves alone", _source(trace, a, lane, value))
+            elif not any(arg.holds(np.array([addr], dtype=np.uint64))[0] for arg in args):
+                if "stray_write" not in sites:
+                    arg, place, words = _arg_place(args, addr)
+                    sites["stray_write"] = dataclasses.replace(
+                        _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
+                        tensor=_case_tensor(arena, case, arg, outputs), place=place)
+    if cells is not None and accepted:
+        _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
+    return out
+
+
+def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> None:
+    for name in outputs:
+        r = plan.regions.get(name)
+        if r is None or r.numel == 0 or "wrong_value" in sites and "lost_write" in sites:
+            continue
+        got = r.elements(after).astype(np.int64)
+        req = cells[name].required
+        ok = np.zeros(got.shape, dtype=bool)
+        for answer in accepted:
+            want = np.asarray(answer[name]).astype(np.int64)
+            if want.shape == got.shape:
+                ok |= want == got
+        wrong = np.flatnonzero((req & ~ok).ravel())
+        want = np.asarray(accepted[0][name]).astype(np.int64).ravel()
+        shape = r.spec.shape
+        for flat in wrong.tolist():
+            addr = arena.address(name, flat)
+            cell = f"{name}{_index(shape, flat)}"
+            hit = last_store.get(addr)
+            if hit is not None and "wrong_value" not in sites:
+                store, lane, value = hit
+                load = _source(trace, store, lane, value)
+                sites["wrong_value"] = _site(store, "wrong_value", f"writes {cell} = {value}, expected {want[flat]}",
+                                             load)
+            elif hit is None and "lost_write" not in sites:
+                lost = _lost(trace, arena, name, flat, cell, int(want[flat]), r)
+                if lost is not None:
+                    sites["lost_write"] = lost
+            if "wrong_value" in sites and "lost_write" in sites:
+                return
+
+
+def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: int, r) -> Site | None:
+    """The store to blame for a required cell nobody wrote: one writing a wrapper's copy of the
+    output (a tensor argument outside the arena with its element count and size), else the
+    store that wrote the output's nearest cell."""
+    copy_of = None
+    for a in trace.accesses:
+        if a.op != "store" or not a.addrs.size:
+            continue
+        launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
+        for arg in (launch.args if launch else []):
+            if arg.numel == r.numel and arg.itemsize == r.itemsize and not arena.inside(arg.ptr) \
+                    and arg.holds(a.addrs[:1])[0]:
+                copy_of = (a, arg)
+                break
+        if copy_of:
+            break
+    if copy_of is not None:
+        a, arg = copy_of
+        return _site(a, "lost_write", f"never writes {cell} (expected {want}): it writes the kernel's argument "
+                                      f"{arg.name}, a copy the wrapper made")
+    best = None
+    for a in trace.accesses:
+        if a.op != "store":
+            continue
+        for addr in a.addrs.tolist():
+            if not arena.inside(addr):
+                continue
+            who, k = arena.place(addr)
+            if who == name and (best is None or abs(k - flat) < best[0]):
+                best = (abs(k - flat), a)
+    if best is None:
+        return None
+    return _site(best[1], "lost_write", f"never writes {cell} (expected {want})")

@@ -1,0 +1,75 @@
+"""Attribution of one case, in this process or in a subprocess of its own.
+
+`attribute` runs in a process whose kernels run under Triton's interpreter (the CPU). A
+campaign or a replay on any device calls `attribute_isolated`: a fresh `python -m
+kvfuzz.sites.run` with TRITON_INTERPRET=1, the case and the target spec pickled on its stdin,
+the attribution as JSON on its stdout, killed past its timeout. A kernel whose stray access
+kills the interpreter, a target the interpreter refuses, or a timeout gives no attribution and
+says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+from ..case import Case
+from .attribute import Attribution, analyse, run_traced
+
+TIMEOUT_S = 60.0
+
+
+def attribute(case: Case, spec: str) -> Attribution:
+    """`case` run traced on the CPU against the target `spec`, attributed."""
+    from ..execute import prepare
+    from ..ops import CONTRACTS
+    from ..targets import load_target
+
+    target = load_target(spec, "cpu")
+    prepared = prepare(case)
+    contract = CONTRACTS[case.op]
+    trace, after, base, error = run_traced(target, case, prepared.plan)
+    if trace.failed:
+        raise RuntimeError(f"the trace failed: {trace.failed}")
+    judged = prepared.status == "in_contract" and error is None
+    cells = contract.cells(case) if judged else None
+    accepted = prepared.expected.accepted() if judged and prepared.expected is not None else ()
+    out = analyse(case, prepared.plan, trace, after, base, contract.outputs, cells, accepted)
+    out.error = error
+    return out
+
+
+def attribute_isolated(case: Case, spec: str, timeout_s: float = TIMEOUT_S) -> tuple[Attribution | None, str]:
+    """(the attribution, "") or (None, why there is none), from a subprocess of its own."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kvfuzz.sites.run"], input=pickle.dumps((case, spec)),
+                              capture_output=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"attribution under the interpreter timed out after {timeout_s:.0f} s"
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        why = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else tail[0][:200]
+        return None, f"attribution under the interpreter failed: {why}"
+    try:
+        return Attribution.from_json(json.loads(proc.stdout.decode().strip().splitlines()[-1])), ""
+    except (ValueError, IndexError, KeyError) as exc:
+        return None, f"attribution under the interpreter gave no answer: {exc}"
+
+
+def main() -> int:
+    from .. import device as devmod
+
+    case, spec = pickle.loads(sys.stdin.buffer.read())
+    devmod.select("cpu")
+    out = attribute(case, spec)
+    sys.stdout.write(json.dumps(out.to_json()) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
