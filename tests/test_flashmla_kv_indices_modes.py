@@ -1,5 +1,5 @@
 """flashmla_kv_indices's unified-memory mode (SGLang 0.5.17-0.5.18's `v2p_ptr` and `PAGE_MULT`,
-passed by TRT-LLM MLA) and its production sizes: hand cases where the builtin kernel, SGLang
+passed by TRT-LLM MLA; its production sizes: tests/test_kv_index_production.py): hand cases where the builtin kernel, SGLang
 0.5.17's and the two oracles agree; each release judged by the variant of the modes its kernel
 takes; seeded one-line defects in the mode, in copies of SGLang 0.5.17's kernel and of the
 builtin, found by a short campaign."""
@@ -85,17 +85,6 @@ def test_v2p_and_page_mult_are_no_arguments_of_the_default_variant():
     assert status == "out_of_contract" and any("v2p" in r for r in reasons), reasons
 
 
-def test_a_production_table_past_the_block_count(device):
-    """A 40960-token table at page size 1 (AITER's): 10 blocks of 4096 pages, the row's end
-    and a length one past a block edge."""
-    rng = np.random.default_rng(3)
-    table = rng.integers(0, 1 << 20, size=(2, 40960))
-    case = pages_case(table, [1, 0], [40960, 8193], 1, W=40960, variant="default")
-    out = expected(case)
-    assert np.array_equal(out[0], table[1]) and np.array_equal(out[1, :8193], table[0, :8193])
-    runs_clean(case, device, ("builtin", "sglang==0.5.23"))
-
-
 @pytest.mark.parametrize("version,variant", [("0.5.16", "default"), ("0.5.17", "v2p"), ("0.5.18", "v2p"),
                                              ("0.5.19", "default")])
 def test_each_release_is_judged_by_the_modes_its_kernel_takes(version, variant, device):
@@ -158,3 +147,34 @@ def test_seeded_defects_in_the_builtins_mode_are_found(name, tmp_path, device):
     path = tmp_path / "mutant.py"
     path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
     assert campaign_finds(path, device)
+
+
+@pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process
+def test_a_short_repro_launches_the_unified_pools_remap(tmp_path):
+    """The short script passes v2p_ptr and PAGE_MULT as TRT-LLM MLA does; it runs clean on
+    0.5.17's kernel and exits 1 on a copy with a seeded defect in the remap."""
+    import os
+    import subprocess
+    import sys
+
+    from kvfuzz.corpus import SavedCase
+    from kvfuzz.short_repro import write_short_repro
+
+    table = np.array([[0, 16, 32, 48, 20, 36]])
+    case = pages_case(table, [0], [6], 1, W=6, v2p=list(range(100, 150)), mult=3)
+    saved = SavedCase(case=case, finding=None, target="sglang==0.5.17", device="cpu", versions={}, origin="hand",
+                      expected="pass")
+    script = tmp_path / "v2p.py"
+    write_short_repro(saved, script)
+    src = script.read_text()
+    assert "v2p_ptr=v2p" in src and "PAGE_MULT=3" in src
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+
+    def run(kernel_file):
+        return subprocess.run([sys.executable, str(script), str(kernel_file)], capture_output=True, text=True,
+                              timeout=300, env=env)
+    assert run(release_file("0.5.17")).returncode == 0
+    old, new = SGLANG_MUTANTS["v2p: one entry off"]
+    mutant = tmp_path / "kv_indices.py"
+    mutant.write_text(release_file("0.5.17").read_text().replace(old, new))
+    assert run(mutant).returncode == 1

@@ -116,7 +116,7 @@ def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     newest = {"num_kv_splits": "0.5.23", "draft_extend_metadata": "0.5.16", "q8kv8_topk_length": "0.5.23",
               "trtllm_mha_kv_indices": "0.5.16", "pa_page_table": "0.5.15", "trtllm_mha_graph_metadata": "0.5.19",
               "aiter_ragged_page_table": "0.5.12", "aiter_req_to_token_page_table": "0.5.12",
-              "flashinfer_kv_indices": "0.5.22"}
+              "flashinfer_kv_indices": "0.5.22", "flashmla_kv_indices": "0.5.17"}
     for op, b in t.bindings.items():
         assert b.by_name and not b.defaulted, (op, b.describe())
         # decode takes 0.5.14's call and 0.5.23's arguments: no single release's signature
@@ -127,7 +127,7 @@ def test_entry_points_are_bound_by_name_when_the_target_loads(device):
     assert t.variants == {"decode_metadata": "strict", "swa_spec_page_table": "default", "num_kv_splits": "default",
                           "draft_extend_metadata": "default", "q8kv8_topk_length": "default",
                           "flashinfer_kv_indices": "token_mapping", "chunked_prefix_kv_indices": "default",
-                          "flashmla_kv_indices": "default", "trtllm_mha_kv_indices": "default",
+                          "flashmla_kv_indices": "v2p", "trtllm_mha_kv_indices": "default",
                           "pa_page_table": "default", "trtllm_mha_graph_metadata": "default",
                           "aiter_ragged_page_table": "default", "aiter_req_to_token_page_table": "default"}
 

@@ -13,7 +13,7 @@ Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs, b
 this is a launcher function called with the same arguments, no grid: it reads the tensors' shapes
 and strides (metadata only, no host sync, so CUDA-graph capturable) and launches one program per
 (request, tile of page_table's width): a request's pages are capped at the row's width, so no
-program writes past its row. Every load and store is masked to its tensor: a decreasing or
+program writes past its row, and a tile past the request's pages returns before any vector work. Every load and store is masked to its tensor: a decreasing or
 negative kv_indptr, a range past kv_flat, more pages than a row holds, or a slot outside the
 mapping (out-of-contract cases) read and write nothing outside their tensors. Any strides (each
 table through its own), int32 or int64 slots, offsets and mapping, any positive ``PAGE_SIZE``;
@@ -45,6 +45,8 @@ def _ragged_page_table_kernel(flat, N, flat_s, ptr, ptr_s, out, W, out_row_s, ou
     start = tl.load(ptr + req * ptr_s).to(tl.int64)
     end = tl.load(ptr + (req + 1) * ptr_s).to(tl.int64)
     pages = (tl.maximum(end - start, 0) + PS - 1) // PS
+    if tile * TILE >= pages:  # a tile past the request's pages: nothing to write
+        return
     p = tile * TILE + tl.arange(0, TILE).to(tl.int64)
     idx = start + p * PS
     mask = (p < pages) & (p < W) & (idx >= 0) & (idx < N)

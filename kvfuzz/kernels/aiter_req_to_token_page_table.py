@@ -15,7 +15,7 @@ Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs, b
 this is a launcher function called with the same arguments, no grid: it reads the tensors' shapes
 and strides (metadata only, no host sync, so CUDA-graph capturable) and launches one program per
 (request, tile of page_table's width): a request's pages are capped at the row's width, so no
-program writes past its row. Every load and store is masked to its tensor: a pool index outside
+program writes past its row, and a tile past the request's pages returns before any vector work. Every load and store is masked to its tensor: a pool index outside
 the table, a length past the row, more pages than a row holds, or a slot outside the mapping
 (out-of-contract cases) read and write nothing outside their tensors. Any strides (each table
 through its own), int32 or int64 indices, lengths and mapping, any positive ``PAGE_SIZE``,
@@ -49,6 +49,8 @@ def _req_to_token_page_table_kernel(table, P, C, row_stride, col_stride, rows, r
     row = tl.load(rows + req * rows_s).to(tl.int64)
     n = tl.load(lens + req * lens_s).to(tl.int64) + DRAFT
     pages = (tl.maximum(n, 0) + PS - 1) // PS
+    if tile * TILE >= pages:  # a tile past the request's pages: nothing to write
+        return
     p = tile * TILE + tl.arange(0, TILE).to(tl.int64)
     col = p * PS
     mask = (p < pages) & (p < W) & (row >= 0) & (row < P) & (col < C)

@@ -11,7 +11,7 @@ Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs,)]
 a launcher function called with the same arguments, no grid: it reads the tensors' shapes and
 strides (metadata only, no host sync, so CUDA-graph capturable) and launches one program per
 (request, 1024-column tile of the table's width): a request's span is capped at its row's end,
-so no program loops. Every load and store is masked to its tensor: a pool index outside the
+so no program loops, and a tile past it returns before any vector work. Every load and store is masked to its tensor: a pool index outside the
 table, a start before the row, a span past it, or offsets past ``chunk_kv_indices``
 (out-of-contract cases) read and write nothing outside their tensors. ``chunk_cu_seq_lens`` may
 hold bs or bs + 1 offsets (only the first bs are read). Any strides, int32 or int64 indices; bad
@@ -40,8 +40,10 @@ def _chunk_gather_kernel(table, P, C, row_stride, col_stride, rows, rows_s, star
     row = tl.load(rows + req * rows_s).to(tl.int64)
     s = tl.load(starts + req * starts_s).to(tl.int64)
     n = tl.load(lens + req * lens_s).to(tl.int64)
-    base = tl.load(cu + req * cu_s).to(tl.int64)
     n = tl.minimum(n, C - s)  # never past the row's end
+    if tile * TILE >= n:  # a tile past the request's span: nothing to copy
+        return
+    base = tl.load(cu + req * cu_s).to(tl.int64)
     j = tile * TILE + tl.arange(0, TILE).to(tl.int64)
     dst = base + j
     col = s + j

@@ -13,7 +13,8 @@ Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs, b
 this is a launcher function called with the same arguments, no grid: it reads the tensors'
 shapes and strides (metadata only, no host sync, so CUDA-graph capturable) and launches one
 program per (request, 512-page tile of kv_indices' width): a request's pages are capped at the
-row's width, so no program loops and none is launched past it. Every load and store is masked to
+row's width, so no program loops and none is launched past it; a tile past the request's pages
+returns before any vector work. Every load and store is masked to
 its tensor: a pool index outside the table, a start or span outside the row, more pages than
 kv_indices' row holds, or a request past kv_indices' rows (out-of-contract cases) read and write
 nothing outside their tensors; a page outside ``v2p_ptr`` reads nothing and writes nothing.
@@ -51,6 +52,8 @@ def _page_table_kernel(table, P, C, row_stride, col_stride, rows, rows_s, lens, 
     else:
         s = tl.zeros([], tl.int64)
     pages = (tl.maximum(n, 0) + PS - 1) // PS
+    if tile * TILE >= pages:  # a tile past the request's pages: nothing to write
+        return
     p = tile * TILE + tl.arange(0, TILE).to(tl.int64)
     col = s + p * PS
     mask = (p < pages) & (p < W) & (req < R) & (row >= 0) & (row < P) & (col >= 0) & (col < C)

@@ -13,7 +13,8 @@ Unlike SGLang's, which is a bare ``@triton.jit`` kernel launched ``kernel[(bs, b
 this is a launcher function called with the same arguments, no grid: it reads the tensors'
 shapes and strides (metadata only, no host sync, so CUDA-graph capturable) and launches one
 program per (request, tile of page_table's width): a request's pages are capped at the row's
-width, so no program loops and none writes past its row. Every load and store is masked to its
+width, so no program loops and none writes past its row; a tile past the request's pages returns
+before any vector work. Every load and store is masked to its
 tensor: a pool index outside the table, a length past the row, more pages than page_table's row
 holds, or a slot outside the mapping (out-of-contract cases) read and write nothing outside their
 tensors. Any strides (swa_page_table's its own), int32 or int64 indices and mapping; ``PAGE_SIZE``
@@ -47,6 +48,8 @@ def _trtllm_page_table_kernel(table, P, C, row_stride, col_stride, rows, rows_s,
     row = tl.load(rows + req * rows_s).to(tl.int64)
     n = tl.load(lens + req * lens_s).to(tl.int64)
     pages = (tl.maximum(n, 0) + PS - 1) // PS
+    if tile * TILE >= pages:  # a tile past the request's pages: nothing to write
+        return
     p = tile * TILE + tl.arange(0, TILE).to(tl.int64)
     col = p * PS
     mask = (p < pages) & (p < W) & (row >= 0) & (row < P) & (col < C)

@@ -258,10 +258,6 @@ def production_class(d: Draw, p: dict) -> bool:
     return True
 
 
-def production_batch(d: Draw, k: CompileClass) -> int:
-    return {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]]
-
-
 def production_lengths(d: Draw, g, bs: int, cap: int, ps: int, W: int, least: int = 0) -> list[int]:
     """A production batch's tokens: one or two requests long (the row's end, the grid's block
     edges, any), the rest short (at least `least`, a verify's drafts)."""

@@ -249,6 +249,11 @@ def batch_size(d: Draw, k: CompileClass, big: int = 40) -> int:
     return {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, big)}[k["bs"]]
 
 
+def production_batch(d: Draw, k: CompileClass) -> int:
+    """bs for a production-size class: one request, a few, 17 to 256, or past 256 (257-300)."""
+    return {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]]
+
+
 def pool_size(d: Draw, k: CompileClass) -> int:
     """P: the pool's rows (one, sometimes, under a repeated row)."""
     return 1 if k["layout:req_to_token"].kind == "broadcast" and d.boolean() else d.integer(1, 6)

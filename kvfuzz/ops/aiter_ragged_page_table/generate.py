@@ -30,7 +30,7 @@ from ...strategies.draw import CompileClass, Draw
 from ...strategies.layouts import layout_class
 from ...strategies.values import rng
 from .. import aiter_page_table_common as common
-from ..kv_index_common import batch_size, editable, laid_out, relaid
+from ..kv_index_common import batch_size, editable, laid_out, production_batch, relaid
 
 OP = "aiter_ragged_page_table"
 WIDTHS = (1, 2, 5, 64, 1023, 1024, 1025, 2049)  # W: pages per row
@@ -66,7 +66,7 @@ def ragged_variant_class(d: Draw, variant: str) -> CompileClass:
 def ragged_in_class(d: Draw, k: CompileClass) -> Case:
     ps, W = k["page_size"], k["W"]
     production = k.get("size") == "production"
-    bs = common.production_batch(d, k) if production else batch_size(d, k, big=24)
+    bs = production_batch(d, k) if production else batch_size(d, k, big=24)
     g = rng(d.seed())
     cap = W * ps  # a request holds at most W pages
     lens = common.production_lengths(d, g, bs, cap, ps, W) if production else \

@@ -34,7 +34,7 @@ from ...strategies.layouts import layout_class
 from ...strategies.values import rng
 from .. import aiter_page_table_common as common
 from ..kv_index_common import batch_size, editable, generic_required, laid_out, last_pool_row, pool_rows, pool_size, \
-    relaid, strided_rows, table_layout, token_table
+    production_batch, relaid, strided_rows, table_layout, token_table
 
 OP = "aiter_req_to_token_page_table"
 DRAFTS = (4, 0, 1, 2, 3, 8, 16)  # DRAFT_NUM: the verify's draft tokens, the extend's 0
@@ -104,7 +104,7 @@ def r2t_in_class(d: Draw, k: CompileClass) -> Case:
     D, ps, C = k["draft_num"], k["page_size"], k["C"]
     W, cap = _widths(k)
     production = k.get("size") == "production"
-    bs = common.production_batch(d, k) if production else batch_size(d, k, big=24)
+    bs = production_batch(d, k) if production else batch_size(d, k, big=24)
     P = pool_size(d, k)
     g = rng(d.seed())
     kv = common.production_lengths(d, g, bs, cap, ps, W, D) if production else \

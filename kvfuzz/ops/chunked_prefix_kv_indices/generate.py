@@ -10,15 +10,17 @@ length at the block edges (0, 1, 511, 512, 513, 1024, 1025) and up to the row's 
 its pool row (the pool's first and last rows among them); then a base and a tail for the flat output.
 
 Production sizes are classes of their own, one class in sixteen (the campaign's class drawer,
-`chunk_variant_class`): a table 32768 to 131585 tokens wide, a batch of one, a few, 17 to 256 or
-past 256 (257-300), and one chunk as SGLang's ForwardBatch cuts it from the requests' prefixes
-(one or two to the row's end or a 512-token block edge, the rest short): the chunk length the
-capacity over the batch, 131072 // bs (SGLANG_MAX_KV_CHUNK_CAPACITY's default), or the longest
-prefix (the single-chunk path), every request from the chunk's start; so a request copies up to
-131072 tokens, the batch at most the capacity. The prefill CUDA-graph runner's padded slots are
-requests of a zero-length prefix (a start past it, length 0) at pool row 0, drawn among them.
-Every cell is judged. The CPU interpreter takes a second or more on one (SGLang's kernel loops over
-256 blocks of 512 tokens), so a CPU campaign reaches one only in a stint of a minute or more.
+`chunk_variant_class`): a table 32768 to 131585 tokens wide for one or a few requests, or a batch
+of 17 to 256 or past 256 (257-300) over a table of up to 8193 tokens (the interpreter runs the
+builtin's program per 1024 columns per request: 300 requests of 131072 columns would take it
+minutes). One chunk as SGLang's ForwardBatch cuts it from the requests' prefixes (one or two to
+the row's end or a block edge, the rest short): the chunk length the capacity over the batch,
+131072 // bs (SGLANG_MAX_KV_CHUNK_CAPACITY's default), or the longest prefix (the single-chunk
+path), every request from the chunk's start; so a request copies up to 131072 tokens, the batch
+at most the capacity. The prefill CUDA-graph runner's padded slots are requests of a zero-length
+prefix (a start past it, length 0) at pool row 0, drawn among them. Every cell is judged; the CPU
+interpreter takes a second or more on a long chunk, so a CPU campaign reaches one only in a stint
+of a minute or more.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
 from ..kv_index_common import BLOCK, EDGES, WIDTHS, batch_size, block_length, csr_offsets, editable, flat_size, \
     free_lengths, free_starts, generic_required, laid_out, last_pool_row, length_features, pool_rows, pool_size, \
-    relaid, relength, strided_rows, table_layout, token_table
+    production_batch, relaid, relength, strided_rows, table_layout, token_table
 
 OP = "chunked_prefix_kv_indices"
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "negative_start", "cu_inconsistent", "negative_len",
@@ -41,6 +43,7 @@ ONE_D = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_
 INDEX = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens")
 CAPACITY = 131072  # SGLang's SGLANG_MAX_KV_CHUNK_CAPACITY default: the tokens of one chunk over the batch
 PROD_WIDTHS = (32768, 65536, CAPACITY, CAPACITY + BLOCK + 1)  # C: the table's width (max context)
+BATCH_WIDTHS = (2049, 4097, 8193)  # C of a production batch (17-300 requests)
 
 
 def chunk_class(d: Draw) -> CompileClass:
@@ -65,8 +68,10 @@ def chunk_variant_class(d: Draw, variant: str) -> CompileClass:
         return k
     p = dict(k.items)
     p["size"] = "production"
-    p["C"] = d.choice(PROD_WIDTHS)
     p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+    # a long table for one or a few requests; a big batch over a shorter one (the interpreter runs a
+    # program per 512 columns per request: 300 requests of 131072 columns would take it minutes)
+    p["C"] = d.choice(PROD_WIDTHS if p["bs"] in ("one", "few") else BATCH_WIDTHS)
     p["cu"] = "bs+1"  # ForwardBatch's and the graph runner's
     return CompileClass.of(OP, p)
 
@@ -103,8 +108,7 @@ def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
 def chunk_in_class(d: Draw, k: CompileClass) -> Case:
     C = k["C"]
     production = k.get("size") == "production"
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]] \
-        if production else batch_size(d, k)
+    bs = production_batch(d, k) if production else batch_size(d, k)
     P = pool_size(d, k)
     g = rng(d.seed())
     if production:

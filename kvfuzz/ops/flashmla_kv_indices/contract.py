@@ -144,6 +144,8 @@ def stress(case: Case) -> list[str]:
     ps = case.scalars.get("page_size")
     if ps not in BACKEND_PAGE_SIZES:
         out.append(f"page_size {ps}: no MLA backend uses it (AITER 1, TRT-LLM MLA 32 or 64, FlashMLA 64, CUTLASS MLA 128)")
+    if case.scalars.get("page_mult", 1) > 1 and "v2p" not in case.tensors:
+        out.append("page_mult > 1 without v2p (TRT-LLM MLA passes the layer count only with the unified pool's table)")
     return out + zero_stride_reasons(case, ("req_to_token",))
 
 

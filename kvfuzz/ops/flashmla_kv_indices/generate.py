@@ -37,8 +37,8 @@ from ...strategies.draw import CompileClass, Draw
 from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
 from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
-    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, relaid, start_in_row, start_path, \
-    strided_rows, table_layout, token_table
+    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, production_batch, relaid, \
+    start_in_row, start_path, strided_rows, table_layout, token_table
 from .contract import VARIANT_ARGS
 
 OP = "flashmla_kv_indices"
@@ -127,8 +127,7 @@ def v2p_table(d: Draw, g, V: int, mult: int) -> np.ndarray:
 def mla_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
     production = k.get("size") == "production"
-    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]] \
-        if production else batch_size(d, k, big=24)
+    bs = production_batch(d, k) if production else batch_size(d, k, big=24)
     R = bs + d.choice((0, 0, 1, 3))  # a CUDA-graph buffer holds rows past bs
     P = pool_size(d, k)
     g = rng(d.seed())

@@ -19,6 +19,12 @@ padding rows (length 1 or 0), one length near int32's largest; batches at the BS
 or absent, with the -1 sentinel. req_to_token holds valid slots at every page column (the
 backend's stale tails are old slots), or, for the variants that write only the live pages,
 wild values past every row's live pages (`stale: wild`), which such a kernel must not read.
+
+Production sizes are classes of their own, one class in sixteen (`graph_variant_class`, the
+campaign's class drawer): `wide`, max_seq_pages for a context of 32768 to 131072 tokens and more
+(the backend's `max_num_pages`, 256 to 8197 pages at its page sizes, 1 to 17 of the kernel's
+512-page blocks) over a batch of 1 to 4; or `batch`, BS_BLOCK 256 or 512 (129 to 512 requests,
+past 256 among them) over at most 16 pages. Every cell is judged.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ BIG_ONE_IN = 128
 P_EDGES = (PAGE_BLOCK - 1, PAGE_BLOCK, PAGE_BLOCK + 1, 2 * PAGE_BLOCK, 2 * PAGE_BLOCK + 1)
 MAX_TOKENS = 1 << 14  # a pool row's page columns: max_seq_pages <= MAX_TOKENS // page_size
 BIG_P = 16  # max_seq_pages at most, with a batch of 1024 or more (the interpreter's time)
+PROD_TOKENS = (32768, 65536, 131072, 131072 + 64)  # a production class's context: max_seq_pages = its pages
 INT32_MAX = 2**31 - 1
 OUT_OF_CONTRACT = ("pool_index", "negative_len", "len_overflow", "table_too_narrow", "row_too_short",
                    "negative_slot", "slot_past_mapping", "loc_past_mapping", "q_overflow", "cu_seqlens_short")
@@ -86,6 +93,26 @@ def graph_class(d: Draw, variant: str | None = None) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def graph_variant_class(d: Draw, variant: str | None = None) -> CompileClass:
+    """graph_class, or one time in sixteen a production size: a long context over a small batch
+    (`wide`), or a batch of 129 to 512 requests over a few pages (`batch`)."""
+    k = graph_class(d, variant)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p["size"] = d.choice(("wide", "batch"))
+    if p["size"] == "wide":
+        p["page_size"] = d.choice(PRODUCTION)
+        p["bs_block"] = d.choice((1, 2, 4))
+        p["bs"] = ONE if p["bs_block"] == 1 else PLAIN
+        p["P"] = d.choice((PLAIN, DIV16))
+    else:
+        p["bs_block"] = d.choice((256, 512))
+        p["bs"] = d.choice((PLAIN, DIV16))
+    p["W"] = p["W2"] = d.choice((PLAIN, DIV16)) if p["P"] in (PLAIN, DIV16) else p["W"]
+    return CompileClass.of(OP, p)
+
+
 def _in_class(v: int, cls: str) -> int:
     """The largest value <= v of integer class `cls` (ZERO: 0, ONE: 1)."""
     if cls == ZERO:
@@ -119,7 +146,10 @@ def _max_pages(d: Draw, k: CompileClass, bs: int) -> int:
     cls, ps = k["P"], k["page_size"]
     if cls in (ZERO, ONE):
         return 0 if cls == ZERO else 1
-    cap = MAX_TOKENS // ps if bs < 1000 else BIG_P
+    if k.get("size") == "wide":  # the backend's max_num_pages for a production context
+        v = -(-d.choice(PROD_TOKENS) // ps) + d.choice((0, 1))
+        return v if int_class(v) == cls else _in_class(v, cls)
+    cap = MAX_TOKENS // ps if bs < 1000 and k.get("size") != "batch" else BIG_P
     if cls == DIV16:
         v = d.choice((16, 32, PAGE_BLOCK, 2 * PAGE_BLOCK))
     else:
@@ -317,6 +347,10 @@ def graph_features(case: Case) -> set[str]:
         out.add("swa:table_only" if "swa_page_table" in t else "swa:out_only")
     if bs in (1, 2, 3, *BS_EDGES):  # BS_BLOCK 1, 2, 4 (3 of 4), 1024, 2048
         out.add(f"bs:{bs}")
+    if bs > 256:
+        out.add("bs:past_256")
+    if isinstance(P, int) and P * ps >= 32768:
+        out.add("size:production")
     if isinstance(P, int):
         if P == 0:
             out.add("P:zero")
@@ -409,4 +443,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, graph_class, graph_in_class, graph_violation, OUT_OF_CONTRACT, graph_features,
-                        all_required_features, class_combinations, graph_class)
+                        all_required_features, class_combinations, graph_variant_class)

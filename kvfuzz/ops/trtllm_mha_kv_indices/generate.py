@@ -13,6 +13,13 @@ them); KV-pool slots where the kernel reads (up to int32's largest, 0 among them
 only in cells it does not read); and, with SWA, a mapping of M entries, either SGLang's (its
 last entry -1, never read) or one whose last entry is read, with SWA slots up to int32's
 largest and freed (0) entries.
+
+Production sizes are classes of their own, one class in sixteen (`trt_variant_class`, the
+campaign's class drawer): a context of 32768 to 135172 tokens (8 to 33 programs of 4096 tokens
+per request; page_table as the backend sizes it or the row's pages) for one or a few requests,
+or a batch of 17 to 256 or past 256 (257-300) over a table of up to 8193 tokens; one or two
+requests to the row's end or at a block edge, the rest short. Every cell is judged; the CPU
+interpreter runs a program in milliseconds, so a production case takes up to seconds there.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from ...strategies.draw import CompileClass, Draw
 from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
 from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
-    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, relaid, strided_rows, table_layout, \
-    token_table
+    last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, production_batch, relaid, \
+    strided_rows, table_layout, token_table
 
 OP = "trtllm_mha_kv_indices"
 BLOCK = PAGE_BLOCK  # tokens per program
@@ -38,6 +45,8 @@ OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "page_table_too_narrow
                    "slot_past_mapping", "negative_swa_slot")
 ONE_D = ("req_pool_indices", "seq_lens")
 SENTINEL = -1  # SGLang's last mapping entry
+PROD_WIDTHS = (32768 + 4, 65536 + 7, 131072 + 4, 131072 + BLOCK + 1)  # C: a context + the table's headroom
+BATCH_WIDTHS = (64, 4095, 4100, 8193)  # C of a production batch (17-300 requests): 1 to 3 blocks per request
 
 
 def _width(mode: str, C: int, ps: int, extra: int) -> int:
@@ -75,6 +84,21 @@ def trt_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def trt_variant_class(d: Draw, variant: str) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size."""
+    p = dict(trt_class(d).items)
+    if d.integer(0, 15) == 0:
+        p["size"] = "production"
+        p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+        if p["bs"] in ("one", "few"):
+            p["page_size"] = d.choice(PRODUCTION)
+            p["C"] = d.choice(PROD_WIDTHS)
+        else:
+            p["C"] = d.choice(BATCH_WIDTHS)
+        p["W"] = _width(d.choice(("backend", "row")), p["C"], p["page_size"], 4)
+    return CompileClass.of(OP, p)
+
+
 def _read_cells(lens: list[int], ps: int) -> list[int]:
     """The columns the kernel reads: every ps-th token of each request's length."""
     return sorted({p * ps for n in lens for p in range(pages(max(n, 0), ps))})
@@ -82,12 +106,15 @@ def _read_cells(lens: list[int], ps: int) -> list[int]:
 
 def trt_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
-    bs = batch_size(d, k, big=24)
+    production = k.get("size") == "production"
+    bs = production_batch(d, k) if production else batch_size(d, k, big=24)
     P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
-    lens = [page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
-            for _ in range(bs)]
+    lens = []
+    for i in range(bs):
+        long = i < 2 and (i == 0 or d.boolean()) if production else bs <= 4 or d.integer(0, 7) == 0
+        lens.append(page_length(d, cap, ps, W) if long else int(g.integers(0, min(cap, 3 * ps) + 1)))
     rows = pool_rows(d, g, P, bs)
     read = _read_cells(lens, ps)
     values: dict[str, np.ndarray] = {}
@@ -217,6 +244,10 @@ def trt_features(case: Case) -> set[str]:
                     out.add("swa:int32_max")
                 if live.size and int(m[live].min()) == 0:
                     out.add("swa:freed")
+        if C >= 32768:
+            out.add("size:production")
+    if len(ls) > 256:
+        out.add("bs:past_256")
     return out
 
 
@@ -238,4 +269,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, trt_class, trt_in_class, trt_violation, OUT_OF_CONTRACT, trt_features,
-                        all_required_features)
+                        all_required_features, variant_class=trt_variant_class)
