@@ -7,7 +7,9 @@ edges of its kernel paths, zero sizes). A campaign counts them in its coverage r
 
 `class_pool(op, seed, size)` draws the compile classes a campaign will visit: first a greedy
 cover of every class-level feature (each dtype of each tensor, every layout kind, misaligned
-pointers, odd strides, each kernel path) from many random candidates, then random ones.
+pointers, odd strides, each kernel path) from many random candidates, then random ones; an
+op's production-size classes cover their own features apart and take one slot in sixteen,
+from the sixteenth on, so that a short campaign under the interpreter starts with small cases.
 Visiting classes from a fixed pool, each for a stint of many cases, bounds the compiled
 variants of a campaign by the pool's size, whatever its length, and a second run of the
 same campaign compiles nothing new.
@@ -83,6 +85,40 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
     cands = [draw_class(RandomDraw(f"{seed}:{op}:class:{i}")) for i in range(candidates)]
     for i, k in enumerate(cands):  # where each was drawn from, to record its choices (kvfuzz.reduce)
         k.memo[CLASS_SEED] = f"{seed}:{op}:class:{i}"
+    big = [i for i, k in enumerate(cands) if is_production(k)]
+    if big and len(big) < len(cands):
+        # production-size classes (tables 32K wide, lengths to 128K, batches past 256) cost the
+        # interpreter seconds a case: the cover of the ordinary classes comes first, and one
+        # production class in every PRODUCTION_EVERY of the pool after it, each covering what the
+        # others have not
+        n_big = max(1, size // PRODUCTION_EVERY)
+        plain = _cover([cands[i] for i in range(len(cands)) if i not in set(big)], size - n_big,
+                       extra_features)
+        prod = _cover([cands[i] for i in big], n_big, extra_features)
+        pool, at = [], 0
+        for k in plain:
+            pool.append(k)
+            if len(pool) % PRODUCTION_EVERY == PRODUCTION_EVERY - 1 and at < len(prod):
+                pool.append(prod[at])
+                at += 1
+        return (pool + prod[at:])[:size]
+    return _cover(cands, size, extra_features)
+
+
+PRODUCTION_EVERY = 16  # the pool's share of production-size classes, and where they sit in it
+
+
+def is_production(k: CompileClass) -> bool:
+    """A production-size class (an op generator's `size: production`)."""
+    try:
+        return k.get("size") == "production"
+    except (AttributeError, TypeError):
+        return False
+
+
+def _cover(cands: list[CompileClass], size: int,
+           extra_features: Callable[[CompileClass], set[str]] | None) -> list[CompileClass]:
+    """`size` of `cands`: a greedy cover of their class features, then the rest in order."""
     extra = [extra_features(k) if extra_features else set() for k in cands]
     feats = [class_features(k) | e for k, e in zip(cands, extra)]
     uncovered = set().union(*feats)

@@ -80,6 +80,8 @@ def pa_class(d: Draw) -> CompileClass:
         p[f"layout:{name}"] = layout_class(d, "in" if name == "prefill_lens" else "out", 1, ("contiguous", "offset"))
     if mode == "eager":  # the eager call itself (the wrapper allocates), or graph replay into an eager-sized table
         p["eager_call"] = d.boolean()
+    if p["layout:req_pool_indices"].kind == "broadcast" and p["bs"] == "one":
+        p["bs"] = "few"  # one row read by every request needs more than one request
     return CompileClass.of(OP, p)
 
 
