@@ -37,10 +37,11 @@ def finding(sig: str, s: dict | None, new: bool = True) -> dict:
 
 def test_symptoms_of_one_statement_are_one_defect_across_paths_and_kinds():
     fs = [finding("fi:start:out_of_bounds_write:kv_indices:after", site("stray_write", load=LOAD)),
-          finding("fi:no_start:out_of_bounds_read:req_to_token:gap", dict(LOAD, what="stray_read", says="reads")),
+          finding("fi:no_start:out_of_bounds_read:req_to_token:gap",  # the read whose value the store wrote
+                  dict(LOAD, what="stray_read", says="reads", root={"file": STORE["file"], "line": 44})),
           finding("fi:no_start:untouched_write:kv_indices:cells", site("untouched_write", load=LOAD))]
     (d,) = defects_of(fs)
-    assert d["defect"] == "fi at kv_indices.py:37 (place)"
+    assert d["defect"] == "fi at kv_indices.py:44 (place)"
     assert [s["path"] for s in d["symptoms"]] == ["start", "no_start", "no_start"]
     assert {s["kind"] for s in d["symptoms"]} == {"out_of_bounds_write", "out_of_bounds_read", "untouched_write"}
     assert d["site_line"].startswith("`kv_indices.py:44` `tl.store` writes 1 element past the end of kv_indices")
@@ -56,7 +57,8 @@ def test_defects_on_different_lines_or_of_another_kind_or_without_a_site_stay_ap
     assert [len(d["symptoms"]) for d in ds] == [1, 1, 1, 1, 1]
     assert ds[0]["defect"] == "fi at kv_indices.py:44 (value)" and ds[1]["defect"] == "fi at kv_indices.py:44 (place)"
     assert ds[3]["defect"] == "fi:start:crash:-:SIGSEGV (no site)"
-    assert defect_key("fi", site("wrong_value", load=LOAD)) == ("fi", "kv_indices.py", 37, "place")
+    assert defect_key("fi", site("wrong_value", load=LOAD)) == ("fi", "kv_indices.py", 44, "place")  # copied
+    assert defect_key("fi", dict(LOAD, what="stray_read", says="r")) == ("fi", "kv_indices.py", 37, "place")
 
 
 def test_junit_counts_defects_first_and_lists_symptoms_under_each():
@@ -65,7 +67,7 @@ def test_junit_counts_defects_first_and_lists_symptoms_under_each():
     report = {"target": "t", "ops": {"fi": {"cases": 5, "seconds": 1.0}}, "findings": fs, "defects": defects_of(fs)}
     xml = junit_xml(report)
     assert 'message="1 new defect(s), 2 new finding(s): ' in xml
-    assert "defect fi at kv_indices.py:37 (place): `kv_indices.py:44` `tl.store`" in xml
+    assert "defect fi at kv_indices.py:44 (place): `kv_indices.py:44` `tl.store`" in xml
     assert "  fi:no_start:untouched_write:kv_indices:cells [no_start] (/c/" in xml
 
 
@@ -81,7 +83,7 @@ def test_the_pipeline_keeps_one_case_per_defect_and_symptom_kind_the_smallest():
     big = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:after", site("stray_write", load=LOAD), 9)
     small = _saved("flashinfer_kv_indices:no_start:out_of_bounds_write:kv_indices:gap", site("stray_write", load=LOAD), 3)
     read = _saved("flashinfer_kv_indices:no_start:out_of_bounds_read:req_to_token:after",
-                  dict(LOAD, what="stray_read", says="r"), 5)
+                  dict(LOAD, what="stray_read", says="r", root={"file": STORE["file"], "line": 44}), 5)
     other = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:before", site("stray_write", 50), 4)
     lost = _saved("flashinfer_kv_indices:start:crash:-:SIGSEGV", None, 2)
     pipe.saved = [big, small, read, other, lost]
@@ -106,3 +108,16 @@ def test_the_stray_read_case_replays_as_out_of_bounds_read_every_time(seed_path,
         assert "  out_of_bounds_read: decode_metadata:swa:out_of_bounds_read:full_to_swa_index_mapping:after" in out
         assert "site     `" in out and "`tl.load` reads 1 element past the end of full_to_swa_mapping" in out
         assert "runs (its runs differ by nature)" not in next(x for x in out.splitlines() if x.startswith("verdict"))
+
+
+def test_an_exception_attributing_a_site_ends_that_stage_only(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("injected")
+    monkeypatch.setattr("kvfuzz.sites.run.attribute_isolated", boom)
+    pipe = FindingPipeline(CampaignConfig(ops=["flashinfer_kv_indices"]), None, None, "cpu", {}, None)
+    x = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:after", None, 3)
+    pipe._attribute(x.found, x.case, None)
+    assert pipe.sites == {} and [e["stage"] for e in pipe.internal_errors] == ["site"]
+    crash = _saved("flashinfer_kv_indices:start:crash:-:SIGSEGV", None, 3)
+    pipe._attribute(crash.found, crash.case, None)  # no statement to name: nothing run, said so
+    assert pipe.sites["flashinfer_kv_indices:start:crash:-:SIGSEGV"]["none"].startswith("a crash")

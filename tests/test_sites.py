@@ -135,3 +135,12 @@ def test_attribution_in_a_subprocess_says_why_when_the_run_dies(tmp_path):
     path.write_text("import os\n\ndef create_flashinfer_kv_indices_triton(*a, **k):\n    os._exit(9)\n")
     a, why = attribute_isolated(case(), str(path), timeout_s=120)
     assert a is None and why.startswith("attribution under the interpreter failed"), why
+
+
+def test_a_stray_read_whose_value_a_store_writes_out_is_rooted_at_the_store(tmp_path):
+    """A mask that lets the load and its store both run one element past: the read's site is the
+    load, its root the store (one defect, docs/defects.md)."""
+    path = mutant(tmp_path, "mask = offset < n", "mask = offset < n + 8")  # past row 2's end: the table's end
+    a = attribute(case(), str(path))
+    meta = site_meta("flashinfer_kv_indices:no_start:out_of_bounds_read:req_to_token:after", a)
+    assert meta["line"] == marker(path, "load") and meta["root"]["line"] == marker(path, "store"), meta

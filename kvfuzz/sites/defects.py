@@ -2,8 +2,9 @@
 
 A finding's defect is keyed by its op, the statement at its root and the kind of wrong there:
 
-* the root is the load a wrongly stored value came from, where the site names one (a wrong row
-  read and the stray read past that row are one statement's doing), else the site itself;
+* the root is the statement itself; for a stray read whose value a store of the same case wrote
+  out, that store (a mask that lets a load and its store both run one element too far is one
+  defect);
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
   from a wrong place) or "value" (a value computed wrong), `Site.kind`.
 
@@ -26,8 +27,8 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
     s = site if isinstance(site, Site) else site_of({"site": site}) if site else None
     if s is None:
         return None
-    if s.load is not None:
-        return op, os.path.basename(str(s.load["file"])), int(s.load["line"]), s.kind
+    if s.root is not None:
+        return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind
     return op, os.path.basename(s.file), s.line, s.kind
 
 
