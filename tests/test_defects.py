@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 from kvfuzz.campaign import CampaignConfig
 from kvfuzz.case import Case, TensorSpec
 from kvfuzz.cli import main
@@ -81,7 +78,8 @@ def _saved(sig: str, s: dict | None, size: int) -> Saved:
 def test_the_pipeline_keeps_one_case_per_defect_and_symptom_kind_the_smallest():
     pipe = FindingPipeline(CampaignConfig(ops=["flashinfer_kv_indices"]), None, None, "cpu", {}, None)
     big = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:after", site("stray_write", load=LOAD), 9)
-    small = _saved("flashinfer_kv_indices:no_start:out_of_bounds_write:kv_indices:gap", site("stray_write", load=LOAD), 3)
+    small = _saved("flashinfer_kv_indices:no_start:out_of_bounds_write:kv_indices:gap",
+                   site("stray_write", load=LOAD), 3)
     read = _saved("flashinfer_kv_indices:no_start:out_of_bounds_read:req_to_token:after",
                   dict(LOAD, what="stray_read", says="r", root={"file": STORE["file"], "line": 44}), 5)
     other = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:before", site("stray_write", 50), 4)

@@ -206,7 +206,8 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 arg, place, words = _arg_place(args, addr)
                 inputs = [n for n in case.tensors if n not in outputs]
                 sites["stray_read"] = dataclasses.replace(
-                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs), place=place)
+                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs),
+                    place=place)
             continue
         for lane, addr, value in zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist()):
             prev = writers.get(addr)
@@ -224,8 +225,9 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 if name is None:
                     if "stray_write" not in sites:
                         tensor, place = region_of_byte(plan.regions.values(), addr - base)
+                        source = _source(trace, a, lane, value)
                         sites["stray_write"] = dataclasses.replace(
-                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", _source(trace, a, lane, value)),
+                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", source),
                             tensor=tensor, place=place)
                 elif name not in outputs:
                     if "input_write" not in sites:
