@@ -57,13 +57,16 @@ def defects_of(findings: list[dict]) -> list[dict]:
     from ..findings import kind_of
     from .site import site_line
 
+    def op(f: dict) -> str:
+        return f.get("op") or f["signature"].split(":")[0]
+
     out = []
-    for g in group(findings, lambda f: defect_key(f["op"], f.get("site"))):
-        key = defect_key(g[0]["op"], g[0].get("site"))
+    for g in group(findings, lambda f: defect_key(op(f), f.get("site"))):
+        key = defect_key(op(g[0]), g[0].get("site"))
         site = g[0].get("site") if key is not None else None
         out.append({
             "defect": defect_name(key) if key else f"{g[0]['signature']} (no site)",
-            "op": g[0]["op"],
+            "op": op(g[0]),
             "site": site,
             "site_line": site_line({"site": g[0].get("site")}) if g[0].get("site") else "",
             "new": any(f.get("new", True) for f in g),
