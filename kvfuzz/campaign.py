@@ -35,7 +35,9 @@ from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .internal import internal_error
 from .judge import Verdict
-from .ops import CONTRACTS, contract_status, get_contract
+from .callsites.launch import run_sites
+from .contract import STRESS
+from .ops import CONTRACTS, contract_label, contract_status, get_contract
 from .outcome import op_status
 from .pipeline import Flaky, FindingPipeline, Saved
 from .plan import Plan
@@ -74,6 +76,7 @@ class CampaignConfig:
     time_limit_s: float | None = None  # wall clock for the whole run, confirming and minimizing included
     baseline: str | None = None  # a second target every case also runs on: regressions, fixes, changes
     sites: bool = True  # each saved finding's defect site, attributed under the interpreter (kvfuzz/sites)
+    call_sites: Path | None = None  # call sites to check besides a release's own (callsites/launch.py)
 
     def validate(self) -> None:
         for op in self.ops:
@@ -143,6 +146,8 @@ class CampaignResult:
     since_import_s: float | None = None
     notes: list[str] = field(default_factory=list)  # about the environment (an untested triton)
     internal_errors: list[dict] = field(default_factory=list)  # kvfuzz's own exceptions (internal.py)
+    stress_dropped: int = 0  # --in-contract-only: findings on stress cases, dropped unconfirmed
+    binding: list[dict] = field(default_factory=list)  # call sites binding elsewhere (kind `binding`)
     not_run: dict[str, str] = field(default_factory=dict)  # op -> why it ran no case
     cut_short_by: str | None = None  # "SIGTERM", "the time limit (45 s)", ... (when interrupted)
     cut_op: str | None = None  # the op that was running when the run was cut short
@@ -197,15 +202,22 @@ class CampaignResult:
                 "signature": x.finding.finding.signature,
                 "message": x.finding.finding.message,
                 "contract": contract_status(x.finding.first),
+                "contract_status": contract_label(x.finding.first),
                 "reproduced": x.confirmation.reproduced,
                 "tries": x.confirmation.tries,
                 "case_digest": x.finding.first.digest(),
             } for x in self.flaky],
         }
+        doc["findings"] += [self._binding(b) for b in self.binding]
         from .sites.defects import defects_of
 
-        doc["defects"] = defects_of(doc["findings"])  # the findings grouped by defect site, defects first
+        doc["defects"] = defects_of([f for f in doc["findings"] if f["kind"] != "binding"])  # a binding finding: its call site  # the findings grouped by defect site, defects first
         doc["internal_errors"] = list(self.internal_errors)  # after the findings: theirs included
+        from .reports import by_status
+
+        doc["findings_by_status"] = by_status(doc["findings"])
+        if self.config.in_contract_only:
+            doc["stress_dropped"] = self.stress_dropped
         if self.config.baseline:  # the regressions, fixes and changes, apart from the rest
             from .reports import against_baseline
 
@@ -220,6 +232,15 @@ class CampaignResult:
             } for f in self.shared]
         return doc
 
+    def _binding(self, b: dict) -> dict:
+        """A binding finding's report entry: with the case saved of its site's own launch
+        (`as_called`) where that launch gave wrong output, new or known as that case is."""
+        sig = (b.get("as_called") or {}).get("signature")
+        host = next((x for x in self.saved if sig and sig in x.signatures), None)
+        if host is None:
+            return dict(b)
+        return b | {"case": str(host.path) if host.path else None, "new": host.new}
+
     def _finding(self, x: Saved) -> dict:
         """A finding's report entry; one that cannot be described in full (an internal error)
         keeps what is known of it, and the error."""
@@ -232,6 +253,7 @@ class CampaignResult:
                 "signatures": x.signatures,
                 "message": x.found.finding.message,
                 "contract": contract_status(x.case),  # in contract, or the rule the saved case breaks
+                "contract_status": contract_label(x.case),  # in_contract, stress, out_of_contract, must_refuse
                 "case": str(x.path) if x.path else None,
                 "save_error": x.save_error,
                 "confirmed": x.confirmation.describe() if x.confirmation else None,
@@ -317,6 +339,18 @@ def forced_variant(cfg: CampaignConfig, executor: Executor, op: str) -> str:
                           "a variant that adds no argument, such as live_prefix, can be forced")
 
 
+def _plan_limit(cfg: CampaignConfig, startup_s: float) -> float | None:
+    """The wall-clock limit the run plans within: `--time-limit`; for a `--baseline` run
+    without one, its start-up plus `--budget`, so that a gate on a pull request ends on time
+    (generation, confirming and minimizing its regressions all inside the budget, shared as
+    `--time-limit` shares it: plan.py); else none (minimizing follows the generation budget)."""
+    if cfg.time_limit_s is not None:
+        return cfg.time_limit_s
+    if cfg.baseline:
+        return startup_s + cfg.budget_s
+    return None
+
+
 _first_campaign = [True]  # whether this process has run no campaign yet (its report counts since_import_s)
 
 
@@ -337,6 +371,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
     found: dict[str, Found] = {}  # the current op's findings, not yet settled
     current: OpStats | None = None  # the current op's stats as they grow (kept if interrupted)
     first_case = [0.0]
+    stress_dropped = [0]  # --in-contract-only: findings on stress cases, not kept
     interrupted = False
     not_run: dict[str, str] = {}  # op -> why it ran no case
     executor: Executor | None = None
@@ -355,6 +390,9 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if status:
             status(dataclasses.replace(p))
 
+    binding: list[dict] = []  # the binding findings of the ops' call sites
+    # the call sites a run checks: shard 1 of a campaign only (one report entry per site)
+    sites = run_sites(cfg.target, cfg.call_sites) if cfg.shard[0] == 1 else []
     try:
         executor, fresh, device = _start(cfg)
         store = DirectoryCorpus(cfg.corpus) if cfg.corpus else None
@@ -364,7 +402,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         runnable = [op for op in cfg.ops if op not in executor.missing]
         # an op the target lacks leaves its share to the others; start-up is behind us: each
         # op's share comes out of what is left when its turn comes
-        plan = Plan(runnable, cfg.budget_s, cfg.time_limit_s, started=t0)
+        plan = Plan(runnable, cfg.budget_s, _plan_limit(cfg, time.monotonic() - t0), started=t0)
         for p in shown.values():
             p.device, p.budget = devmod.describe(device), cfg.budget_s / max(len(runnable), 1)
         for op in cfg.ops:
@@ -380,7 +418,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             variant = forced_variant(cfg, executor, op)  # --variant, else the target's (its release)
             turn = plan.turn(op)
             if turn is None:
-                not_run[op] = f"the time limit ({cfg.time_limit_s:g} s) left it no time"
+                not_run[op] = (f"the time limit ({cfg.time_limit_s:g} s) left it no time" if cfg.time_limit_s
+                               else f"the --baseline run's budget ({cfg.budget_s:g} s) left it no time")
                 stats.append(OpStats(op, contract_variant=variant))
                 plan.done(op, 0.0)
                 show(op, "not run")
@@ -401,6 +440,10 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     show(op, "fuzzing", s, t_op)
 
             def on_new(f: Found, op=op, t_op=t_op) -> None:
+                if cfg.in_contract_only and contract_label(f.first) == STRESS:  # a launch no call site makes
+                    stress_dropped[0] += 1
+                    found.pop(f.finding.signature, None)  # an in-contract case may still show it
+                    return
                 show(op, "confirming", current, t_op)
                 outcome = pipeline.add(f)  # "new", "known" or "flaky"
                 setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
@@ -414,8 +457,12 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                     campaign_dir=cfg.campaign_dir)
             s, found = run_engine(engine_cls(op, executor, options), budget_s=turn.budget_s,
                                   max_cases=cfg.max_cases, start=state.start(op) if state else 0,
-                                  until=turn.fuzz_end, first_by=turn.first_by, known=found, stats=current,
+                                  until=turn.fuzz_end, until_clean=turn.op_end, first_by=turn.first_by,
+                                  known=found, stats=current,
                                   on_case=on_case, sink=on_new)
+            if sites:  # the op's call sites: binding findings, and the misbound ones launched as called
+                show(op, "call sites", s, t_op)
+                binding += call_site_findings(cfg, executor, op, variant, sites, found, on_new)
             current = None
             stats.append(s)
             plan.done(op, s.seconds)
@@ -468,10 +515,42 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                 cut_short_by=stopped if interrupted else None,
                                 cut_op=current.op if interrupted and current is not None else None,
                                 internal_errors=pipeline.internal_errors if pipeline is not None else [],
-                                shared=pipeline.shared if pipeline is not None else [])
+                                shared=pipeline.shared if pipeline is not None else [],
+                                stress_dropped=stress_dropped[0], binding=binding)
         if cfg.report:
             write_json_atomic(cfg.report, result.report())
     return result
+
+
+AS_CALLED_CASES = 16  # in-contract cases launched as each misbound call site launches them
+
+
+def call_site_findings(cfg: CampaignConfig, executor, op: str, variant: str | None, sites: list[dict],
+                       found: dict[str, Found], sink: Callable[[Found], None]) -> list[dict]:
+    """`op`'s binding findings; each misbound site's kernel launched with the site's argument
+    list on a seeded sample of in-contract cases until one gives wrong output, which becomes a
+    finding of the op (confirmed, saved and minimized as any other)."""
+    from .callsites.launch import as_called_cases, binding_findings, first_wrong, misbound
+    from .check import Checker
+
+    out = binding_findings(op, sites, cfg.target)
+    if cfg.baseline:  # the baseline's launch of a site is not checked: the findings alone
+        return out
+    from .targets import variant_lacks
+
+    checker = Checker(executor, op, variant)
+    for site in misbound(out):
+        cases = [c for c in as_called_cases(op, site, cfg.seed, 4 * AS_CALLED_CASES, variant)
+                 if not variant_lacks(op, c.variant, executor)][:AS_CALLED_CASES]  # cases the target can take
+        f, ran = first_wrong(checker, cases)
+        result = {"cases": ran, "signature": f.finding.signature if f else None}
+        for b in out:
+            if b["site"] is site or b["site"] == site:
+                b["as_called"] = result
+        if f is not None and f.finding.signature not in found:
+            found[f.finding.signature] = f
+            sink(f)
+    return out
 
 
 def _start(cfg: CampaignConfig) -> tuple[Executor, Callable[[], WorkerExecutor], str]:

@@ -8,6 +8,7 @@ commands:
   bisect    replay saved cases on every SGLang release: which introduced each defect, which fixed it
   corpus    ls | merge SRC... DST | prune: manage saved cases
   ops       list the ops, their entry points, kernel paths and contract variants
+  mutants   mutate the target's kernels and fuzz each mutant: how much would a campaign catch
 
 Exit status: 0 clean, 1 findings (or the replayed case still fails), 2 bad usage or input;
 `fuzz` also 4 an internal error of kvfuzz, 130 cut short (SIGINT, SIGTERM, --time-limit), 3 an
@@ -88,8 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cross-check every N-th case only (default 1: every in-contract case)")
     f.add_argument("--baseline", metavar="TARGET",
                    help="also run each case on TARGET (the merge base, the previous release) and report "
-                   "regression / fixed / changed against it; exit 1 for regressions and new crashes only "
-                   "(docs/regressions.md)")
+                   "regression / fixed / changed against it; exit 1 for regressions and new crashes only; "
+                   "--budget then bounds the whole run after start-up (docs/regressions.md)")
+    f.add_argument("--call-sites", type=Path, metavar="FILE.json",
+                   help="check these call sites of the target (a JSON list, as kvfuzz/callsites/data/callsites.json "
+                   "holds a release's) instead of a release's own: binding findings, and each misbound site "
+                   "launched with its own arguments (docs/callsites.md)")
     f.set_defaults(run=cmd_fuzz)
 
     b = sub.add_parser("bench", help="throughput: bare calls/s vs checked cases/s, compiles per 1,000 cases")
@@ -104,6 +109,35 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--baseline", metavar="TARGET",
                    help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
     b.set_defaults(run=cmd_bench)
+
+    mu = sub.add_parser("mutants", help="mutation self-check: mutate the target's kernels, fuzz each mutant, "
+                        "report which the fuzzer kills and how fast (docs/mutants.md)")
+    mu.add_argument("--target", default="builtin", metavar="SPEC",
+                    help="builtin | PATH.py | module:NAME | sglang==X.Y.Z | git:REV:PATH (default builtin)")
+    mu.add_argument("--op", action="append", dest="ops", metavar="NAME",
+                    help="op whose reached code to mutate (repeatable; default: all)")
+    mu.add_argument("--function", action="append", dest="functions", metavar="NAME",
+                    help="only mutants in this function of the op's file (repeatable)")
+    mu.add_argument("--budget-per-mutant", type=float, default=10.0, metavar="SECONDS",
+                    help="fuzzing time of each mutant's campaign (default 10)")
+    mu.add_argument("--confirm-factor", type=float, default=3.0, metavar="X",
+                    help="a survivor is fuzzed again for X times the budget on the next seed; still alive, it is "
+                    "likely equivalent (default 3; 0: no confirmation run)")
+    mu.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="campaigns at once, each its own process (on CUDA one GPU each, in turn)")
+    mu.add_argument("--seed", type=int, default=0, help="the mutant sample and every campaign's seed (default 0)")
+    mu.add_argument("--max-mutants", type=int, metavar="N", help="at most N mutants per op, drawn by --seed")
+    mu.add_argument("--out-of-contract", action="store_true",
+                    help="fuzz with out-of-contract cases too, and mutate argument checks (if ...: raise)")
+    mu.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="each campaign's --case-timeout: a mutant that hangs is killed by this, later (default 60)")
+    mu.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="cuda if present, else the CPU under Triton's interpreter (default auto)")
+    mu.add_argument("--resume", type=Path, metavar="DIR",
+                    help="work directory: each mutant's state is kept there and a finished one is not run again")
+    mu.add_argument("--report", type=Path, metavar="FILE.json", help="write the JSON report")
+    mu.add_argument("--markdown", type=Path, metavar="FILE.md", help="write a Markdown report")
+    mu.set_defaults(run=cmd_mutants)
 
     r = sub.add_parser("replay", help="re-run one saved case")
     r.add_argument("case", type=Path, help="a case directory (or its case.json)")
@@ -237,9 +271,9 @@ def cmd_fuzz(args) -> int:
     from .campaign import CampaignConfig, run_campaign
     from .outcome import CUT_SHORT, NOT_RUN, exit_code, not_run_ops
     from .plan import reserve_s
-    from .ops import CONTRACTS, contract_status
+    from .ops import CONTRACTS, contract_label, contract_status
     from .progress import make_display
-    from .reports import engine_line
+    from .reports import binding_line, engine_line
     from .sites.defects import header
 
     cfg = CampaignConfig(
@@ -250,7 +284,7 @@ def cmd_fuzz(args) -> int:
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
         cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
-        time_limit_s=args.time_limit, baseline=args.baseline)
+        time_limit_s=args.time_limit, baseline=args.baseline, call_sites=args.call_sites)
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend
@@ -290,15 +324,31 @@ def cmd_fuzz(args) -> int:
             status += f" ({line['reason']})"
         print(f"{s.op}: {status}")
     by_sig = {x.found.finding.signature: x for x in result.saved}
-    for n, d in enumerate(report.get("defects", []), 1):  # defects first, each finding under its defect
+    stress = [x for x in result.saved if contract_label(x.case) == "stress"]
+    stress_ids = {id(x) for x in stress}
+    shown_defects = []  # (saved findings, defect): the run's saved findings by defect, stress apart and last
+    for d in report.get("defects", []):
+        xs = [by_sig[s] for s in d["findings"] if s in by_sig]
+        if xs:  # a binding finding's defect is the call site's: listed below
+            shown_defects.append((xs, d))
+    shown_defects.sort(key=lambda xd: all(id(x) in stress_ids for x in xd[0]))
+    for n, (xs, d) in enumerate(shown_defects, 1):  # defects first, each finding under its defect
+        if stress and all(id(x) in stress_ids for x in xs) and not any(
+                all(id(y) in stress_ids for y in ys) for ys, _ in shown_defects[:n - 1]):
+            print(f"stress: {len(stress)} finding(s) on in-contract launches no SGLang call site makes")
         print(header(n, d))
-        for x in (by_sig[s] for s in d["findings"] if s in by_sig):
+        for x in xs:
             where = f" -> {x.path}" if x.path else f" (NOT SAVED: {x.save_error})" if x.save_error else ""
-            print(f"FINDING {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
+            label = "STRESS FINDING" if id(x) in stress_ids else "FINDING"
+            print(f"{label} {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
             print(f"  {x.found.finding.message}")
             print(f"  {contract_status(x.case)}")
             if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
                 print(f"  also shows: {', '.join(x.signatures[1:])}")
+    bound = [b for b in report["findings"] if b["kind"] == "binding"]
+    for b in bound:  # call sites of the release binding an argument elsewhere than its name means
+        print(f"BINDING {b['signature']}{'' if b.get('new', True) else ' (known)'}")
+        print(f"  {binding_line(b)}")
     for x in result.flaky:
         print(f"FLAKY {x.finding.finding.signature}: {x.confirmation.describe()} (not saved)")
         print(f"  {contract_status(x.finding.first)}")
@@ -309,12 +359,17 @@ def cmd_fuzz(args) -> int:
     known = len(result.saved) - len(result.new)
     not_run = not_run_ops(report)
     print(f"kvfuzz: {result.cases} cases, {len(result.new)} new findings" + (f", {known} known" if known else "")
+          + (f" ({len(stress)} of them stress)" if stress else "")
+          + (f", {len(bound)} binding finding(s) of call sites" if bound else "")
+          + (f", {result.stress_dropped} on stress cases dropped (--in-contract-only)" if result.stress_dropped else "")
           + (f", {len(result.flaky)} flaky" if result.flaky else "")
           + (f", {len(report['defects'])} defect(s)" if report.get("defects") else "")
           + f", target {args.target} on {result.device_name} in {result.seconds:.1f} s"
           + (f" (cut short by {result.cut_short_by})" if result.interrupted else "")
           + (f"; {len(not_run)} op(s) ran no case: {', '.join(not_run)}" if not_run else ""))
-    code = exit_code(failing=any(fails_the_run([s for x in result.new for s in x.signatures], bool(args.baseline))),
+    new_binding = any(b.get("new", True) for b in bound) and not args.baseline
+    code = exit_code(failing=new_binding or any(fails_the_run([s for x in result.new for s in x.signatures],
+                                                              bool(args.baseline))),
                      not_target=result.not_target, internal_errors=result.internal_errors,
                      cut_short=result.interrupted, not_run=not_run)
     if code == 2:
@@ -364,11 +419,19 @@ def _fuzz_jobs(args, cfg) -> int:
     for op, s in merged["ops"].items():
         if s.get("engine"):  # the atheris engine's figures, the shards' summed
             print(f"{op}: {s['cases']} cases; {engine_line(s['engine'])}")
+    label = {"stress": "STRESS FINDING", "binding": "BINDING"}  # reported apart from in-contract findings
     by_sig = {f["signature"]: f for f in merged["findings"]}
-    for n, d in enumerate(merged.get("defects", []), 1):  # defects first, each finding under its defect
-        print(header(n, d))
-        for f in (by_sig[s] for s in d["findings"] if s in by_sig):
-            print(f"FINDING {f['kind']} {f['signature']}" + (f" -> {f['case']}" if f.get("case") else "")
+    groups = [[by_sig[s] for s in d["findings"] if s in by_sig] for d in merged.get("defects", [])]
+    listed = {f["signature"] for g in groups for f in g}
+    shown = [(d, g) for d, g in zip(merged.get("defects", []), groups) if g]
+    shown.sort(key=lambda dg: all(f.get("contract_status") in label for f in dg[1]))  # stress apart, last
+    shown += [(None, [f]) for f in merged["findings"] if f["signature"] not in listed]  # binding: a call site's
+    for n, (d, fs) in enumerate(shown, 1):  # defects first, each finding under its defect
+        if d is not None:
+            print(header(n, d))
+        for f in fs:
+            print(f"{label.get(f.get('contract_status'), 'FINDING')} {f['kind']} {f['signature']}"
+                  + (f" -> {f['case']}" if f.get("case") else "")
                   + ("" if f.get("new", True) else " (known)"))
             if f.get("contract"):
                 print(f"  {f['contract']}")
@@ -425,6 +488,44 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def mutants_config(args):
+    """`kvfuzz mutants`' options as a MutantsConfig (tests/test_mutants_record.py parses a record's command with it)."""
+    from .mutants import MutantsConfig
+
+    return MutantsConfig(target=args.target, ops=args.ops or [], functions=args.functions or [],
+                         budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
+                         max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
+                         in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
+                         case_timeout_s=args.case_timeout, workdir=args.resume)
+
+
+def cmd_mutants(args) -> int:
+    from .faults import one_line
+    from .internal import where
+    from .mutants import exit_status, markdown, run_mutants, summary_lines
+
+    for option, path in (("--report", args.report), ("--markdown", args.markdown)):
+        _check_writable(path, option)
+    if args.resume is not None and args.resume.exists() and not args.resume.is_dir():
+        raise BadInput(f"--resume {args.resume} is not a directory")
+    try:
+        report = run_mutants(mutants_config(args), say=lambda line: print(line, file=sys.stderr, flush=True))
+    except (BadInput, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # kvfuzz's own
+        print(f"kvfuzz: internal error: {one_line(exc)} ({where(exc)})", file=sys.stderr)
+        return 4
+    for line in summary_lines(report):
+        print(line)
+    if args.report:
+        from .campaign import write_json_atomic
+
+        write_json_atomic(args.report, report)
+    if args.markdown:
+        args.markdown.write_text(markdown(report))
+    return exit_status(report)
+
+
 def _check_writable(path: Path | None, option: str = "--report") -> None:
     if path is not None and path.exists() and path.is_dir():
         raise BadInput(f"{option} {path} is a directory")
@@ -458,6 +559,10 @@ def cmd_replay(args) -> int:
     if args.short and not args.emit_repro:
         raise BadInput("--short goes with --emit-repro FILE.py")
     saved = _read_case(args.case)
+    site = saved.case.meta.get("as_called")
+    if args.emit_repro and site:  # the scripts launch by name: they would not make the site's call
+        raise BadInput(f"--emit-repro: this case is launched as {site['file']}:{site['line']} calls it "
+                       "(meta.as_called); the repro scripts launch by name only: replay it with kvfuzz")
     r = replay(saved, args.target, args.device, isolate=not args.in_process)
     for line in version_warnings(saved):
         print(f"kvfuzz: warning: {line}", file=sys.stderr)

@@ -5,8 +5,13 @@ arguments a reader can scan, and behaviour hung off it as functions of a `Case`.
 
 `Contract.assess` is the in-contract predicate; `Contract.broken_rule` names the first rule a
 case breaks, with its values (`row 0: la + lb = 2 > page_table_dst width 1`), and
-`Contract.status_text` says it as every report does (`in contract`, `out of contract: RULE`,
-`must refuse: RULE`). Both read `assess`, so a status and its rule cannot disagree.
+`Contract.status_text` says it as every report does (`in contract`, `stress: WHY`, `out of
+contract: RULE`, `must refuse: RULE`). Both read `assess`, so a status and its rule cannot disagree.
+
+`stress` is an in-contract case that no SGLang call site launches (`Contract.stress`: flashmla
+with `kv_start_idx`, which every backend passes as None, say). It is generated and judged as an
+in-contract case, by the same oracles; only its label differs (`Contract.label`), so its
+findings are reported apart from in-contract ones and `--in-contract-only` drops them.
 """
 
 from __future__ import annotations
@@ -113,6 +118,9 @@ class Contract:
     # value there, so a difference confined to them is the input's race, not nondeterminism
     # of the kernel (judge._reruns). None: no op program shares a cell with another
     racy: Callable[[Case], dict[str, np.ndarray]] | None = None
+    # reasons an in-contract case is a launch no SGLang call site makes, though the kernel's
+    # contract covers it ([] or None: a launch some call site makes); judged as in contract
+    stress: Callable[[Case], list[str]] | None = None
 
     def __post_init__(self) -> None:
         if not self.args or not self.variants or not self.paths:
@@ -171,9 +179,21 @@ class Contract:
         return None if status == "in_contract" else reasons[0]
 
     def status_text(self, case: Case) -> str:
-        """`in contract`, `out of contract: RULE` or `must refuse: RULE` (RULE: broken_rule)."""
+        """`in contract`, `stress: WHY`, `out of contract: RULE` or `must refuse: RULE` (RULE:
+        broken_rule)."""
         status, reasons, _ = self.assess(case)
-        return status_text(status, reasons)
+        return status_text(status, reasons, self.stress_reasons(case) if status == "in_contract" else ())
+
+    def stress_reasons(self, case: Case) -> list[str]:
+        """Why `case`, taken as in contract, is a launch no SGLang call site makes; [] when some
+        call site makes it (or the op names no stress)."""
+        return list(self.stress(case)) if self.stress is not None else []
+
+    def label(self, case: Case) -> str:
+        """The case's contract status as reports group findings: "in_contract", "stress",
+        "out_of_contract" or "must_refuse"."""
+        status, _, _ = self.assess(case)
+        return STRESS if status == "in_contract" and self.stress_reasons(case) else status
 
     def out_of_contract(self, case: Case) -> list[str]:
         """Every reason the case is outside the contract; [] means in contract."""
@@ -181,11 +201,15 @@ class Contract:
         return reasons if status != "in_contract" else []
 
 
-def status_text(status: str, reasons: list[str]) -> str:
-    """An `assess` status and its reasons as one phrase: `in contract`, `out of contract: the
-    first broken rule`, `must refuse: the first reason`."""
+STRESS = "stress"
+
+
+def status_text(status: str, reasons: list[str], stress=()) -> str:
+    """An `assess` status and its reasons as one phrase: `in contract`, `stress: why no call
+    site makes it` (an in-contract case with `stress` reasons), `out of contract: the first
+    broken rule`, `must refuse: the first reason`."""
     if status == "in_contract":
-        return "in contract"
+        return f"stress: {stress[0]}" if stress else "in contract"
     rule = reasons[0] if reasons else "?"
     return f"{status.replace('_', ' ')}: {rule}"
 
@@ -225,6 +249,17 @@ def disjoint(spec: TensorSpec) -> bool:
             return False
         reach += (n - 1) * stride
     return True
+
+
+def zero_stride_reasons(case: Case, names: tuple[str, ...]) -> list[str]:
+    """Stress reasons for the named tensors that repeat elements along an axis by stride 0: a
+    table SGLang's callers never build (their pools and buffers are dense)."""
+    out = []
+    for name in names:
+        spec = case.tensors.get(name)
+        if spec is not None and any(s == 0 and n > 1 for s, n in zip(spec.strides, spec.shape)):
+            out.append(f"{name} repeats along an axis by stride 0 (strides {spec.strides}; SGLang's tables are dense)")
+    return out
 
 
 def is_power_of_two(n: Any) -> bool:

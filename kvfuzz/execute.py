@@ -115,7 +115,7 @@ def _call(target, case: Case, views, device: str, run: RunResult) -> bool:
     """Call the target and synchronise; record an error in `run`. False if the device faulted."""
     t0 = time.perf_counter()
     try:
-        target.invoke(case.op, views, case.scalars)
+        target.invoke(case.op, views, case.scalars, case.meta.get("as_called"))
         _sync(device)
     except Exception as exc:  # the target's exception is data here, judged later
         run.error, run.error_type = _error_of(exc, device)
@@ -283,7 +283,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             b = batch[i]
             t0 = time.perf_counter()
             try:
-                target.invoke(b.case.op, views[i], b.case.scalars)
+                target.invoke(b.case.op, views[i], b.case.scalars, b.case.meta.get("as_called"))
             except Exception as exc:
                 error, kind = _error_of(exc, device)
                 if kind == CUDA_FAULT:

@@ -215,6 +215,11 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
     out["defects"] = defects_of(out["findings"])
     out["flaky"] = [f for r in reports for f in r.get("flaky", []) if f["signature"] not in seen]
     out["internal_errors"] = [e for r in reports for e in r.get("internal_errors", ())]
+    from .reports import by_status
+
+    out["findings_by_status"] = by_status(out["findings"])
+    if any("stress_dropped" in r for r in reports):
+        out["stress_dropped"] = sum(r.get("stress_dropped", 0) for r in reports)
     if out.get("baseline"):
         from .reports import against_baseline
 

@@ -20,6 +20,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
+from .callsites.launch import as_called_path
 from .case import Case
 from .contract import Cells, Contract, Expected
 from .execute import CUDA_FAULT, ENVIRONMENT, HARNESS, Outcome, Prepared, RunResult, prepare
@@ -67,7 +68,7 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
             prepared.plan = plan
     contract = CONTRACTS[case.op]
     p = prepared.plan
-    path = contract.kernel_path(case)
+    path = contract.kernel_path(case) + as_called_path(case)  # a call site's own launch: a path of its own
     status, reasons = prepared.status, prepared.reasons
     verdict = Verdict(status, reasons)
     first = outcome.runs[0]

@@ -10,7 +10,8 @@ start-up and the last ones losing theirs to the ops before them.
 * `--time-limit` (wall clock for the whole run): a reserve (`reserve_s`) is kept back for
   closing workers and writing the reports; each op gets an equal share of the time left
   before it, draws cases for the first `1 - MINIMIZE_SHARE` of its share (or its budget
-  share, if less) and minimizes its findings in the rest. An op whose turn comes with no time
+  share, if less) and minimizes its findings in the rest; an op that has found nothing by then
+  has nothing to minimize and draws on to the end of its share (engines.base.OpRun.until). An op whose turn comes with no time
   left is not run (the report says so); one whose turn comes in time draws at least its first
   batch (`Turn.first_by`), however small its share.
 """
@@ -37,7 +38,7 @@ class Turn:
 
     op: str
     budget_s: float  # generation seconds (confirming findings extends them, never past fuzz_end)
-    fuzz_end: float | None  # it draws no case after this
+    fuzz_end: float | None  # once it has a finding, it draws no case after this (none yet: op_end)
     op_end: float | None  # its findings' minimizing ends here
     first_by: float | None  # its first batch may start until this, whatever its share says (the run's end)
 
@@ -66,7 +67,7 @@ class Plan:
         else:
             share = (self.end - now) / n
             fuzz = share * (1 - MINIMIZE_SHARE)
-            t = Turn(op, min(budget, fuzz), now + fuzz, now + share, self.end)
+            t = Turn(op, min(budget, share), now + fuzz, now + share, self.end)
         self.turns[op] = t
         return t
 

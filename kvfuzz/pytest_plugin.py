@@ -8,7 +8,9 @@ skipped with the reason; `xfail` cases are strict: a fixed defect shows up as a 
 defect whose runs differ by nature (`nondeterministic`) is judged as `kvfuzz replay` judges it,
 over several runs (replay.check_runs: a finding any of them shows counts), and is a non-strict
 xfail: a replay where no run shows it passes, so `pytest` over any corpus kvfuzz writes gives the
-same answer every time.
+same answer every time. A case in contract that no SGLang call site launches (`stress`) is
+marked `kvfuzz_stress`, its id `op:kind:stress:key`: reported apart, and `-m "not
+kvfuzz_stress"` leaves it out.
 
 Cheap to load: nothing heavy is imported until a case runs.
 """
@@ -38,6 +40,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kvfuzz_case: a saved kvfuzz case replayed as a regression test")
+    config.addinivalue_line("markers", "kvfuzz_stress: a saved case in contract that no SGLang call site launches "
+                            "(its id says `stress:`; `-m 'not kvfuzz_stress'` leaves these out)")
     for d in config.getoption(CORPUS_OPTION):
         if not Path(d).is_dir():
             raise pytest.UsageError(f"{CORPUS_OPTION} {d}: no such directory")
@@ -57,6 +61,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return None
 
 
+def _label(case) -> str:
+    """The case's contract status (Contract.label); "?" for an op kvfuzz does not know here."""
+    from .errors import BadInput
+    from .ops import contract_label
+
+    try:
+        return contract_label(case)
+    except BadInput:
+        return "?"
+
+
 class CaseFile(pytest.File):
     def collect(self):
         from .corpus import read_case_dir
@@ -68,8 +83,12 @@ class CaseFile(pytest.File):
             yield BadCaseItem.from_parent(self, name=f"unreadable:{self.path.parent.name}", why=str(exc))
             return
         kind = saved.finding.kind if saved.finding else "regression"
-        item = CaseItem.from_parent(self, name=f"{saved.case.op}:{kind}:{self.path.parent.name}", saved=saved)
+        stress = _label(saved.case) == "stress"  # a launch no SGLang call site makes: apart, by id and marker
+        name = f"{saved.case.op}:{kind}:{'stress:' if stress else ''}{self.path.parent.name}"
+        item = CaseItem.from_parent(self, name=name, saved=saved)
         item.add_marker("kvfuzz_case")
+        if stress:
+            item.add_marker("kvfuzz_stress")
         override = self.config.getoption(TARGET_OPTION)
         if saved.expected == "xfail":
             if override is None or override in affected(saved):

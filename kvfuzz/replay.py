@@ -197,6 +197,7 @@ def render(r: Replayed, name: str | None = None) -> str:
     """What `kvfuzz replay` prints; `name`: the case directory's name (default: the corpus key,
     the name the corpus gives it)."""
     from .contract import status_text
+    from .ops import CONTRACTS
     from .show import cell_lines, input_lines
 
     c, v = r.saved.case, r.verdict
@@ -205,7 +206,20 @@ def render(r: Replayed, name: str | None = None) -> str:
              + (f", cross-checked on {c.meta['cross_check']}" if c.meta.get("cross_check") else "")]
     if r.saved.finding is not None:
         lines.append(f"saved    {r.saved.finding.kind}: {r.saved.finding.signature} (expected: {r.saved.expected})")
-    lines.append(f"contract {status_text(v.status, v.reasons)}")
+    site = c.meta.get("as_called")
+    if site:  # launched with a call site's own argument list (callsites/launch.py)
+        from .callsites.launch import binding_of
+
+        lines.append(f"as called {site['file']}:{site['line']} ({site.get('function')}): "
+                     f"{site['entry']}({', '.join(site['args'] + [f'{k}={v}' for k, v in site['kwargs'].items()])})")
+        lines += [f"binding  {b['message']}" for b in binding_of(site, r.target)]
+    else:  # the target release's own call sites of the op that bind elsewhere (docs/callsites.md)
+        from .callsites.launch import binding_findings, run_sites
+
+        lines += [f"binding  {b['message']}" for b in binding_findings(c.op, run_sites(r.target), r.target)]
+    stress = CONTRACTS[c.op].stress_reasons(c) if v.status == "in_contract" else []
+    lines.append(f"contract {status_text(v.status, v.reasons, stress)}"
+                 + (" (judged as in contract; reported apart from in-contract findings)" if stress else ""))
     lines += [f"         also: {why}" for why in v.reasons[1:3]]
     if v.expected is not None and v.expected.boundary:
         lines.append(f"boundary {v.expected.boundary}")

@@ -52,6 +52,37 @@ def engine_line(engine: dict | None) -> str:
     return ", ".join(f"{figures[k]} {names[k]}" for k in names if k in figures)
 
 
+STATUSES = ("in_contract", "stress", "out_of_contract", "must_refuse")
+BINDING = "binding"  # a call site's finding (kvfuzz/callsites/launch.py), beside the cases' statuses
+
+
+def is_stress(f: dict) -> bool:
+    """A finding on a stress case (in contract, a launch no SGLang call site makes)."""
+    return f.get("contract_status") == "stress"
+
+
+def is_binding(f: dict) -> bool:
+    """A call site's binding finding (no case of its own: `site`, `argument`, `lands_in`, `means`)."""
+    return f.get("kind") == BINDING
+
+
+def by_status(findings: list[dict]) -> dict[str, int]:
+    """The findings per contract status, and the call sites' binding findings (the report's
+    `findings_by_status`)."""
+    return {k: sum(f.get("contract_status") == k for f in findings) for k in (*STATUSES, BINDING)}
+
+
+def binding_line(f: dict) -> str:
+    """A binding finding in one line: where, the argument as written, where it lands, what it means,
+    and what its site's own launch gave."""
+    line = f["message"]
+    called = f.get("as_called")
+    if called:
+        line += (f"; launched as called: {called['signature']} on {called['cases']} case(s)" if called.get("signature")
+                 else f"; launched as called: right output on {called['cases']} case(s)")
+    return line
+
+
 def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
     """With --baseline: {"regression": [...], "fixed": [...], "changed": [...]}, each entry a
     class signature with the saved case that shows it and the finding it was merged into (its
@@ -73,7 +104,7 @@ def junit_xml(report: dict) -> str:
     findings = report.get("findings", [])
     suite = ET.Element("testsuite", name="kvfuzz", tests=str(len(ops)),
                        time=f"{report.get('seconds', 0):.2f}")
-    failures = skipped = errors = 0
+    failures = skipped = errors = extra = 0
     for op, stats in ops.items():
         case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}", name=op,
                              time=f"{stats.get('seconds', 0):.2f}")
@@ -82,7 +113,7 @@ def junit_xml(report: dict) -> str:
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
         for key, value in engine_figures(stats.get("engine")).items():
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
-        mine = [f for f in findings if f["op"] == op]
+        mine = [f for f in findings if f["op"] == op and not is_stress(f) and not is_binding(f)]
         new = [f for f in mine if f.get("new", True)]
         status, reason = stats.get("status"), stats.get("reason")
         if status:
@@ -117,6 +148,31 @@ def junit_xml(report: dict) -> str:
                 ET.SubElement(case, "error", message=f"{len(faults)} internal error(s) of kvfuzz").text = text
             else:
                 ET.SubElement(case, "system-err").text = text
+    for f in [f for f in findings if is_binding(f)]:  # a test per binding finding: its call site
+        extra += 1
+        site = f.get("site") or {}
+        case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.binding",
+                             name=f"{f['op']} {site.get('file')}:{site.get('line')}", time="0.00")
+        if f.get("new", True):
+            failures += 1
+            ET.SubElement(case, "failure", message=f"binding: {f['message']}").text = binding_line(f)
+        else:
+            ET.SubElement(case, "system-out").text = f"known: {binding_line(f)}"
+    for op in ops:  # stress findings apart: a test of their own per op that has any
+        stress = [f for f in findings if f["op"] == op and is_stress(f)]
+        if not stress:
+            continue
+        extra += 1
+        case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.stress", name=op, time="0.00")
+        new = [f for f in stress if f.get("new", True)]
+        text = "\n".join(f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}" for f in new)
+        if new:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{len(new)} new stress finding(s) (launches no SGLang call "
+                          "site makes): " + ", ".join(f["signature"] for f in new)).text = text
+        known = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in stress if not f.get("new", True)]
+        if known:
+            ET.SubElement(case, "system-out").text = "\n".join(known)
     if report.get("baseline"):  # one test per class: a regression fails, a fix or a change is told
         classes = report.get("against_baseline") or against_baseline(findings)
         for kind, entries in classes.items():
@@ -129,7 +185,8 @@ def junit_xml(report: dict) -> str:
                               f"{report['baseline']}").text = text
             elif entries:
                 ET.SubElement(case, "system-out").text = text
-        suite.set("tests", str(len(ops) + len(classes)))
+        extra += len(classes)
+    suite.set("tests", str(len(ops) + extra))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
     suite.set("errors", str(errors))
@@ -289,9 +346,29 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
         for d in report["defects"]:
             symptoms = "<br>".join(f"`{s['signature']}`" for s in d["symptoms"])
             lines.append(f"| {d['defect']} | {(d.get('site_line') or '-').replace('|', '/')} | {symptoms} |")
-    if findings:
-        lines += ["", "## Findings", "", "| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
-        for f in findings:
+    bound = [f for f in findings if is_binding(f)]
+    if bound:
+        lines += ["", "## Binding findings", "",
+                  "Call sites of the target's release whose positional arguments land in another parameter than "
+                  "they mean, or cannot bind; `as called`: the kernel launched with the site's own arguments.", "",
+                  "| op | site | argument | lands in | means | | as called | case |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for f in bound:
+            site, called = f.get("site") or {}, f.get("as_called") or {}
+            shown = (f"`{called['signature']}`" if called.get("signature") else
+                     f"right output on {called['cases']} case(s)" if called else "-")
+            lines.append(f"| {f['op']} | `{site.get('file')}:{site.get('line')}` | `{f.get('argument') or '-'}` | "
+                         f"`{f.get('lands_in') or '-'}` | `{f.get('means') or '-'}` | "
+                         f"{'new' if f.get('new', True) else 'known'} | {shown} | `{f.get('case') or '-'}` |")
+    for title, shown in (("Findings", [f for f in findings if not is_stress(f) and not is_binding(f)]),
+                         ("Stress findings", [f for f in findings if is_stress(f)])):
+        if not shown:
+            continue
+        lines += ["", f"## {title}", ""]
+        if title == "Stress findings":
+            lines += ["In contract, judged as in-contract cases are, but launches no SGLang call site makes.", ""]
+        lines += ["| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
+        for f in shown:
             lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
                          f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
                          f"{f.get('contract', '?').replace('|', '/')} |")

@@ -3,7 +3,8 @@
 A release target is judged by its SGLang version; a kernel file given by path (`kvfuzz replay
 --target FILE`, and a repro script run against FILE) by the SGLang API generation its entry
 point's signature matches: the generation whose parameter names equal its own, else the one
-sharing most names with it (the newest on a tie). A release's variant is the one of the last
+sharing most names with it (on a tie, the one with fewest parameters the file lacks, then the
+newest). A release's variant is the one of the last
 `(first release, variant)` entry of the op's `release_variants` that it has reached.
 
 kvfuzz (targets/releases.py, targets/calls.py) and both repro scripts use this module; the
@@ -34,10 +35,13 @@ def release_variant(release_variants, default, version):
 
 def generation_of(generations, names):
     """(the generation whose parameters equal `names`, if any; the one sharing most names with
-    them, the newest on a tie). `generations`: (name, parameter names) pairs, oldest first."""
+    them, then the one with fewest parameters `names` lacks, then the newest).
+    `generations`: (name, parameter names) pairs, oldest first."""
     gens = list(generations)
     equal = next((name for name, params in gens if tuple(params) == tuple(names)), None)
-    closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1][1]) & set(names)), ig[0]))[1][0]
+    closest = max(enumerate(gens), key=lambda ig: (len(set(ig[1][1]) & set(names)),  # most names shared,
+                                                   -len(set(ig[1][1]) - set(names)),  # fewest it lacks,
+                                                   ig[0]))[1][0]  # the newest
     return equal, closest
 
 

@@ -358,3 +358,23 @@ def test_a_finding_under_a_class_joins_the_class_finding_unconfirmed(tmp_path):
     pl.saved.append(host)
     pl._settle_under_class(pl.under_class.pop(ordinary.signature), 0, None)
     assert pl.saved == [host] and host.signatures == [regression.signature, ordinary.signature]
+
+
+def test_a_baseline_run_plans_to_end_within_its_budget_after_start_up():
+    from kvfuzz.campaign import CampaignConfig, _plan_limit
+    from kvfuzz.plan import Plan
+
+    plain = CampaignConfig(target="builtin", ops=["decode_metadata"], budget_s=10.0)
+    gate = CampaignConfig(target="builtin", ops=["decode_metadata", "num_kv_splits"], budget_s=10.0, baseline="builtin")
+    limited = CampaignConfig(target="builtin", ops=["decode_metadata"], budget_s=10.0, baseline="builtin",
+                             time_limit_s=50.0)
+    assert _plan_limit(plain, 7.0) is None  # a plain run minimizes after its generation budget
+    assert _plan_limit(limited, 7.0) == 50.0  # --time-limit rules where given
+    assert _plan_limit(gate, 7.0) == 17.0
+    # what the plan makes of it: every op's generation and minimizing end by start-up + budget
+    plan = Plan(gate.ops, gate.budget_s, _plan_limit(gate, 7.0), started=0.0)
+    first = plan.turn("decode_metadata", now=7.0)
+    plan.done("decode_metadata", first.budget_s)
+    second = plan.turn("num_kv_splits", now=first.op_end)
+    assert max(first.op_end, second.op_end, second.fuzz_end) <= 17.0
+    assert first.budget_s + second.budget_s < gate.budget_s  # the budget pays for minimizing too

@@ -204,6 +204,59 @@ def test_kvfuzz_ops_prints_the_call_sites_of_a_release_target(capsys):
     assert main(["ops"]) == 0 and "call sites" not in capsys.readouterr().out
 
 
+def _site(version: str, file: str, line: int) -> dict:
+    return next(s for s in load()["releases"][version]["sites"] if s["file"].endswith(file) and s["line"] == line)
+
+
+def test_launched_by_names_the_variant_and_modes_a_site_uses():
+    from kvfuzz.callsites.launched import launched_by
+
+    assert launched_by(_site("0.5.23", "kv_index_translator.py", 600), "0.5.23") == \
+        "token_mapping (kv_start_idx, entry_page_size, num_token_blocks, token_mapping)"
+    assert launched_by(_site("0.5.14", "triton_backend.py", 1619), "0.5.14") == "default (kv_start_idx, kv_indices int64)"
+    assert launched_by(_site("0.5.20", "aiter_backend.py", 1612), "0.5.20") == "token_blocks (num_token_blocks)"
+    assert launched_by(_site("0.5.23", "aiter_backend.py", 2074), "0.5.23") == "token_mapping"
+
+
+def test_not_launched_says_why():
+    from kvfuzz.callsites.launched import launched_by
+
+    v2p = _site("0.5.17", "trtllm_mla_backend.py", 364)  # unified memory's page remap: flashmla's v2p variant
+    assert launched_by(v2p, "0.5.17") == "v2p (v2p, page_mult)"
+    passed = next(s for s in load()["releases"]["0.5.23"]["sites"] if s["kind"] == "passed")
+    assert launched_by(passed, "0.5.23").startswith("not launched: the kernel is passed to")
+    old = _site("0.4.10.post1", "cutlass_mla_backend.py", 97)
+    assert launched_by(old, "0.4.10.post1") == "not launched: kvfuzz runs sglang 0.5.6-0.5.23, not 0.4.10.post1"
+    plain = _site("0.5.14", "aiter_backend.py", 922)  # a flashinfer_kv_indices launch of 0.5.14 (variant default)
+    paged = dict(plain, kwargs={"ENTRY_PAGE_SIZE": "4"})
+    assert launched_by(paged, "0.5.14") == \
+        "not launched: passes ENTRY_PAGE_SIZE; variant default draws no entry_page_size"
+    assert launched_by(dict(plain, kwargs={"NEW_FLAG": "True"}), "0.5.14") == \
+        "not launched: passes NEW_FLAG, which kvfuzz leaves at its default"
+    wide = dict(plain, dtypes={"kv_indices": "torch.int16"})
+    assert launched_by(wide, "0.5.14").startswith("not launched: kv_indices is int16; the contract takes int32")
+
+
+def test_an_op_adds_its_modes_in_one_table(monkeypatch):
+    from kvfuzz.callsites import launched
+
+    site = _site("0.5.14", "aiter_backend.py", 922)
+    monkeypatch.setitem(launched.MODES, "flashinfer_kv_indices",
+                        lambda s, given: [f"width `{given['req_to_token_ptr_stride']}`"])
+    assert launched.launched_by(site, "0.5.14") == "default (width `self.req_to_token.stride(0)`)"
+    monkeypatch.setitem(launched.MODES, "flashinfer_kv_indices", lambda s, given: "a mode kvfuzz lacks")
+    assert launched.launched_by(site, "0.5.14") == "not launched: a mode kvfuzz lacks"
+
+
+def test_every_site_of_the_detailed_releases_is_launched_but_a_kernel_passed_on():
+    from kvfuzz.callsites.launched import launched_by
+
+    for v in DETAILED:
+        for s in load()["releases"][v]["sites"]:
+            assert not launched_by(s, v).startswith("not launched") or s["kind"] == "passed", (v, s["file"], s["line"])
+    assert any(line.startswith("      launched by: token_mapping (") for line in cli_lines(load(), "0.5.23"))
+
+
 def _gen_script():
     import importlib.util
 

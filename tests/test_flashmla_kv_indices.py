@@ -29,7 +29,7 @@ def test_the_builtin_passes_a_short_campaign(device):
 
 
 def test_the_builtin_finds_nothing_on_a_seeded_stream(builtin_target, device):
-    builtin_finds_nothing(OP, builtin_target, device)
+    builtin_finds_nothing(OP, builtin_target, device, generation="0.5.17")  # v2p_ptr, PAGE_MULT
 
 
 def test_the_oracles_agree_on_generated_cases():
@@ -81,7 +81,7 @@ def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version
 
 def test_0_5_13_and_0_5_17_offer_the_op_by_their_generations(device):
     """0.5.13's kv_indices.py lacks the chunked-prefix kernel, not this one; 0.5.17 added v2p_ptr
-    and PAGE_MULT (left at their defaults)."""
+    and PAGE_MULT (passed from the case: tests/test_flashmla_kv_indices_modes.py)."""
     for version, generation in (("0.5.13", "0.5.14"), ("0.5.17", "0.5.17")):
         release_file(version)
         b = load_target(f"sglang=={version}", device).bindings[OP]

@@ -39,14 +39,19 @@ def release_file(version: str) -> Path:
 
 def test_variant_choice_is_kvfuzzs():
     """The module both kvfuzz and the scripts use: a release's variant, and a signature's
-    generation (equal first, else the one sharing most names, the newest on a tie)."""
+    generation (equal first, else the one sharing most names, then lacking fewest, then the
+    newest)."""
     table = (("0.5.10", "default"), ("0.5.17", "v2p"), ("0.5.23", "fused"))
     assert [release_variant(table, "d0", v) for v in ("0.5.9", "0.5.16.post1", "0.5.17", "0.5.22", "0.6")] == \
         ["d0", "default", "v2p", "v2p", "fused"]
     gens = [("0.5.14", ("a", "b")), ("0.5.17", ("a", "b", "c")), ("0.5.19", ("a", "d"))]
-    assert generation_of(gens, ("a", "b")) == ("0.5.14", "0.5.17")  # equal beats the superset
-    assert generation_of(gens, ("b", "a")) == (None, "0.5.17")
+    assert generation_of(gens, ("a", "b")) == ("0.5.14", "0.5.14")  # equal beats the superset
+    # the same names in another order: the generation whose every parameter the file has, not a
+    # newer one with a parameter it lacks (whose variant's cases it could not take)
+    assert generation_of(gens, ("b", "a")) == (None, "0.5.14")
     assert generation_of(gens, ("a", "d", "e")) == (None, "0.5.19")
+    assert generation_of(gens, ("a", "b", "c", "d")) == (None, "0.5.17")  # most shared first
+    assert generation_of([("0.5.14", ("a", "b")), ("0.5.17", ("a", "c"))], ("a", "e")) == (None, "0.5.17")  # newest
 
 
 @pytest.mark.slow

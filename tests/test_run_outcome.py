@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import cases as hand
 from kvfuzz import stopping
 from kvfuzz.engines.base import OpRun
 from kvfuzz.jobs import merge_reports
@@ -49,7 +50,7 @@ def test_a_time_limit_shares_what_is_left_at_each_turn_start_up_included():
     share = (end - (t0 + 10)) / 3
     assert a.op_end == pytest.approx(t0 + 10 + share)
     assert a.fuzz_end == pytest.approx(t0 + 10 + share * (1 - MINIMIZE_SHARE))
-    assert a.budget_s == pytest.approx(share * (1 - MINIMIZE_SHARE)) and a.first_by == end
+    assert a.budget_s == pytest.approx(share) and a.first_by == end
     p.done("a", 20.0)
     # `a` ran past its share: b and c share what is left, each still gets its turn
     b = p.turn("b", now=end - 6)
@@ -301,3 +302,14 @@ def test_shards_that_all_failed_before_their_reports_are_not_called_cut_short():
     merged = merge_reports([], 4)
     assert merged["cut_short"] is False and merged["interrupted"] is False
     assert merged["error"] == "no shard wrote a report" and merged["cases"] == 0
+
+
+def test_an_op_that_has_found_nothing_draws_to_the_end_of_its_share():
+    from kvfuzz.engines.common import Found
+
+    now = time.monotonic()
+    run = OpRun("a", budget_s=100.0, max_cases=10, until=now - 1, until_clean=now + 60)
+    assert run.in_time() and run.until == now + 60  # nothing to minimize: the whole share draws
+    case = hand.decode(ps=1, delta=3)
+    run.found["x"] = Found(None, case, case)  # a finding: the rest of the share minimizes it
+    assert run.until == now - 1 and not run.in_time()

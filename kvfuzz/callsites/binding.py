@@ -107,6 +107,17 @@ def names_match(arg: str, param: str) -> bool:
     return similarity(arg, param) >= MATCH or _within(a, p) or _within(p, a)
 
 
+def meant(text: str, lands_in: str, sig: Signature) -> str:
+    """The parameter an argument written as `text` means, given that it lands in `lands_in`:
+    another parameter its name stands for much better (`misbound`), else the one it lands in
+    (a name that matches it, a constant, an expression)."""
+    name = arg_name(text)
+    if name is None or names_match(name, lands_in):
+        return lands_in
+    best = max((p for p in sig.params if p.name != lands_in), key=lambda p: similarity(name, p.name), default=None)
+    return best.name if best is not None and similarity(name, best.name) >= MATCH else lands_in
+
+
 def _finding(what: str, message: str, **extra) -> dict:
     return {"kind": "binding", "what": what, "message": message, **extra}
 
@@ -127,17 +138,11 @@ def check(args: list[str], kwargs: dict[str, str], sig: Signature, launch: bool)
             break
         param = positional[i]
         bound[param.name] = text
-        name = arg_name(text)
-        if name is None:
-            continue
-        if names_match(name, param.name):
-            continue
-        best = max((p for p in sig.params if p.name != param.name), key=lambda p: similarity(name, p.name), default=None)
-        if best is not None and similarity(name, best.name) >= MATCH:
+        means = meant(text, param.name, sig)
+        if means != param.name:
             kind = " (constexpr)" if param.constexpr else ""
             out.append(_finding("misbound", f"positional argument {i + 1} `{text}` binds to `{param.name}`{kind}; "
-                                f"its name means `{best.name}`", arg=i, text=text, param=param.name,
-                                means=best.name))
+                                f"its name means `{means}`", arg=i, text=text, param=param.name, means=means))
     names = {p.name for p in sig.params}
     for key, text in kwargs.items():
         if key == "**":

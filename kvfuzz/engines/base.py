@@ -58,7 +58,8 @@ class OpRun:
     def __init__(self, op: str, *, budget_s: float, max_cases: int, start: int = 0, until: float | None = None,
                  known: dict[str, Found] | None = None, stats: OpStats | None = None,
                  on_case: Callable[[OpStats, Verdict], None] | None = None,
-                 sink: Callable[[Found], None] | None = None, first_by: float | None = None) -> None:
+                 sink: Callable[[Found], None] | None = None, first_by: float | None = None,
+                 until_clean: float | None = None) -> None:
         self.stats = OpStats(op) if stats is None else stats
         self.found: dict[str, Found] = {} if known is None else known
         self.max_cases = max_cases  # this run's: a resumed stream counts from `start`
@@ -67,12 +68,23 @@ class OpRun:
         self.on_case, self.sink = on_case, sink
         self.t0 = time.monotonic()
         self.deadline = self.t0 + budget_s
-        self.until = math.inf if until is None else until  # a hard stop (--time-limit)
+        self._until = math.inf if until is None else until  # a hard stop (--time-limit)
+        # ... which, while the op has found nothing (nothing to minimize in the rest of its
+        # share), moves on to this (plan.Turn.op_end)
+        self._until_clean = until_clean
         # until then the op's first case is drawn however little of its share is left (the
         # run's end under --time-limit: an op whose turn came runs at least one batch)
         self.first_by = first_by
         self.extended = 0.0  # seconds that do not count as fuzzing (confirming, Hypothesis' shrinking)
         self.set_aside: set[str] = set()  # signatures that did not show with their case run alone
+
+    @property
+    def until(self) -> float:
+        """The hard stop now: the op's share's end while it has found nothing, else the end of
+        its drawing (the rest of the share minimizes what it found)."""
+        if self._until_clean is not None and not self.found:
+            return max(self._until, self._until_clean)
+        return self._until
 
     def time_left(self) -> float:
         return min(self.deadline + self.extended, self.until) - time.monotonic()

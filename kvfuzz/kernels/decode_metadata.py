@@ -13,9 +13,10 @@ contract in ``kvfuzz/ops/decode_metadata/contract.py``. With ``B = cache_seqlens
 
 SGLang 0.5.23's arguments (kvfuzz's ``decode_metadata`` contract, variant ``strict``):
 
-* ``full_v2p``: ``page_table[i, c] = sink(full_v2p[token // page_size])`` where ``sink(-1) = 0``
-  (an unbound page maps to the sink page); ``swa_v2p`` (the unified SWA pool, in place of the
-  mapping): ``swa_page_table[i, c] = sink(swa_v2p[token // page_size])``;
+* ``full_v2p``: ``page_table[i, c] = sink(full_v2p[max(token // page_size, 0)])`` where
+  ``sink(-1) = 0`` (an unbound page maps to the sink page; a tombstoned token slot, -1, reads
+  page 0, as 0.5.23 clamps it); ``swa_v2p`` (the unified SWA pool, in place of the mapping):
+  ``swa_page_table[i, c] = sink(swa_v2p[max(token // page_size, 0)])``;
 * ``zero_tail``: columns ``cdiv(seq_lens[i] + seq_len_delta, page_size) <= c < P`` are written 0;
 * ``skip_page_table``: only ``cache_seqlens_int32`` and ``cu_seqlens_k`` are written;
 
@@ -151,8 +152,9 @@ def _decode_metadata_body(
         if full_v2p is not None:
             # virtual -> physical page; a tombstone (-1) is the sink page 0; a page outside the
             # table is skipped (a dead column's 0 written all the same)
-            v_ok = live & (page >= 0) & (page < n_full_v2p)
-            phys = tl.load(full_v2p + tl.where(v_ok, page, 0).to(tl.int64) * full_v2p_s, mask=v_ok, other=0,
+            vpage = tl.maximum(page, 0)  # a tombstoned token slot (-1) reads page 0, as 0.5.23 clamps it
+            v_ok = live & (vpage < n_full_v2p)
+            phys = tl.load(full_v2p + tl.where(v_ok, vpage, 0).to(tl.int64) * full_v2p_s, mask=v_ok, other=0,
                            cache_modifier=".cg")
             tl.store(pt_ptr, (tl.maximum(phys, 0) * page_mult).to(tl.int32), mask=v_ok | (m & ~live),
                      cache_modifier=".cg")
@@ -161,8 +163,8 @@ def _decode_metadata_body(
         if SWA_MODE != 0:
             if SWA_MODE == 1:  # the static pool: token slot -> SWA slot -> its page
                 idx = tok
-            else:  # the unified pool: the same virtual page -> its SWA physical page
-                idx = page
+            else:  # the unified pool: the same virtual page -> its SWA physical page (page 0 for a tombstone)
+                idx = tl.maximum(page, 0)
             s_ok = live & (idx >= 0) & (idx < n_map)
             slot = tl.load(swa_map + tl.where(s_ok, idx, 0).to(tl.int64) * swa_map_s, mask=s_ok, other=0,
                            cache_modifier=".cg")

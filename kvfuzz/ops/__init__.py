@@ -21,7 +21,7 @@ from ..contract import Contract
 from ..errors import BadInput
 from .record import OpRecord, ShortCall
 
-__all__ = ["CONTRACTS", "OpRecord", "RecordView", "ShortCall", "contract_status", "get_contract", "record",
+__all__ = ["CONTRACTS", "OpRecord", "RecordView", "ShortCall", "contract_label", "contract_status", "get_contract", "record",
            "records", "EXTERNAL_ENV"]
 
 EXTERNAL_ENV = "KVFUZZ_OPS"
@@ -106,6 +106,12 @@ CONTRACTS: Mapping[str, Contract] = RecordView(lambda r: r.contract)
 
 def get_contract(name: str) -> Contract:
     return record(name).contract
+
+
+def contract_label(case) -> str:
+    """The case's status as reports group findings: in_contract, stress, out_of_contract or
+    must_refuse (Contract.label)."""
+    return get_contract(case.op).label(case)
 
 
 def contract_status(case) -> str:

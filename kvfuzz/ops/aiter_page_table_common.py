@@ -238,6 +238,39 @@ PRODUCTION = (1, 16, 64)
 MAPPING_SIZES = (1, 2, 64, 65, 1000, 4097)
 
 
+PROD_TOKENS = (32768, 65536, 131072, 163840)  # context lengths: 32 to 160 blocks of 1024 pages at page size 1
+
+
+def production_class(d: Draw, p: dict) -> bool:
+    """One class in sixteen: a production size into `p` (`C_tokens`, the context): a context of
+    32768 to 163840 tokens for one or a few requests, or a batch of 17 to 256 or past 256 over a
+    context of 1 to 2049 pages (the CPU interpreter runs each program in milliseconds: a big batch
+    of long rows would take minutes there); whether it drew one."""
+    if d.integer(0, 15):
+        return False
+    p["size"] = "production"
+    p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+    if p["bs"] in ("one", "few"):  # a long context: 32 to 160 blocks of 1024 pages per request at page size 1
+        p["page_size"] = d.choice(PRODUCTION)
+        p["C_tokens"] = d.choice(PROD_TOKENS)
+    else:  # a big batch, its context within 2049 pages (1 to 3 programs per request)
+        p["C_tokens"] = p["page_size"] * d.choice((1, 1023, 1025, 2049))
+    return True
+
+
+def production_batch(d: Draw, k: CompileClass) -> int:
+    return {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]]
+
+
+def production_lengths(d: Draw, g, bs: int, cap: int, ps: int, W: int, least: int = 0) -> list[int]:
+    """A production batch's tokens: one or two requests long (the row's end, the grid's block
+    edges, any), the rest short (at least `least`, a verify's drafts)."""
+    lens = [int(g.integers(least, max(least, min(cap, 3 * ps)) + 1)) for _ in range(bs)]
+    for _ in range(min(bs, d.integer(1, 2))):
+        lens[d.integer(0, bs - 1)] = max(page_length(d, cap, ps, W), least)
+    return lens
+
+
 def swa_class(d: Draw, p: dict) -> None:
     """The class's SWA parameters into `p`: on or off, the mapping's dtype and layout, and
     page_table's layout (swa_page_table shares it)."""
@@ -287,10 +320,12 @@ def live_slots(d: Draw, g, n: int, lo: int, top: int) -> np.ndarray:
 
 def page_length(d: Draw, limit: int, ps: int, W: int) -> int:
     """A request's tokens at most `limit`: at a page edge (0, 1, ps - 1, ps, ps + 1), at the
-    grid's block edges (the tokens of 1023, 1024, 1025, 2049 pages, or one more), in the last page
-    of a row of W pages, the limit, or any."""
+    grid's block edges (the tokens of 1023, 1024, 1025, 2049 pages, or one more; on a production
+    table of W > 2049 pages, of the last blocks' edges too), in the last page of a row of W pages,
+    the limit, or any."""
     edges = [e for e in (0, 1, ps - 1, ps, ps + 1) if 0 <= e <= limit]
-    blocks = [t for b in BLOCK_EDGES for t in (b * ps, (b - 1) * ps + 1) if t <= limit] or edges
+    far = [b for b in ((W // BLOCK_SIZE) * BLOCK_SIZE, (W // BLOCK_SIZE) * BLOCK_SIZE + 1) if b > 2 * BLOCK_SIZE + 1]
+    blocks = [t for b in BLOCK_EDGES + tuple(far) for t in (b * ps, (b - 1) * ps + 1) if t <= limit] or edges
     last = (max(0, min(limit, (W - 1) * ps + 1)), min(limit, W * ps))
     return d.one_of(lambda: d.choice(edges), lambda: d.choice(blocks), lambda: limit, lambda: d.integer(*last),
                     lambda: d.integer(0, limit))
@@ -388,6 +423,10 @@ def features(case: Case, kv_lens: list[int], slots: np.ndarray | None) -> set[st
         out.add("width:spare")
     if W > BLOCK_SIZE:
         out.add("grid:two_blocks")
+    if W * ps >= 32768:
+        out.add("size:production")
+    if len(kv_lens) > 256:
+        out.add("bs:past_256")
     if len(kv_lens) >= 17:
         out.add("big_batch")
     if R > len(kv_lens):

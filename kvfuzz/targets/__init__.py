@@ -84,10 +84,19 @@ class Target:
     def supports(self, op: str) -> bool:
         return op in self.entries
 
-    def invoke(self, op: str, tensors: Mapping[str, Any], scalars: Mapping[str, Any]) -> None:
+    def invoke(self, op: str, tensors: Mapping[str, Any], scalars: Mapping[str, Any],
+               as_called: Mapping[str, Any] | None = None) -> None:
+        """Call `op`'s entry point on a case's tensors and scalars: bound by name, or, with
+        `as_called` (a call site, `Case.meta["as_called"]`), with that site's own argument list
+        (kvfuzz/callsites/launch.py)."""
         if op not in self.bindings:
             raise TargetLoadError(f"target {self.spec} has no {op}: {self.missing.get(op, 'unknown op')}")
-        self.bindings[op](tensors, scalars)
+        if as_called is None:
+            self.bindings[op](tensors, scalars)
+            return
+        from ..callsites.launch import launch_as_called
+
+        launch_as_called(self.bindings[op], as_called, tensors, scalars)
 
     def describe_ops(self) -> list[str]:
         """One line per op: how it is called and which contract variant judges it."""

@@ -26,7 +26,10 @@ its value comes from.
   a case that holds it anyway cannot be called (`HarnessError`; `kvfuzz replay` refuses it).
 * An entry point that returns its output instead of writing one (0.5.23's
   `q8kv8_topk_length_from_indices`, `OpCall.returns`) has the result copied into the case's
-  tensor; a result of another shape or dtype raises `WrongResult`, the target's crash.
+  tensor; a result of another shape or dtype raises `WrongResult`, the target's crash. An entry
+  point that writes the case's outputs or allocates its own (pa_page_table's host wrapper:
+  CUDA-graph replay passes its buffers, eager decode passes None) has its returned outputs
+  copied in only where the case makes the eager call (`OpCall.returns_when`).
 * A bare `@triton.jit` entry point is launched on one program, `entry[(1,)]`, unless its op's
   `OpCall.grid` builds the grid from the case (flashinfer_kv_indices: `(bs,)`, as SGLang's
   FlashInfer backend launches it; chunked_prefix_kv_indices: `(bs,)`; flashmla_kv_indices:
@@ -84,6 +87,16 @@ def store_result(out: Any, result: Any) -> None:
     out.copy_(result)
 
 
+def store_results(t: Mapping[str, Any], names: str | tuple[str, ...], result: Any) -> None:
+    """Copy the returned output (`names` a str) or outputs (a tuple: a tuple returned) in, or WrongResult."""
+    if isinstance(names, str):
+        return store_result(t[names], result)
+    if not isinstance(result, tuple) or len(result) != len(names):
+        raise WrongResult(f"returned {type(result).__name__}, not a tuple of {len(names)} tensors")
+    for name, one in zip(names, result):
+        store_result(t[name], one)
+
+
 class HarnessError(Exception):
     """kvfuzz failed to build a call's arguments from a case: kvfuzz's bug, not the target's.
     The name is `kvfuzz.execute.HARNESS`, the error type the judge never counts as a finding."""
@@ -133,7 +146,9 @@ class OpCall:
     legacy_kw_bare: tuple[str, ...] = ()  # the same, for a bare kernel only
     aliases: Mapping[str, str] = field(default_factory=dict)  # another name -> the name in `legacy`
     optional: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # optional tensor -> its parameters
-    returns: str | None = None  # the output the entry point returns as a new tensor (kvfuzz copies it in)
+    returns: str | tuple[str, ...] | None = None  # the output(s) the entry point returns (kvfuzz copies them in)
+    # whether this case's call takes the returned outputs (None: always); else it writes the case's in place
+    returns_when: Getter | None = None
     # a later release's optional argument (Contract.variant_args) -> the parameters that pass it
     carries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # such an argument -> a parameter every release has that passes it in some releases only (0.5.18's
@@ -172,7 +187,8 @@ class Binding:
     defaulted: tuple[str, ...]  # unknown parameters left at their defaults: not checked
     neutral_passed: tuple[str, ...] = ()  # the neutral parameters whose default differs: passed explicitly
     lacks: tuple[str, ...] = ()  # the contract's optional tensors this signature cannot take
-    returns: str | None = None  # the output the entry point returns (OpCall.returns)
+    returns: str | tuple[str, ...] | None = None  # the output(s) the entry point returns (OpCall.returns)
+    returns_when: Getter | None = field(default=None, repr=False)  # OpCall.returns_when
     _positional: tuple[Getter, ...] = field(default=(), repr=False)
     _keywords: tuple[tuple[str, Getter], ...] = field(default=(), repr=False)
     takes: tuple[str, ...] = ()  # the later releases' optional arguments its parameters pass (OpCall.carries)
@@ -196,10 +212,18 @@ class Binding:
             except Exception as exc:  # kvfuzz's case lacks what its own grid asks for
                 raise HarnessError(f"building the {self.op} grid: {type(exc).__name__}: {exc}") from exc
             self.entry[grid](*args, **kwargs)
-        elif self.returns:
-            store_result(t[self.returns], self.entry(*args, **kwargs))
+        elif self.returns and (self.returns_when is None or self.returns_when(t, s)):
+            store_results(t, self.returns, self.entry(*args, **kwargs))
         else:
             self.entry(*args, **kwargs)
+
+    def getters(self) -> dict[str, Getter]:
+        """Parameter name -> what kvfuzz passes it: the case's values (by name, or in 0.5.14's
+        order) and the later releases' parameters it turns off (`neutral`)."""
+        named = {} if self.by_name else dict(zip(self.supplied, self._positional))
+        named.update(self._keywords)
+        named.update({k: const(v) for k, v in self.neutral.items() if k not in named})
+        return named
 
     def describe(self) -> str:
         how = (f"by name, SGLang {self.generation} API" if self.generation else
@@ -215,7 +239,9 @@ class Binding:
         if self.lacks:
             out.append("cannot take the optional " + ", ".join(self.lacks))
         if self.returns:
-            out.append(f"returns {self.returns} (kvfuzz copies it into the case's tensor)")
+            what = self.returns if isinstance(self.returns, str) else ", ".join(self.returns)
+            when = " where the case makes the eager call" if self.returns_when else ""
+            out.append(f"returns {what} (kvfuzz copies it into the case's tensor{when})")
         return "; ".join(out)
 
 
@@ -264,13 +290,14 @@ def bind(op: str, entry: Any, call: OpCall, generations: Sequence[Generation], w
         positional, keywords, supplied, neutral, defaulted = reason
         passed = tuple(k for k, _ in keywords if k in neutral)
         return Binding(op, entry, bare, True, equal, closest, text, supplied, neutral, defaulted, passed,
-                       _lacks(call, supplied), call.returns, positional, keywords, _takes(call, supplied), call.grid)
+                       _lacks(call, supplied), call.returns, call.returns_when, positional, keywords,
+                       _takes(call, supplied), call.grid)
     legacy = _bind_legacy(call, params, bare)
     if legacy is not None:
         positional, keywords = legacy
         supplied = call.legacy + tuple(k for k, _ in keywords)
         return Binding(op, entry, bare, False, equal, closest, text, supplied, {}, (), (), _lacks(call, supplied),
-                       call.returns, positional, keywords, _takes(call, supplied), call.grid)
+                       call.returns, call.returns_when, positional, keywords, _takes(call, supplied), call.grid)
     raise TargetLoadError(f"{where}: kvfuzz cannot call {name}: {reason} (it knows SGLang's "
                           f"{', '.join(g.name for g in generations)} signatures; see docs/releases.md)")
 

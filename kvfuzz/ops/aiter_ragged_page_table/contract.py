@@ -43,6 +43,14 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   there is an SWA slot, in [0, 2^31) (freed entries hold 0); M >= 1, since a lane past a request's
   pages loads slot 0 (`other=0`) and reads `swa_slot_mapping[0]` unmasked (it stores nothing: that
   read is in contract whatever the entry holds).
+
+SGLang's guards (docs/guards.md): the kernel (one text 0.5.12 - 0.5.23) returns from a program
+past a request's blocks (`block_id * BLOCK_SIZE >= num_blocks`, so the `(bs, cdiv(max_blocks,
+1024))` grid may be wider than any row) and loads the slots with `other=0`, so the lanes past a
+request's pages read `swa_slot_mapping[0]` and store nothing; an odd entry 0 is in contract.
+The EAGLE draft's CUDA-graph replay launches the graph's bs over padded requests of no tokens
+(equal `kv_indptr` entries): in contract. Production sizes (`generate.py`): contexts to 163840
+tokens (160 blocks of 1024 pages), batches past 256; every cell is judged.
 """
 
 from __future__ import annotations

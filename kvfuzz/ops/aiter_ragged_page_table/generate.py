@@ -12,6 +12,12 @@ buffer's); KV-pool slots where the kernel reads (up to int32's largest, 0 among 
 elsewhere (negative ones too); and, with SWA, a mapping of M entries (common: SGLang's ending with
 -1, freed entries, the largest SWA slot, an odd first entry that only the lanes past the pages
 read).
+
+Production sizes are classes of their own, one class in sixteen (`ragged_variant_class`, the
+campaign's class drawer): a context of 32768 to 163840 tokens (W = its pages, 32 to 160 blocks
+of 1024 pages at page size 1) for one or a few requests, or a batch of 17 to 256 or past 256
+(257-300) over 1 to 2049 pages; one or two requests to the row's end or at the grid's block
+edges, the rest short. Every cell is judged; the CPU interpreter takes seconds on one.
 """
 
 from __future__ import annotations
@@ -48,13 +54,24 @@ def ragged_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def ragged_variant_class(d: Draw, variant: str) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size (W the
+    context's pages)."""
+    p = dict(ragged_class(d).items)
+    if common.production_class(d, p):
+        p["W"] = -(-p.pop("C_tokens") // p["page_size"])
+    return CompileClass.of(OP, p)
+
+
 def ragged_in_class(d: Draw, k: CompileClass) -> Case:
     ps, W = k["page_size"], k["W"]
-    bs = batch_size(d, k, big=24)
+    production = k.get("size") == "production"
+    bs = common.production_batch(d, k) if production else batch_size(d, k, big=24)
     g = rng(d.seed())
     cap = W * ps  # a request holds at most W pages
-    lens = [common.page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0
-            else int(g.integers(0, min(cap, 3 * ps) + 1)) for _ in range(bs)]
+    lens = common.production_lengths(d, g, bs, cap, ps, W) if production else \
+        [common.page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0
+         else int(g.integers(0, min(cap, 3 * ps) + 1)) for _ in range(bs)]
     base = d.choice((0, 0, 0, 1, 7, 1024))
     ptr = base + np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     N = int(ptr[-1]) + d.choice((0, 0, 1, 5))
@@ -164,4 +181,4 @@ def ragged_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, ragged_class, ragged_in_class, ragged_violation, OUT_OF_CONTRACT, ragged_features,
-                        all_required_features, ragged_class_features)
+                        all_required_features, ragged_class_features, variant_class=ragged_variant_class)

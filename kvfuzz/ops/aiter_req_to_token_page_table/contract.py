@@ -50,6 +50,13 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   SWA, every such slot is < M and the mapping's entry there is an SWA slot, in [0, 2^31); M >= 1,
   since a lane past a request's pages loads slot 0 (`other=0`) and reads `swa_slot_mapping[0]`
   unmasked (it stores nothing: that read is in contract whatever the entry holds).
+
+SGLang's guards (docs/guards.md): the kernel (one text 0.5.12 - 0.5.23) returns from a program
+past a request's blocks and loads the slots with `other=0` (the lanes past the pages read
+`swa_slot_mapping[0]` and store nothing). The verify's CUDA-graph replay pads `seq_lens` with the
+draft count (`get_cuda_graph_seq_len_fill_value`) and `req_pool_indices` with pool row 0: padded
+requests of `DRAFT_NUM` tokens at pool row 0, in contract. Production sizes (`generate.py`):
+contexts to 163840 tokens, batches past 256; every cell is judged.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Contract, Scalar, dtype_and_layout_reasons
+from ...contract import Arg, Contract, Scalar, dtype_and_layout_reasons, zero_stride_reasons
 from ..aiter_page_table_common import BLOCK_SIZE, PAGE_TABLE, SWA_MAPPING, SWA_PAGE_TABLE, cells_of, kernel_path, \
     page_size_reasons, racy_of, table_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, POOL_INDICES, matrix_reasons, refuses_nothing, size_reasons, \
@@ -103,6 +110,11 @@ def structural_reasons(case: Case) -> list[str]:
     return size_reasons(t, bs, {"seq_lens": bs}) or table_reasons(t, bs)
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="aiter_req_to_token_page_table",
     entry="scatter_req_to_token_to_page_table_kernel",
@@ -121,4 +133,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK_SIZE,),
+    stress=stress,
 )

@@ -14,6 +14,13 @@ ps + 1; at least D), the block edges, the last page page_table holds and the row
 row (the first and last rows of the pool among them); spare rows of the tables; KV-pool slots
 where the kernel reads (up to int32's largest, 0 among them; negative ones only in cells it does
 not read); and, with SWA, a mapping of M entries (common to both ops).
+
+Production sizes are classes of their own, one class in sixteen (`r2t_variant_class`, the
+campaign's class drawer): a context of 32768 to 163840 tokens (C = context + 4 + D columns,
+page_table as the backend sizes it or the row's pages: 32 to 160 blocks of 1024 pages at page
+size 1) for one or a few requests, or a batch of 17 to 256 or past 256 (257-300) over 1 to 2049
+pages; one or two requests to the row's end or at the grid's block edges, the rest short. Every cell is
+judged; the CPU interpreter takes seconds on one.
 """
 
 from __future__ import annotations
@@ -76,6 +83,16 @@ def r2t_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def r2t_variant_class(d: Draw, variant: str) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size."""
+    p = dict(r2t_class(d).items)
+    if common.production_class(d, p):
+        ps, D = p["page_size"], p["draft_num"]
+        p["C"] = p.pop("C_tokens") + 4 + D
+        p["W"] = _width(d.choice(("backend", "row")), p["C"], ps, D)
+    return CompileClass.of(OP, p)
+
+
 def _widths(k: CompileClass) -> tuple[int, int]:
     """(page_table's width W, with room for the drafts' pages; a request's tokens at most)."""
     D, ps, C = k["draft_num"], k["page_size"], k["C"]
@@ -86,16 +103,18 @@ def _widths(k: CompileClass) -> tuple[int, int]:
 def r2t_in_class(d: Draw, k: CompileClass) -> Case:
     D, ps, C = k["draft_num"], k["page_size"], k["C"]
     W, cap = _widths(k)
-    bs = batch_size(d, k, big=24)
+    production = k.get("size") == "production"
+    bs = common.production_batch(d, k) if production else batch_size(d, k, big=24)
     P = pool_size(d, k)
     g = rng(d.seed())
-    kv = [max(common.page_length(d, cap, ps, W), D) if bs <= 4 or d.integer(0, 7) == 0
-          else int(g.integers(D, max(D, min(cap, 3 * ps)) + 1)) for _ in range(bs)]
+    kv = common.production_lengths(d, g, bs, cap, ps, W, D) if production else \
+        [max(common.page_length(d, cap, ps, W), D) if bs <= 4 or d.integer(0, 7) == 0
+         else int(g.integers(D, max(D, min(cap, 3 * ps)) + 1)) for _ in range(bs)]
     rows = pool_rows(d, g, P, bs)
     values: dict[str, np.ndarray] = {}
     lo, top = common.slot_range(d, g, k, values)
     table = token_table(d, g, P, C, top)
-    read = sorted({p * ps for n in kv for p in range(pages(n, ps))})
+    read = list(range(0, pages(max(kv, default=0), ps) * ps, ps))  # the columns of every page read
     if read:  # the cells the kernel reads hold KV-pool slots, in every row (a repeated row too)
         table[:, read] = np.stack([common.live_slots(d, g, len(read), lo, top) for _ in range(P)])
     values.update({
@@ -187,4 +206,4 @@ def r2t_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, r2t_class, r2t_in_class, r2t_violation, OUT_OF_CONTRACT, r2t_features,
-                        all_required_features, r2t_class_features)
+                        all_required_features, r2t_class_features, variant_class=r2t_variant_class)

@@ -34,6 +34,14 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   `chunk_kv_indices` holds at least chunk_cu_seq_lens[bs - 1] + n[bs - 1] cells (SGLang's holds
   exactly the chunk's tokens, or, in the prefill CUDA-graph runner, the chunk capacity: a tail
   that must stay untouched).
+
+SGLang's guards (docs/guards.md): the kernel has none (one text in every release); the callers
+cut a chunk of `SGLANG_MAX_KV_CHUNK_CAPACITY // bs` tokens (131072 // bs by default; one chunk of
+the longest prefix on the single-chunk path) and assert no chunk passes the capacity; the prefill
+CUDA-graph runner (0.5.19 on) launches all its request slots, the padded ones of a zero-length
+prefix at pool row 0 with the chunk's start, into a zeroed output of the chunk capacity. All of
+it is in contract, and production-size classes draw it (`generate.py`: tables to 131585 tokens,
+chunks to 131072 tokens, batches past 256; every cell is judged).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract
+from ...contract import Arg, Cells, Contract, zero_stride_reasons
 from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
     size_reasons, span_cells
 from . import oracle
@@ -83,6 +91,11 @@ def cells(case: Case) -> dict[str, Cells]:
                                            max(int(cu[lens.shape[0] - 1] + lens[-1]), 0))}
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="chunked_prefix_kv_indices",
     entry="create_chunked_prefix_cache_kv_indices",
@@ -102,4 +115,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
+    stress=stress,
 )

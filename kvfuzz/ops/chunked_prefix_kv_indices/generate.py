@@ -8,6 +8,17 @@ exactly), the dtypes, the 1-D layouts, whether `chunk_cu_seq_lens` has bs + 1 en
 prefix, at most chunk_len: zero for a request whose prefix ended) or freely: each request's
 length at the block edges (0, 1, 511, 512, 513, 1024, 1025) and up to the row's end, its start,
 its pool row (the pool's first and last rows among them); then a base and a tail for the flat output.
+
+Production sizes are classes of their own, one class in sixteen (the campaign's class drawer,
+`chunk_variant_class`): a table 32768 to 131585 tokens wide, a batch of one, a few, 17 to 256 or
+past 256 (257-300), and one chunk as SGLang's ForwardBatch cuts it from the requests' prefixes
+(one or two to the row's end or a 512-token block edge, the rest short): the chunk length the
+capacity over the batch, 131072 // bs (SGLANG_MAX_KV_CHUNK_CAPACITY's default), or the longest
+prefix (the single-chunk path), every request from the chunk's start; so a request copies up to
+131072 tokens, the batch at most the capacity. The prefill CUDA-graph runner's padded slots are
+requests of a zero-length prefix (a start past it, length 0) at pool row 0, drawn among them.
+Every cell is judged. The CPU interpreter takes a second or more on one (SGLang's kernel loops over
+256 blocks of 512 tokens), so a CPU campaign reaches one only in a stint of a minute or more.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "negative_start", "cu_
                    "kv_indices_too_short")
 ONE_D = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens", "chunk_cu_seq_lens", "chunk_kv_indices")
 INDEX = ("req_pool_indices", "chunk_start_idx", "chunk_seq_lens")
+CAPACITY = 131072  # SGLang's SGLANG_MAX_KV_CHUNK_CAPACITY default: the tokens of one chunk over the batch
+PROD_WIDTHS = (32768, 65536, CAPACITY, CAPACITY + BLOCK + 1)  # C: the table's width (max context)
 
 
 def chunk_class(d: Draw) -> CompileClass:
@@ -45,6 +58,36 @@ def chunk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def chunk_variant_class(d: Draw, variant: str) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size."""
+    k = chunk_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p["size"] = "production"
+    p["C"] = d.choice(PROD_WIDTHS)
+    p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+    p["cu"] = "bs+1"  # ForwardBatch's and the graph runner's
+    return CompileClass.of(OP, p)
+
+
+def production_chunk(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pool rows, starts, lengths) of one chunk of production prefixes: one or two long, the
+    rest short, the CUDA-graph runner's padded slots (prefix 0, pool row 0) among them."""
+    prefix = g.integers(0, 41, size=bs).astype(np.int64)
+    edges = [e for e in (*EDGES, 4 * BLOCK, 16 * BLOCK, CAPACITY // 2, CAPACITY) if e <= C]
+    for _ in range(min(bs, d.integer(1, 2))):
+        prefix[d.integer(0, bs - 1)] = d.one_of(lambda: d.choice(edges), lambda: C, lambda: d.integer(0, C))
+    padded = g.random(bs) < d.choice((0.0, 0.0, 0.25))
+    prefix[padded] = 0
+    chunk_len = d.choice((max(1, CAPACITY // bs), max(1, int(prefix.max()))))  # chunked, or the single chunk
+    chunks = max(1, -(-int(prefix.max()) // chunk_len))
+    start = d.choice((0, chunks - 1, d.integer(0, chunks - 1))) * chunk_len
+    lens = np.clip(np.minimum(prefix, start + chunk_len) - start, 0, None)
+    rows = np.where(padded, 0, g.integers(0, 1 << 30, size=bs))
+    return rows, np.full(bs, start, np.int64), lens
+
+
 def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
     """(starts, lengths) of one chunk as SGLang's get_prefix_chunk_seq_lens makes them."""
     prefix = np.array([block_length(d, C) for _ in range(min(bs, 4))]
@@ -59,10 +102,14 @@ def _as_sglang(d: Draw, g, C: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
 
 def chunk_in_class(d: Draw, k: CompileClass) -> Case:
     C = k["C"]
-    bs = batch_size(d, k)
+    production = k.get("size") == "production"
+    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]] \
+        if production else batch_size(d, k)
     P = pool_size(d, k)
     g = rng(d.seed())
-    if d.boolean():
+    if production:
+        pool, starts, lens = production_chunk(d, g, C, bs)
+    elif d.boolean():
         starts, lens = _as_sglang(d, g, C, bs)
     else:
         lens = free_lengths(d, g, C, bs)
@@ -72,6 +119,8 @@ def chunk_in_class(d: Draw, k: CompileClass) -> Case:
         cu = cu[:-1]
     table = token_table(d, g, P, C)
     rows = np.array(pool_rows(d, g, P, bs), np.int64)  # the pool's ends
+    if production:
+        rows = pool % P  # the padded slots at pool row 0
     values = {"req_to_token": table, "req_pool_indices": rows, "chunk_start_idx": starts,
               "chunk_seq_lens": lens, "chunk_cu_seq_lens": cu}
     shapes = {"req_to_token": ("int32", (P, C)), "chunk_cu_seq_lens": ("int32", cu.shape),
@@ -127,6 +176,10 @@ def chunk_features(case: Case) -> set[str]:
         if spec.shape[0] > end:
             out.add("output_tail")
     table = case.tensors.get("req_to_token")
+    if table is not None and len(table.shape) == 2 and table.shape[1] >= 32768:
+        out.add("size:production")
+    if len(ls) > 256:
+        out.add("bs:past_256")
     starts = case.values.get("chunk_start_idx")
     if starts is not None:
         s = np.asarray(starts)
@@ -154,4 +207,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, chunk_class, chunk_in_class, chunk_violation, OUT_OF_CONTRACT, chunk_features,
-                        all_required_features)
+                        all_required_features, variant_class=chunk_variant_class)

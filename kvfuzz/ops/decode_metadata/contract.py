@@ -13,7 +13,13 @@ kvfuzz assumes where SGLang does not say:
   pool's ids is the caller's bug, so out of contract). Entries are a physical page (>= 0) or
   the tombstone -1 of an unbound page, which maps to the sink page 0 (0.5.23's docstring:
   "an unbound (-1) page maps to the sink"); a tombstone copied into a page table is a
-  defect. Entries below -1 are not produced by SGLang's allocator: out of contract.
+  defect. Entries below -1 are not produced by SGLang's allocator: out of contract. A negative
+  token id (a tombstoned slot, -1, of the unified pool) in a live column reads virtual page 0:
+  `sink(v2p[max(token // page_size, 0)])`. SGLang 0.5.23 guards it (`metadata.py:185`,
+  `tl.maximum(page_ids, 0)` before the v2p gather), so such tokens are in contract wherever a
+  v2p table is (0.5.17 and 0.5.18 too, whose unguarded gather reads before the table). With
+  the static pool's mapping a negative token id is still out of contract (it indexes the
+  mapping).
 * `kernel_page_multiplier` (0.5.17-0.5.18, a positive int, absent: 1) scales the full page
   table's values after the v2p translation (a physical page's first block in a page-major
   envelope): `page_table = sink(v2p[page]) * multiplier`, or `page * multiplier` without a table;
@@ -87,8 +93,9 @@ VARIANT_ARGS = {
     "default": (), "live_prefix": (),
     "v2p": ("full_v2p", "kernel_page_multiplier"),  # 0.5.17: v2p_page_table, kernel_page_multiplier
     "v2p_swa": ("full_v2p", "kernel_page_multiplier", "swa_v2p"),  # 0.5.18: and the unified SWA pool
-    "read_table": ("src_is_read_table", "swa_src_table"),  # 0.5.19
-    "skip": ("skip_page_table",), "fused": EXT_0523, "strict": EXT_0523 + ("kernel_page_multiplier",),
+    # 0.5.19-0.5.22 keep 0.5.18's unified SWA pool path (swa_v2p in a UnifiedSWAKVPool)
+    "read_table": ("src_is_read_table", "swa_src_table", "swa_v2p"),  # 0.5.19
+    "skip": ("skip_page_table", "swa_v2p"), "fused": EXT_0523, "strict": EXT_0523 + ("kernel_page_multiplier",),
 }
 LIVE_PREFIX = ("live_prefix", "v2p", "v2p_swa", "read_table", "skip", "fused")  # only the live pages required
 FLAGS = ("skip_page_table", "zero_tail", "src_is_read_table")  # optional bool scalars
@@ -238,8 +245,10 @@ CONTRACT = Contract(
         "v2p_swa": "SGLang 0.5.18: v2p, plus the unified SWA pool (UnifiedSWAKVPool: its v2p table, kvfuzz's "
         "swa_v2p, in place of the token mapping)",
         "read_table": "SGLang 0.5.19: live_prefix, plus src_is_read_table (req_to_token's page ids copied "
-        "verbatim) and swa_src_table (the SWA read table, req_to_token's shape and strides)",
-        "skip": "SGLang 0.5.20-0.5.22: live_prefix, plus skip_page_table (lengths and sums only)",
+        "verbatim), swa_src_table (the SWA read table, req_to_token's shape and strides) and the unified SWA "
+        "pool (swa_v2p in a UnifiedSWAKVPool, without read tables)",
+        "skip": "SGLang 0.5.20-0.5.22: live_prefix, plus skip_page_table (lengths and sums only) and the unified "
+        "SWA pool (swa_v2p in a UnifiedSWAKVPool)",
         "fused": "SGLang 0.5.23: live_prefix, plus skip_page_table, zero_tail (every column < max_seq_pages "
         "required, 0 past the live pages), full_v2p and swa_v2p (unified memory; -1 maps to the sink page 0)",
         "strict": "kvfuzz's builtin kernels: default's rule (every column < max_seq_pages written), plus "

@@ -27,7 +27,9 @@ from .contract import VARIANT_ARGS
 OP = "decode_metadata"
 PAGE_SIZES = (1, 16, 2, 4, 64, 128, 1024)
 BAD_PAGE_SIZES = (3, 0, -4, 6, 48, 100, 2**31 - 1)
-DELTAS = (0, 1, 2, 3, 4, 5, 8)  # normal decode, then draft decode's step + 1
+# normal decode, then draft decode's step + 1, and verify's speculative_num_draft_tokens (0.5.23's
+# graph capture passes it; EAGLE's top-k > 1 trees draft 16 to 64 tokens)
+DELTAS = (0, 1, 2, 3, 4, 5, 8, 16, 64)
 OUT_OF_CONTRACT = ("page_size", "page_table_rows", "cu_seqlens_len", "width", "pool_index", "swa_token",
                    "negative_len", "len_overflow")
 # A case with a v2p table draws these too; a stint's `swa_token` (an index outside its table)
@@ -227,6 +229,11 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
         "strided_indices": np.arange(0, T, ps),
         "seq_lens": seq_lens,
     }
+    if full_v2p and "full_to_swa_index_mapping" not in shapes and d.integer(0, 2) == 0:
+        # tombstoned token slots (-1) of the unified pool: 0.5.23 clamps their page to 0 before the gather
+        rtt = np.array(values["req_to_token"], dtype=np.int64)
+        rtt[rng(d.seed()).random(rtt.shape) < d.choice((0.1, 0.5, 1.0))] = -1
+        values["req_to_token"] = rtt
     if read_table and swa:
         values["swa_src_table"] = tokens(d.choice(TOKEN_PATTERNS), d.seed(), (R, T), 1 << 20)
     elif swa and not swa_v2p:
@@ -294,7 +301,7 @@ def decode_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
     elif kind == "v2p_value":  # an entry below the tombstone -1, where a row reads it
         name = d.choice(v2p)
         table = np.array(v[name], dtype=np.int64)
-        page = int(v["req_to_token"][int(v["req_pool_indices"][0]), 0]) // s["page_size"]
+        page = max(int(v["req_to_token"][int(v["req_pool_indices"][0]), 0]) // s["page_size"], 0)  # a tombstone reads page 0
         table[page] = -2 - d.integer(0, 5)
         v[name] = table
         t[name] = relaid(name, table.shape, values=table)

@@ -88,7 +88,9 @@ def _read_tables(case: Case, out: dict, rtt: np.ndarray, rows: np.ndarray, P: in
 
 
 def _v2p(table: np.ndarray, pages: np.ndarray, name: str) -> np.ndarray:
-    """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0."""
+    """table[page] for every virtual page, the tombstone -1 mapped to the sink page 0; a negative
+    page (a tombstoned token slot) reads page 0 (0.5.23's `tl.maximum(page_ids, 0)`)."""
+    pages = np.maximum(pages, 0)
     if pages.size and (pages.min() < 0 or pages.max() >= table.shape[0]):
         at = first_at(outside(pages, table.shape[0]))
         raise OutOfContract(f"virtual page {pages[at]} (row {at[0]}, page {at[1]}) lies outside {name} "
@@ -138,10 +140,10 @@ def torch_ref(case: Case, device, inputs: Inputs = None) -> dict[str, torch.Tens
         tokens = req_to_token[pool[:, None], strided[:P][None, :]].long()
         pages = torch.div(tokens, ps, rounding_mode="floor")
         if "full_v2p" in case.tensors:  # unified memory: virtual page -> physical, -1 -> the sink page 0
-            pages = input_tensor(case, "full_v2p", device, inputs).long()[pages].clamp(min=0)
+            pages = input_tensor(case, "full_v2p", device, inputs).long()[pages.clamp(min=0)].clamp(min=0)
         page_table[:, :P] = pages * s.get("kernel_page_multiplier", 1)  # 0.5.17-0.5.18
         if swa and "swa_v2p" in case.tensors:  # the unified SWA pool's table, over the same virtual pages
-            swa_table[:, :P] = input_tensor(case, "swa_v2p", device, inputs).long()[tokens // ps].clamp(min=0)
+            swa_table[:, :P] = input_tensor(case, "swa_v2p", device, inputs).long()[(tokens // ps).clamp(min=0)].clamp(min=0)
         elif swa:
             mapping = input_tensor(case, "full_to_swa_index_mapping", device, inputs)
             swa_table[:, :P] = mapping[tokens] // ps

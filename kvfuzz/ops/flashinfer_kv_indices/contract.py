@@ -53,6 +53,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
 Production sizes are compile classes of their own (`generate.py`): tables 32768 to 131072+
 tokens wide, lengths to 131072, batches to 256 and past; every cell is judged (the NumPy oracle
 is one vectorized gather).
+
+SGLang's guards (docs/guards.md): 0.5.20's `TOKEN_BLOCK_PARALLEL` programs past a row's copy
+blocks return (`if blk >= num_loop`), so any block count is in contract; 0.5.22's mapping load is
+masked by `data >= 0` with `other=-1`, so a -1 table entry with `token_mapping` is in contract
+(written -1). CUDA-graph replay's padded rows (length 1 or the draft count, pool row 0) are in
+contract in every release.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, Scalar
+from ...contract import Arg, Cells, Contract, Scalar, zero_stride_reasons
 from ..kv_index_common import BLOCK, I32, I32_64, POOL_INDICES, TABLE, csr_racy, gather_reasons, refuses_nothing, \
     size_reasons, span_cells, start_path
 from . import oracle
@@ -128,6 +134,11 @@ def kernel_path(case: Case) -> str:
 
 _RULE = "cells [kv_indptr[i], kv_indptr[i+1]) written, the rest of kv_indices untouched"
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="flashinfer_kv_indices",
     entry="create_flashinfer_kv_indices_triton",
@@ -154,4 +165,5 @@ CONTRACT = Contract(
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK,),
     variant_args=VARIANT_ARGS,
+    stress=stress,
 )

@@ -18,8 +18,8 @@ where get_num_kv_index_blocks_flashmla(W, ps) = ceil(W / (4096 // ps)) (read fro
 
 kvfuzz launches `(bs, ceil(W / (4096 // ps)))` with W = kv_indices.shape[1], passes
 `kv_indices.stride(0)` and `req_to_token.stride(0)` as the two strides, PAGED_SIZE = the case's
-page_size, and leaves 0.5.17-0.5.18's `v2p_ptr`, `PAGE_MULT` at the defaults that keep the
-static pool's copy.
+page_size, and, where the kernel takes them (0.5.17-0.5.18), `v2p_ptr` = the case's `v2p` (None
+when absent) and `PAGE_MULT` = its `page_mult` (1 when absent), by keyword as TRT-LLM MLA does.
 
 0.5.6-0.5.12 keep the kernel in sglang/srt/layers/attention/utils.py (extracted into their
 kv_indices.py) with the same signature, but one program per request loops over every block
@@ -53,14 +53,16 @@ CALL = OpCall(
         "req_to_token_ptr_stride": row_stride("req_to_token"),  # a constexpr in every release
         "kv_indices_ptr_stride": row_stride("kv_indices"),  # a constexpr in every release
         "PAGED_SIZE": scalar("page_size"),  # a constexpr, default 64
+        "v2p_ptr": optional_tensor("v2p"),  # 0.5.17-0.5.18; None when the case has none (the static pool)
+        "PAGE_MULT": lambda t, s: int(s.get("page_mult", 1)),  # 0.5.17-0.5.18, a constexpr
     },
     required=(("req_to_token_ptr",), ("req_pool_indices_ptr",), ("page_kernel_lens_ptr",), ("kv_start_idx",),
               ("kv_indices_ptr",), ("req_to_token_ptr_stride",), ("kv_indices_ptr_stride",), ("PAGED_SIZE",)),
-    # 0.5.17-0.5.18's parameters -> the value that keeps the static pool's copy (their defaults)
-    neutral={"v2p_ptr": None, "PAGE_MULT": 1},
+    neutral={},
     legacy=("req_to_token_ptr", "req_pool_indices_ptr", "page_kernel_lens_ptr", "kv_start_idx", "kv_indices_ptr",
             "req_to_token_ptr_stride", "kv_indices_ptr_stride", "PAGED_SIZE"),
-    optional={"kv_start_idx": ("kv_start_idx",)},
+    optional={"kv_start_idx": ("kv_start_idx",), "v2p": ("v2p_ptr",)},
+    carries={"v2p": ("v2p_ptr",), "page_mult": ("PAGE_MULT",)},
     grid=_grid,
 )
 
@@ -70,8 +72,9 @@ GENERATIONS = (
                "(attention/utils.py) the same signature, one program per request looping over the blocks"),
     Generation("0.5.17", "0.5.17-0.5.18", CALL.legacy + ("v2p_ptr", "PAGE_MULT"),
                "v2p_ptr, PAGE_MULT (unified memory: virtual page -> physical page, times the MLA layer count): "
-               "left None and 1, the static pool's copy"),
+               "the case's v2p (None when absent) and page_mult (1 when absent)"),
 )
 
-# (first release, variant): the copy is the same in every release (0.5.6-0.5.12: the same cells written)
-RELEASE_VARIANTS = (("0.5.6", "default"),)
+# (first release, variant): the copy is the same in every release (0.5.6-0.5.12: the same cells written);
+# 0.5.17-0.5.18 add the unified pool's page remap, 0.5.19 drops it
+RELEASE_VARIANTS = (("0.5.6", "default"), ("0.5.17", "v2p"), ("0.5.19", "default"))

@@ -10,6 +10,19 @@ request's length at the page edges (0, 1, ps - 1, ps, ps + 1), the block edges (
 4097, 8193), the last page kv_indices holds and the row's end; its start; its pool row (the
 first and last rows of the pool among them); kv_indices' spare rows (a graph buffer's rows past
 bs); and token ids up to int32's largest, negative ones only in cells the kernel does not read.
+
+Where the variant's kernel takes them (`v2p`: 0.5.17-0.5.18), a class passes the unified pool's
+page remap or not: a `v2p` table (int64 as SGLang's, or int32; -1 entries as its unmapped pages
+and sentinel) and a PAGE_MULT (1, 2, 3, 61: a rank owning one MLA layer, a few, DeepSeek's 61),
+the token ids read then pages within the table. The pool covers both first (`mla_class_features`).
+
+Production sizes are classes of their own, one class in sixteen of a variant's candidates: a
+table 32768 to 135169 tokens wide (8 to 33 programs of 4096 tokens per request) for one or a few
+requests, or a batch of 17 to 256 or past 256 (257-300) over a table of 64 to 8193 tokens (1 to 3
+programs per request); kv_indices as wide as a backend sizes it; one or two requests to the row's
+end or at a block edge, the rest short. Every cell is judged. The CPU interpreter runs a program
+in about 5-20 ms (more on a loaded machine), so a production case takes up to a few seconds there:
+a CPU campaign reaches one in a stint of a minute or more (the pool covers the v2p modes first).
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from ...strategies.values import rng
 from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
     last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, relaid, start_in_row, start_path, \
     strided_rows, table_layout, token_table
+from .contract import VARIANT_ARGS
 
 OP = "flashmla_kv_indices"
 BLOCK = PAGE_BLOCK  # tokens per program
@@ -35,7 +49,11 @@ WIDTHS = (1, 63, 64, 65, 200, 4095, 4096, 4097, 8193)  # C: the table's width (m
 BLOCK_EDGES = PAGE_BLOCK_EDGES
 OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_row", "kv_indices_too_narrow", "kv_indices_too_few_rows",
                    "negative_len", "negative_token_id")
+V2P_OUT_OF_CONTRACT = OUT_OF_CONTRACT + ("page_past_v2p",)
 ONE_D = ("req_pool_indices", "paged_kernel_lens", "kv_start_idx")
+MULTS = (1, 2, 3, 61)  # PAGE_MULT: the full-attention MLA layers a rank owns (DeepSeek V3: 61)
+PROD_WIDTHS = (32768, 40960, 65536, 131072, 131072 + BLOCK + 1)  # C: 8 to 33 blocks of 4096 tokens
+BATCH_WIDTHS = (64, 4095, 4097, 8193)  # C of a production batch (17-300 requests): 1 to 3 blocks per request
 
 
 def _width(mode: str, C: int, ps: int) -> int:
@@ -72,25 +90,67 @@ def mla_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def mla_variant_class(d: Draw, variant: str) -> CompileClass:
+    """A class of `variant`: the base class, a production size one time in sixteen, and, where
+    the variant's kernel takes them, whether v2p is passed (its dtype, PAGE_MULT)."""
+    p = dict(mla_class(d).items)
+    if d.integer(0, 15) == 0:
+        p["size"] = "production"
+        p["bs"] = d.choice(("one", "few", "few", "big", "past"))
+        if p["bs"] in ("one", "few"):  # a wide table: 8 to 33 blocks per request
+            p["page_size"] = d.choice(PRODUCTION)
+            p["C"] = d.choice(PROD_WIDTHS)
+        else:  # a big batch over a short table (a program per block per request)
+            p["C"] = d.choice(BATCH_WIDTHS)
+        p["W"] = _width(d.choice(("row", "graph", "trtllm")), p["C"], p["page_size"])
+    if "v2p" in VARIANT_ARGS.get(variant, ()) and d.boolean():
+        p["v2p"] = True
+        p["dtype:v2p"] = d.choice(("int64", "int64", "int32"))
+        p["layout:v2p"] = layout_class(d, "in", 1, ("contiguous", "offset"))
+        p["page_mult"] = d.choice(MULTS)
+    return CompileClass.of(OP, p)
+
+
+def v2p_table(d: Draw, g, V: int, mult: int) -> np.ndarray:
+    """The unified pool's virtual -> physical pages: values whose product with PAGE_MULT fits
+    int32 (the largest among them), -1 where unmapped (and in the last, SGLang's sentinel)."""
+    top = (2**31 - 1) // mult + 1
+    v2p = g.integers(0, d.choice((1 << 16, top)), size=V)
+    v2p[g.random(V) < d.choice((0.0, 0.1, 0.5))] = -1
+    if d.boolean():
+        v2p[int(g.integers(0, V))] = top - 1
+    if V > 1 and d.boolean():
+        v2p[-1] = -1
+    return v2p
+
+
 def mla_in_class(d: Draw, k: CompileClass) -> Case:
     ps, C, W = k["page_size"], k["C"], k["W"]
-    bs = batch_size(d, k, big=24)
+    production = k.get("size") == "production"
+    bs = {"one": 1, "few": d.integer(2, 4), "big": d.integer(17, 256), "past": d.integer(257, 300)}[k["bs"]] \
+        if production else batch_size(d, k, big=24)
     R = bs + d.choice((0, 0, 1, 3))  # a CUDA-graph buffer holds rows past bs
     P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
     lens, starts = [], []
     for i in range(bs):
-        n = page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0 else int(g.integers(0, min(cap, 3 * ps) + 1))
+        long = bs <= 4 or d.integer(0, 7) == 0 if not production else i < 2 and (i == 0 or d.boolean())
+        n = page_length(d, cap, ps, W) if long else int(g.integers(0, min(cap, 3 * ps) + 1))
         lens.append(n)
         if k["start"]:
             starts.append(start_in_row(d, g, C, n))
     rows = pool_rows(d, g, P, bs)
     top = d.choice((1 << 20, 2**31))  # token ids up to int32's largest
     table = token_table(d, g, P, C, top)
-    read = sorted({s + p * ps for n, s in zip(lens, starts or [0] * bs) for p in range(pages(n, ps))})
-    if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
-        table[:, read] = g.integers(0, top, size=(P, len(read)))
+    read = np.unique(np.concatenate([np.arange(s, s + n, ps) for n, s in zip(lens, starts or [0] * bs)] or
+                                    [np.zeros(0, np.int64)])) if bs else np.zeros(0, np.int64)
+    V = 0
+    if k.get("v2p"):
+        V = d.choice((1, 2, 65, int(g.integers(1, 1 << 16))))  # virtual pages: the read ids stay within them
+        top = V * ps
+    if read.size:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
+        table[:, read] = g.integers(0, top, size=(P, read.size))
         if d.boolean():
             table[:, read[-1]] = top - 1  # the largest id (int32's largest when top is 2**31)
     values = {
@@ -103,7 +163,12 @@ def mla_in_class(d: Draw, k: CompileClass) -> Case:
     if k["start"]:
         values["kv_start_idx"] = np.array(starts, np.int64)
         shapes["kv_start_idx"] = (k["dtype:kv_start_idx"], (bs,))
-    return Case(OP, {"page_size": ps}, laid_out(k, shapes, values), values)
+    scalars = {"page_size": ps}
+    if k.get("v2p"):
+        values["v2p"] = v2p_table(d, g, V, k["page_mult"])
+        shapes["v2p"] = (k["dtype:v2p"], (V,))
+        scalars["page_mult"] = k["page_mult"]
+    return Case(OP, scalars, laid_out(k, shapes, values), values)
 
 
 def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None) -> Case:
@@ -112,7 +177,9 @@ def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
     P, C = t["req_to_token"].shape
     R, W = t["kv_indices"].shape
     bs = t["req_pool_indices"].shape[0]
-    kind = kind or d.choice(OUT_OF_CONTRACT)
+    kind = kind or d.choice(V2P_OUT_OF_CONTRACT if "v2p" in v else OUT_OF_CONTRACT)
+    if kind == "page_past_v2p" and "v2p" not in v:
+        kind = "past_row"  # a case without the remap: another rule broken
     i = d.integer(0, bs - 1)
     lens, rows = v["paged_kernel_lens"], v["req_pool_indices"]
     start = int(v["kv_start_idx"][i]) if "kv_start_idx" in v else 0
@@ -128,6 +195,16 @@ def mla_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = None)
         R = bs - 1
     elif kind == "negative_len":
         lens[i] = -d.choice((1, ps + 1))
+    elif kind == "page_past_v2p":  # a token whose page has no entry in v2p (past a table SGLang sizes by pages)
+        lens[i] = max(int(lens[i]), 1)
+        if start + lens[i] > C:
+            lens[i], start = 1, 0
+            if "kv_start_idx" in v:
+                v["kv_start_idx"][i] = 0
+        W = max(W, pages(int(lens[i]), ps))
+        V = v["v2p"].shape[0]
+        v["req_to_token"][:, start + ps * d.integer(0, pages(int(lens[i]), ps) - 1)] = \
+            min(2**31 - 1, (V + d.choice((0, 1, 1 << 20))) * ps)
     elif kind == "negative_token_id":
         lens[i] = max(int(lens[i]), 1)
         if start + lens[i] > C:  # a table of one column
@@ -175,6 +252,22 @@ def mla_features(case: Case) -> set[str]:
         vals = case.values.get("req_to_token")
         if vals is not None and np.asarray(vals).size and int(np.asarray(vals).max()) == 2**31 - 1:
             out.add("id:int32_max")
+        if C >= 32768:
+            out.add("size:production")
+    if len(ls) > 256:
+        out.add("bs:past_256")
+    return out | mode_features(case)
+
+
+def mode_features(case: Case) -> set[str]:
+    """The unified pool's remap: v2p given, its -1 entries written, PAGE_MULT > 1."""
+    out = set()
+    if "v2p" in case.values:
+        out.add("mode:v2p")
+        if bool((np.asarray(case.values["v2p"]) == -1).any()):
+            out.add("v2p:unmapped")
+    if case.scalars.get("page_mult", 1) > 1:
+        out.add("mode:page_mult")
     return out
 
 
@@ -194,5 +287,12 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, mla_class, mla_in_class, mla_violation, OUT_OF_CONTRACT, mla_features,
-                        all_required_features)
+def mla_class_features(k: CompileClass) -> set[str]:
+    """The launch modes a pool covers first: with and without v2p, PAGE_MULT 1 and more."""
+    if k.get("size") == "production":
+        return set()
+    return {f"mode:v2p:{bool(k.get('v2p'))}/mult>1:{k.get('page_mult', 1) > 1}"}
+
+
+GENERATOR = OpGenerator(OP, mla_class, mla_in_class, mla_violation, V2P_OUT_OF_CONTRACT, mla_features,
+                        all_required_features, mla_class_features, variant_class=mla_variant_class)

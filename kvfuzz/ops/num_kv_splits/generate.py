@@ -4,7 +4,8 @@ rounding step of its arithmetic approached from both sides.
 A bare kernel: every scalar is a kernel argument, so a compile class fixes each of them (and
 with them their integer classes), `MAX_NUM_SEQ` (a constexpr SGLang derives from `num_seq`)
 with the integer class of `num_seq`, the dtype and both pointers' alignment. Cases draw
-`num_seq` inside its class and the lengths.
+`num_seq` inside its class and the lengths. Batches reach past 1024 rows (MAX_NUM_SEQ 1024,
+2048 and 4096), as the triton backend's eager decode launches them.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ OP = "num_kv_splits"
 CORE_COUNTS = (132, 1, 78, 108, 16, 114)
 OUT_OF_CONTRACT = ("negative_len", "len_overflow", "kv_heads_exceed_heads", "zero_max_splits")
 # num_seq classes: (MAX_NUM_SEQ, Triton's integer class of num_seq), and their edges
-NUM_SEQ = {"small": (1,), "plain": (2, 3, 255), "div16": (256, 16, 32, 64), "over": (257,)}
+NUM_SEQ = {"small": (1,), "plain": (2, 3, 255), "div16": (256, 16, 32, 64), "over": (257,),
+           # batches SGLang's triton backend decodes past 512 rows: MAX_NUM_SEQ 1024, 2048 and 4096
+           "at1024": (1024, 528, 1008), "past1024": (1025, 2047), "at4096": (4096, 2064)}
 
 
 def splits_class(d: Draw) -> CompileClass:
     num_head = d.choice((32, 1, 8, 16, 17, 28, 64, 128))
     p = {
-        "num_seq": d.choice(("plain", "small", "div16", "over")),
+        "num_seq": d.choice(("plain", "small", "div16", "over", "at1024", "past1024", "at4096")),
         "num_group": d.choice((1, 2, 4)),
         "num_head": num_head,
         "num_kv_head": d.choice([h for h in (1, 2, 4, 8, 16, 32, 64, 128) if h <= num_head]),
@@ -49,6 +52,8 @@ def _num_seq(d: Draw, cls: str) -> int:
         return d.one_of(lambda: d.choice(NUM_SEQ["plain"]), lambda: fit(d.integer(2, 64), PLAIN))
     if cls == "over":
         return d.one_of(lambda: 257, lambda: fit(d.integer(258, 300), PLAIN))
+    if cls == "past1024":  # MAX_NUM_SEQ 2048
+        return d.one_of(lambda: d.choice(NUM_SEQ["past1024"]), lambda: fit(d.integer(1026, 2040), PLAIN))
     return d.choice(NUM_SEQ[cls])
 
 
@@ -114,7 +119,7 @@ def splits_violation(d: Draw, case: Case, k: CompileClass, kind: str | None = No
 def splits_features(case: Case) -> set[str]:
     out: set[str] = set()
     n = case.scalars.get("num_seq")
-    if n in (255, 256, 257):
+    if n in (255, 256, 257, 1024, 1025):
         out.add(f"edge:num_seq:{n}")
     lens = case.values.get("seq_lens")
     if lens is None or not lens.size:
@@ -130,7 +135,8 @@ def splits_features(case: Case) -> set[str]:
 
 
 def required_features() -> set[str]:
-    return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257",
+    return {"zero_length", "edge:num_seq:255", "edge:num_seq:256", "edge:num_seq:257", "edge:num_seq:1024",
+            "edge:num_seq:1025",
             "uneven_batch:even", "uneven_batch:uneven"}
 
 

@@ -11,12 +11,15 @@ guard that launches nothing unless bs > 0 and pa_max_len > 0. kvfuzz passes `dst
 `dst_kv_lens`, as graph replay does (the graph's `page_table[:bs]` and `cache_seqlens[:bs]`), so
 the wrapper allocates nothing and the kernel writes into kvfuzz's guarded arena; `bs` is the
 number of requests (the backend's batch size, every per-request tensor's length), `device` the
-tensors' device, `window_size` and `pa_max_len` the case's scalars.
+tensors' device, `window_size` and `pa_max_len` the case's scalars. A case with `eager` makes
+the eager decode call instead: both outputs None, so the wrapper allocates them (`torch.zeros(bs,
+pa_max_len)` and `torch.empty(bs)`), and kvfuzz copies the two tensors it returns into the
+case's (`OpCall.returns_when`).
 """
 
 from __future__ import annotations
 
-from ...targets.calls import Generation, OpCall, scalar, tensor
+from ...targets.calls import Generation, OpCall, flag, scalar, tensor
 
 
 def _bs(t, s):
@@ -25,6 +28,11 @@ def _bs(t, s):
 
 def _device(t, s):
     return t["dst_page_table"].device
+
+
+def _output(name: str):
+    """The case's output (CUDA-graph replay's buffer), or None for the eager call (the wrapper allocates it)."""
+    return lambda t, s: None if s.get("eager") else t[name]
 
 
 CALL = OpCall(
@@ -37,14 +45,16 @@ CALL = OpCall(
         "bs": _bs,
         "pa_max_len": scalar("pa_max_len"),
         "device": _device,
-        "dst_page_table": tensor("dst_page_table"),  # None would have the wrapper allocate it (eager)
-        "dst_kv_lens": tensor("dst_kv_lens"),
+        "dst_page_table": _output("dst_page_table"),
+        "dst_kv_lens": _output("dst_kv_lens"),
     },
     required=(("req_to_token",), ("req_pool_indices",), ("seq_lens",), ("prefill_lens",), ("window_size",),
               ("dst_page_table",), ("dst_kv_lens",)),
     neutral={},
     legacy=("req_to_token", "req_pool_indices", "seq_lens", "prefill_lens", "window_size", "bs", "pa_max_len",
             "device", "dst_page_table", "dst_kv_lens"),
+    returns=("dst_page_table", "dst_kv_lens"),  # (page_table, kv_lens): taken by the eager call only
+    returns_when=flag("eager"),
 )
 
 GENERATIONS = (

@@ -54,6 +54,11 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   largest length), which bounds every kv_len, and the table is pa_max_len wide (eager) or
   max_context_len (graph); pa_max_len = 0 launches nothing, leaving `dst_kv_lens` unwritten
   (`torch.empty` in the eager path), which no decode batch reaches (max_len >= 1, max_pf >= 1);
+* the eager call (scalar `eager`, optional bool, absent: False; the backend's eager decode in
+  `init_forward_metadata`, every release): both outputs None, the wrapper allocates
+  `torch.zeros(bs, pa_max_len)` and `torch.empty(bs)` and returns them; kvfuzz copies them into
+  the case's outputs, so `dst_page_table` is [bs, pa_max_len] and every cell of it is required
+  (0 past kv_len, the wrapper's zeros), and a result of another shape or dtype is a crash;
 * offsets: the kernel's row base is pool index x row stride, in int64 for int64 indices and in
   int32 for int32 ones (so with int32 indices req_to_token spans fewer than 2^31 elements), and its
   output offsets are int32 (dst_page_table spans fewer than 2^31 elements).
@@ -80,7 +85,9 @@ ARGS = (
     Arg("dst_kv_lens", "out", I32, "bs", doc="kv_len = min(n, f + w), every cell written; unit stride"),
 )
 SCALARS = (Scalar("window_size", doc="w: the decode window, 0 <= w < 2^31 (a constexpr in SGLang)"),
-           Scalar("pa_max_len", doc="every kv_len <= pa_max_len <= W; >= 1 with requests (0: nothing launched)"))
+           Scalar("pa_max_len", doc="every kv_len <= pa_max_len <= W; >= 1 with requests (0: nothing launched)"),
+           Scalar("eager", doc="optional bool (absent: False): the eager call, the wrapper allocating both outputs "
+                  "(W = pa_max_len, every cell required)"))
 OUTPUTS = ("dst_page_table", "dst_kv_lens")
 
 
@@ -120,6 +127,10 @@ def structural_reasons(case: Case) -> list[str]:
     if cap > W:
         return [f"pa_max_len {cap} > dst_page_table width {W} (SGLang's table is pa_max_len or max_context_len "
                 "wide)"]
+    if "eager" in s and type(s["eager"]) is not bool:
+        return [f"eager must be a bool, got {s['eager']!r}"]
+    if s.get("eager") and W != cap:
+        return [f"the eager call's table is the wrapper's (bs, pa_max_len) = ({bs}, {cap}), not {W} columns wide"]
     if bs and cap < 1:
         return [f"pa_max_len {cap} < 1 with {bs} requests: the wrapper launches nothing and dst_kv_lens stays "
                 "unwritten (no decode batch has pa_max_len 0)"]
@@ -156,6 +167,8 @@ def cells(case: Case) -> dict[str, Cells]:
     got = kv_lens(case)[:R]
     k[:got.shape[0]] = got
     required = np.arange(W)[None, :] < k[:, None]
+    if case.scalars.get("eager"):  # the wrapper's zeros past kv_len, copied in whole
+        required = np.ones((R, W), bool)
     kv = np.ones(case.tensors["dst_kv_lens"].shape, bool)
     return {"dst_page_table": Cells(required, np.zeros_like(required)), "dst_kv_lens": Cells(kv, np.zeros_like(kv))}
 
@@ -187,7 +200,7 @@ CONTRACT = Contract(
     scalars=SCALARS,
     variants={"default": "SGLang 0.5.15-0.5.23 (one kernel text in every release): row i of dst_page_table holds "
               "req_to_token[r, 0:f] then req_to_token[r, max(f, n - w):n], kv_len = min(n, f + w) cells, the rest "
-              "of the row untouched; dst_kv_lens[i] = kv_len"},
+              "of the row untouched (the eager call: 0); dst_kv_lens[i] = kv_len"},
     paths={"pa": "one program per request (grid (bs,)), the row copied 256 cells at a time, prefill then window"},
     kernel_path=kernel_path,
     structural_reasons=structural_reasons,

@@ -19,7 +19,8 @@ prefill is one value, the least the requests sharing it drew). `prefill_lens` ho
 pool row (0.5.18's sizing) or more, and garbage (any int32) in the rows no request reads; slots
 are any int32 (a gather copies them), 0 and int32's largest among those read. `pa_max_len` is
 W (eager), the tightest bound (the largest kv_len), or SGLang's min(max_pf + w, max_len) with a
-ratcheted max_pf.
+ratcheted max_pf. Half the eager-sized classes make the eager call itself (`eager`: both
+outputs None, the wrapper allocates them).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def pa_class(d: Draw) -> CompileClass:
                                         else ("contiguous", "offset"))
     for name in ("prefill_lens", "dst_kv_lens"):
         p[f"layout:{name}"] = layout_class(d, "in" if name == "prefill_lens" else "out", 1, ("contiguous", "offset"))
+    if mode == "eager":  # the eager call itself (the wrapper allocates), or graph replay into an eager-sized table
+        p["eager_call"] = d.boolean()
     return CompileClass.of(OP, p)
 
 
@@ -165,6 +168,8 @@ def pa_in_class(d: Draw, k: CompileClass) -> Case:
         max_pf = max((f for f, _ in reqs), default=0) + d.choice((0, 0, d.integer(1, 300)))  # the ratchet
         sglang = min(max_pf + w, max(lens, default=0))
         cap = d.choice((lo, sglang, W))
+    if k.get("eager_call"):
+        return case.with_scalars(pa_max_len=W, eager=True)
     return case.with_scalars(pa_max_len=min(max(cap, lo), W))
 
 

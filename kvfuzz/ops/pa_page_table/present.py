@@ -24,6 +24,11 @@ def related_rows(case: Case, rows: list[int]) -> dict[str, list[int]]:
 
 def short_call(case: Case, entry: str) -> ShortCall:
     w, cap = case.scalars["window_size"], case.scalars["pa_max_len"]
+    if case.scalars.get("eager"):
+        return ShortCall((f"page_table, kv_lens = {entry}(req_to_token, req_pool_indices, seq_lens, prefill_lens, {w}, "
+                          f"req_pool_indices.shape[0], {cap}, dst_page_table.device)"
+                          "  # the FlashAttention backend's eager decode call: the wrapper allocates",
+                          "dst_page_table.copy_(page_table)", "dst_kv_lens.copy_(kv_lens)"))
     return ShortCall((f"{entry}(req_to_token, req_pool_indices, seq_lens, prefill_lens, {w}, "
                       f"req_pool_indices.shape[0], {cap}, dst_page_table.device, "
                       "dst_page_table=dst_page_table, dst_kv_lens=dst_kv_lens)"

@@ -4,6 +4,14 @@ SGLang's kernel takes the widths of the A and B tables (`LEN_A`, `LEN_B`) and th
 step `R` as constexprs: a compile class fixes them exactly, with the dtypes, the layout
 classes and the integer class of the destination's row length. Cases draw the A lengths at
 every position class around the 256-column block edges, the B lengths, and the values.
+
+`R` is SGLang's `speculative_num_draft_tokens`: 1 to 4, and the larger draft trees EAGLE's
+top-k > 1 verify passes (5, 8, 16, 64). `LEN_A` is the width of the batch's page table: the
+block edges up to 520, and wider tables (768 to 4097). Production sizes are classes of their
+own, one class in sixteen: `LEN_A` 32768 to 131329 columns (a 128K context in pages of one
+token, and past it), one request or two to three, `R` 1 to 4, the A lengths at the table's end,
+the block edges and the 8192-column multiples; the interpreter launches one program per
+expanded row and 256-column block, so a production case takes a few seconds on the CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ from ...strategies.values import rng
 
 OP = "swa_spec_page_table"
 BLOCK = 256
-A_WIDTHS = (8, 1, 0, 255, 256, 257, 300, 513, 520)  # LEN_A: below, at and past the block edges
+A_WIDTHS = (8, 1, 0, 255, 256, 257, 300, 513, 520, 768, 1024, 1025, 4097)  # LEN_A: below, at and past the block edges
+REPEATS = (1, 2, 3, 4, 5, 8, 16, 64)  # speculative_num_draft_tokens: chains, then top-k > 1 draft trees
+PROD_A_WIDTHS = (32768, 65536, 131072, 131072 + BLOCK + 1)  # LEN_A of a production context (pages of one token)
+PROD_EDGES = (8191, 8192, 8193, 32768, 65536, 131072)
 OUT_OF_CONTRACT = ("dst_too_narrow", "la_past_a", "lb_past_b", "negative_len", "seq_len_b_count", "dst_rows")
 NAMES = ("page_table_dst", "page_table_a", "page_table_b", "seq_len_a", "seq_len_b")
 
@@ -31,9 +42,11 @@ def boundary_values(block: int = BLOCK) -> list[int]:
 
 
 def spec_class(d: Draw) -> CompileClass:
-    R = d.integer(1, 4)
+    production = d.integer(0, 15) == 0
+    R = d.integer(1, 4) if production else d.choice(REPEATS)
     p = {
-        "R": R, "WA": d.choice(A_WIDTHS), "WB": d.choice((R, R + 1, 1, BLOCK, BLOCK + 1)),
+        "R": R, "WA": d.choice(PROD_A_WIDTHS if production else A_WIDTHS),
+        "WB": d.choice((R, R + 1, 1, BLOCK, BLOCK + 1)),
         "bs": d.choice((PLAIN, ONE)),  # one request or several (see decode_class on row counts)
         "W": d.choice((PLAIN, DIV16, ONE, ZERO)),  # ONE, ZERO: a destination of 1 or 0 columns
         "dtype:seq_len_a": d.choice(("int32", "int64")), "dtype:seq_len_b": d.choice(("int32", "int64")),
@@ -41,12 +54,15 @@ def spec_class(d: Draw) -> CompileClass:
     for name in NAMES:
         p[f"layout:{name}"] = layout_class(d, "out" if name == "page_table_dst" else "in",
                                            2 if name.startswith("page_table") else 1)
+    if production:
+        p["size"] = "production"
     return CompileClass.of(OP, p)
 
 
 @functools.cache
 def _edges_upto(WA: int) -> tuple[int, ...]:
-    return tuple(x for x in boundary_values() if x <= WA) or (0,)
+    edges = boundary_values() + (list(PROD_EDGES) if WA in PROD_A_WIDTHS else [])
+    return tuple(x for x in edges if x <= WA) or (0,)
 
 
 def _la(d: Draw, WA: int) -> int:

@@ -63,6 +63,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   swa_page_table < len(swa_mapping), its page fitting int32; every out_cache_loc[k], k < K,
   below len(swa_mapping) (negative ones are the -1 sentinel the kernel maps to -1). Mapping
   entries may be negative (the -1 sentinel): the SWA page is then -1.
+
+SGLang's guards (docs/guards.md): the SWA lookup is masked by `token >= 0` with `other=-1` (every
+release, for the -1 write locations; a negative slot in `req_to_token` stays out of contract);
+0.5.17 writes only the live prefix (variants `live_prefix`, `default`); 0.5.19 skips the page
+tables under the unified pool (`skip_page_table`). CUDA-graph replay's padded rows (`seq_lens` 1,
+pool row 0) are in contract.
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...case import Case
-from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, written_more_than_once
+from ...contract import Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, is_power_of_two, written_more_than_once, \
+    zero_stride_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, matrix_reasons, refuses_nothing, vector_reasons
 from . import oracle
 
@@ -242,6 +249,19 @@ def racy(case: Case) -> dict[str, np.ndarray]:
     return out
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it (docs/callsites.md)."""
+    out = []
+    if case.scalars.get("q_mode") == 1:
+        out.append("q_mode 1 (CUMSUM over qlens): no backend passes it (decode and verify 0, draft extend 2)")
+    if not is_power_of_two(case.scalars.get("page_size")):
+        out.append(f"page_size {case.scalars.get('page_size')}: the backend's page sizes are powers of two")
+    t = case.tensors
+    if not skips(case) and ("swa_page_table" in t) != ("swa_out_cache_loc" in t):
+        out.append("one SWA output without the other: SWA models pass swa_page_table and swa_out_cache_loc together")
+    return out + zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="trtllm_mha_graph_metadata",
     entry="update_trtllm_mha_graph_metadata",
@@ -275,4 +295,5 @@ CONTRACT = Contract(
     torch_ref=oracle.torch_ref,
     block_sizes=(512,),
     variant_args=VARIANT_ARGS,
+    stress=stress,
 )

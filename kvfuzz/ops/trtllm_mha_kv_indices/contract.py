@@ -52,6 +52,12 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
   the page of a negative one is not well defined; with SWA, every such slot is < M (SGLang's
   mapping has size + page_size + 1 entries, its last -1, which no live slot reaches) and the
   mapping's entry there is an SWA slot, in [0, 2^31) (freed entries hold 0).
+
+SGLang's guards (docs/guards.md): programs past a request's 4096-token blocks return (0.5.14
+on); 0.5.16 clamps the SWA lookup's index into the mapping (for the masked lanes, whose slot load
+has no `other`; the builder's docstring says live slots are always valid). CUDA-graph replay pads
+`seq_lens` with 1 and `req_pool_indices` with pool row 0 (slot 0): in contract. A live slot
+outside the mapping stays out of contract in every release.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ import numpy as np
 
 from ...case import Case
 from ...contract import INT32_MAX, Arg, Cells, Contract, Scalar, dtype_and_layout_reasons, written_more_than_once
+from ...contract import zero_stride_reasons
 from ..kv_index_common import I32, I32_64, NO_REQUEST, PAGE_BLOCK, POOL_INDICES, matrix_reasons, page_cells, \
     page_counts, page_size_reasons, refuses_nothing, size_reasons, vector_reasons
 from . import oracle
@@ -144,6 +151,11 @@ def racy(case: Case) -> dict[str, np.ndarray]:
     return {name: mask for name in OUTPUTS if name in case.tensors}
 
 
+def stress(case: Case) -> list[str]:
+    """In contract, but no SGLang call site launches it: a request table repeated by stride 0."""
+    return zero_stride_reasons(case, ("req_to_token",))
+
+
 CONTRACT = Contract(
     name="trtllm_mha_kv_indices",
     entry="create_trtllm_mha_kv_indices_triton",
@@ -163,4 +175,5 @@ CONTRACT = Contract(
     numpy_ref=oracle.numpy_ref,
     torch_ref=oracle.torch_ref,
     block_sizes=(BLOCK_TOKENS,),
+    stress=stress,
 )

@@ -1,0 +1,129 @@
+"""The mutants report: per op and per kernel (function) counts, time to kill, survivors.
+
+`kill_rate` is killed over the mutants that count: made, less stillborn (they do not compile
+or load), likely equivalent (they survived the confirmation run too) and errors (their
+campaign failed; the exit status says so).
+"""
+
+from __future__ import annotations
+
+from .run import EQUIVALENT, ERROR, KILLED, STILLBORN, SURVIVED, MutantsConfig, OpPlan, median_or_none
+
+STATUSES = (KILLED, SURVIVED, EQUIVALENT, STILLBORN, ERROR)
+
+
+def tally(states: list[dict]) -> dict:
+    """Counts, kill rate and time-to-kill figures of a group of mutants."""
+    counts = {s: sum(1 for m in states if m["status"] == s) for s in STATUSES}
+    counted = counts[KILLED] + counts[SURVIVED]
+    killed = [m for m in states if m["status"] == KILLED]
+    times = sorted(m["time_to_kill_s"] for m in killed if m.get("time_to_kill_s") is not None)
+    cases = sorted(m["found_at_case"] for m in killed if m.get("found_at_case") is not None)
+    return {"made": len(states), **counts, "kill_rate": round(counts[KILLED] / counted, 4) if counted else None,
+            "median_s": median_or_none(times), "worst_s": times[-1] if times else None,
+            # cases run before the kill: the seed fixes them, so unlike seconds they do not depend on the host
+            "median_cases": median_or_none(cases), "worst_cases": cases[-1] if cases else None}
+
+
+def build(cfg: MutantsConfig, plans: list[OpPlan], skipped: dict[str, str], refs: dict, states: list[dict],
+          device: str) -> dict:
+    ops = {}
+    for p in plans:
+        mine = [s for s in states if s["op"] == p.op]
+        ops[p.op] = tally(mine) | {
+            "file": str(p.source), "functions": p.functions, "variant": refs[p.op]["variant"],
+            "original_findings": refs[p.op]["signatures"], "original_paths": refs[p.op].get("paths", {}),
+            "kernels": {f: tally([s for s in mine if s["function"] == f])
+                        for f in dict.fromkeys(s["function"] for s in mine)}}
+    first = next(iter(refs.values()), {})
+    return {"kvfuzz_mutants": 1, "target": cfg.target, "seed": cfg.seed, "budget_per_mutant_s": cfg.budget_s,
+            "confirm_factor": cfg.confirm_factor, "in_contract_only": cfg.in_contract_only,
+            "max_mutants": cfg.max_mutants, "functions": cfg.functions, "device": device,
+            "device_name": first.get("device_name"), "versions": first.get("versions", {}),
+            "skipped": skipped, "totals": tally(states), "ops": ops,
+            "mutants": sorted(states, key=lambda s: (s["op"], s["file"], s["line"], s["key"]))}
+
+
+def _secs(x) -> str:
+    return "-" if x is None else f"{x:.1f} s"
+
+
+def _rate(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The console's closing lines: one per op, then each survivor with its diff."""
+    out = []
+    for op, t in report["ops"].items():
+        out.append(f"{op}: {t['made']} mutants, {t[KILLED]} killed, {t[SURVIVED]} survived, {t[EQUIVALENT]} likely "
+                   f"equivalent, {t[STILLBORN]} stillborn" + (f", {t[ERROR]} errors" if t[ERROR] else "") +
+                   f"; kill rate {_rate(t['kill_rate'])}, time to kill median {_secs(t['median_s'])}, "
+                   f"worst {_secs(t['worst_s'])}")
+    for m in report["mutants"]:
+        if m["status"] in (SURVIVED, EQUIVALENT, ERROR):
+            out.append(f"  {m['status'].upper().replace('_', ' ')} {m['op']} {m['file']} {m['diff']}"
+                       + (f" ({m['reason']})" if m.get("reason") else ""))
+    return out
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Mutants of {report['target']}", "",
+             f"{report['budget_per_mutant_s']:g} s of fuzzing per mutant, seed {report['seed']}, "
+             f"{'in-contract cases only' if report['in_contract_only'] else 'every case'}, on "
+             f"{report.get('device_name') or report['device']}; a survivor is run again for "
+             f"{report['confirm_factor']:g}x the budget on the next seed.", "",
+             "| op | kernel | mutants | killed | survived | likely equivalent | stillborn | kill rate | "
+             "median time to kill | worst |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for op, t in report["ops"].items():
+        rows = [("**all**", t)] + list(t["kernels"].items())
+        for name, k in rows:
+            lines.append(f"| {op} | {name if name.startswith('**') else f'`{name}`'} | {k['made']} | {k[KILLED]} | "
+                         f"{k[SURVIVED]} | {k[EQUIVALENT]} | {k[STILLBORN]} | {_rate(k['kill_rate'])} | "
+                         f"{_secs(k['median_s'])} | {_secs(k['worst_s'])} |")
+    for status, title in ((SURVIVED, "Survivors"), (EQUIVALENT, "Likely equivalent"), (STILLBORN, "Stillborn"),
+                          (ERROR, "Errors")):
+        group = [m for m in report["mutants"] if m["status"] == status]
+        if group:
+            lines += ["", f"## {title}", ""]
+            lines += [f"* {m['op']} `{m['file']}` ({m['operator']}) `{m['diff']}`"
+                      + (f": {m['reason']}" if m.get("reason") else "") for m in group]
+    for op, t in report["ops"].items():
+        paths = ", ".join(f"`{k}` {n}" for k, n in t.get("original_paths", {}).items())
+        lines += ["", f"Cases per kernel path of {op}'s unmutated copy ({report['confirm_factor']:g}x the budget): "
+                  f"{paths or 'none recorded'}. A survivor in a kernel whose path no case took says nothing "
+                  "about that kernel."]
+        if t["original_findings"]:
+            lines += ["", f"The original's own findings for {op} (a mutant showing only these is not killed): "
+                      + ", ".join(f"`{s}`" for s in t["original_findings"])]
+    return "\n".join(lines) + "\n"
+
+
+RECORD_COLUMNS = [
+    {"key": "op", "label": "op", "code": True},
+    {"key": "made", "label": "mutants", "format": "d"},
+    {"key": KILLED, "label": "killed", "format": "d"},
+    {"key": SURVIVED, "label": "survived", "format": "d"},
+    {"key": EQUIVALENT, "label": "likely equivalent", "format": "d"},
+    {"key": STILLBORN, "label": "stillborn", "format": "d"},
+    {"key": "kill_rate", "label": "kill rate", "format": ".0%"},
+    {"key": "median_s", "label": "median time to kill", "format": ".1f", "suffix": " s"},
+    {"key": "worst_s", "label": "worst", "format": ".1f", "suffix": " s"},
+    {"key": "median_cases", "label": "median cases to kill", "format": ".0f"},
+]
+
+
+def benchmark_record(report: dict, command: str, commit: str, machine: str, title: str, order: int) -> dict:
+    """A benchmarks/*.json record of a mutants report (scripts/render_performance.py renders it
+    into docs/performance.md): one row per op, and each killed mutant's key and cases to kill,
+    which tests/test_mutants_record.py holds later runs to."""
+    rows = [{c["key"]: (op if c["key"] == "op" else t[c["key"]] if t[c["key"]] is not None else "-")
+             for c in RECORD_COLUMNS} for op, t in report["ops"].items()]
+    versions = report.get("versions") or {}
+    return {"order": order, "title": title, "command": command, "kvfuzz_commit": commit,
+            "versions": {k: versions.get(k, "?") for k in ("torch", "triton", "numpy")}, "machine": machine,
+            "columns": RECORD_COLUMNS, "rows": rows,
+            "notes": [f"{m['op']} `{m['diff']}` ({m['status'].replace('_', ' ')})" for m in report["mutants"]
+                      if m["status"] in (SURVIVED, EQUIVALENT)],
+            "killed": {m["key"]: m.get("found_at_case") for m in report["mutants"] if m["status"] == KILLED}}
