@@ -750,7 +750,7 @@ def cmd_corpus_prune(args) -> int:
     dev = devmod.select(args.device)
 
     def still_fails(saved) -> bool:
-        return replay(saved, None, dev).same_defect
+        return replay(saved, None, dev, trace=False).same_defect  # the saved finding only: no trace
 
     # a case whose defect was seen on the other device is skipped, not replayed here
     actions = prune(args.paths, still_fails, apply=args.apply, device=dev)

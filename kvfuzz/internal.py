@@ -15,7 +15,7 @@ from pathlib import Path
 from .faults import one_line
 
 # the stages of a finding's way through a campaign (pipeline.FindingPipeline, the report)
-STAGES = ("confirm", "minimize", "reduce", "save", "absorb", "settle", "report")
+STAGES = ("confirm", "minimize", "reduce", "save", "absorb", "settle", "site", "group", "report")
 ROOT = Path(__file__).resolve().parent.parent
 
 

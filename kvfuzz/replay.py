@@ -113,7 +113,7 @@ def replay(saved: SavedCase, target: str | None = None, device: str = "auto", is
             saved = dataclasses.replace(saved, case=case)
         verdict, runs, shown, failing = check_runs(checker, case, saved)
         site = traced(saved, spec, verdict, shown, runs) if trace else None
-        if shown and min(shown.values()) == runs:  # a finding every run shows (the traced read) fails every run
+        if runs in shown.values():  # a finding every run shows (the traced read): every run fails
             failing = runs
         return Replayed(saved, spec, dev, verdict, executor.description, runs, shown, failing, site)
     finally:

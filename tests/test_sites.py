@@ -60,7 +60,8 @@ def test_a_store_mask_off_by_one_is_the_store_writing_past_the_output(tmp_path):
     path = mutant(tmp_path, "mask = offset < n", "mask = offset <= n")
     sites = attribute(case(), str(path)).sites
     stray = sites["stray_write"]
-    assert (stray.line, stray.op, stray.tensor, stray.place) == (marker(path, "store"), "tl.store", "kv_indices", "after")
+    assert (stray.line, stray.op) == (marker(path, "store"), "tl.store")
+    assert (stray.tensor, stray.place) == ("kv_indices", "after")
     assert stray.says == "writes 1 element past the end of kv_indices"
     assert stray.load["line"] == marker(path, "load")  # the value it wrote past came from this load
     # request 0's extra lane writes request 1's first cell: two programs, two values
@@ -135,3 +136,12 @@ def test_attribution_in_a_subprocess_says_why_when_the_run_dies(tmp_path):
     path.write_text("import os\n\ndef create_flashinfer_kv_indices_triton(*a, **k):\n    os._exit(9)\n")
     a, why = attribute_isolated(case(), str(path), timeout_s=120)
     assert a is None and why.startswith("attribution under the interpreter failed"), why
+
+
+def test_a_stray_read_whose_value_a_store_writes_out_is_rooted_at_the_store(tmp_path):
+    """A mask that lets the load and its store both run one element past: the read's site is the
+    load, its root the store (one defect, docs/defects.md)."""
+    path = mutant(tmp_path, "mask = offset < n", "mask = offset < n + 8")  # past row 2's end: the table's end
+    a = attribute(case(), str(path))
+    meta = site_meta("flashinfer_kv_indices:no_start:out_of_bounds_read:req_to_token:after", a)
+    assert meta["line"] == marker(path, "load") and meta["root"]["line"] == marker(path, "store"), meta

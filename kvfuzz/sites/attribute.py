@@ -101,6 +101,21 @@ class _Arena:
         name = self.plan.names[who]
         return name, int(self._cells(name)[off - self.plan.regions[name].start])
 
+    def places(self, addrs: np.ndarray) -> list[tuple[int | None, int]]:
+        """Per address: (index into the plan's names, or NOBODY; the flat cell index, or -1), or
+        (None, -1) for an address outside the arena."""
+        addrs = addrs.astype(np.int64) if addrs.size else np.zeros(0, dtype=np.int64)
+        inside = (addrs >= self.base) & (addrs < self.base + self.plan.size)
+        owner = np.full(addrs.shape, NOBODY, dtype=np.int64)
+        offs = addrs - self.base
+        owner[inside] = self.plan.owner_of(offs[inside])
+        cell = np.full(addrs.shape, -1, dtype=np.int64)
+        for who in np.unique(owner[inside & (owner != NOBODY)]).tolist():
+            name = self.plan.names[who]
+            sel = inside & (owner == who)
+            cell[sel] = self._cells(name)[offs[sel] - self.plan.regions[name].start]
+        return [(int(o) if ok else None, int(c)) for ok, o, c in zip(inside.tolist(), owner.tolist(), cell.tolist())]
+
     def _cells(self, name: str) -> np.ndarray:
         got = self._cell.get(name)
         if got is None:
@@ -206,9 +221,14 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 arg, place, words = _arg_place(args, addr)
                 inputs = [n for n in case.tensors if n not in outputs]
                 sites["stray_read"] = dataclasses.replace(
-                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs), place=place)
+                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs),
+                    place=place)
             continue
-        for lane, addr, value in zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist()):
+        places = arena.places(a.addrs)  # per lane: (owner index or NOBODY, cell), or (None, -1) outside it
+        held = np.zeros(a.addrs.shape, dtype=bool)  # per lane outside the arena: in a tensor argument
+        for arg in args:
+            held |= arg.holds(a.addrs)
+        for i, (lane, addr, value) in enumerate(zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist())):
             prev = writers.get(addr)
             if prev is None:
                 writers[addr] = (a.program, value)
@@ -219,13 +239,15 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                                                          f"another value ({prev[1]} and {value})",
                                          _source(trace, a, lane, value))
             last_store[addr] = (a, lane, value)
-            if arena.inside(addr):
-                name, flat = arena.place(addr)
+            who, flat = places[i]
+            if who is not None:
+                name = plan.names[who] if who != NOBODY else None
                 if name is None:
                     if "stray_write" not in sites:
                         tensor, place = region_of_byte(plan.regions.values(), addr - base)
+                        source = _source(trace, a, lane, value)
                         sites["stray_write"] = dataclasses.replace(
-                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", _source(trace, a, lane, value)),
+                            _site(a, "stray_write", f"writes {arena.stray_words(addr)}", source),
                             tensor=tensor, place=place)
                 elif name not in outputs:
                     if "input_write" not in sites:
@@ -238,7 +260,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                         sites["untouched_write"] = _site(
                             a, "untouched_write", f"writes {name}{_index(c.required.shape, flat)}, a cell the contract "
                             "leaves alone", _source(trace, a, lane, value))
-            elif not any(arg.holds(np.array([addr], dtype=np.uint64))[0] for arg in args):
+            elif not held[i]:
                 if "stray_write" not in sites:
                     arg, place, words = _arg_place(args, addr)
                     sites["stray_write"] = dataclasses.replace(

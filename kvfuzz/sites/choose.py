@@ -38,6 +38,17 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
     for what in CHOICE.get(kind, ()):
         site = attribution.sites.get(what)
         if site is not None:
-            return site.to_json()
+            return dict(site.to_json(), **_root(site, attribution))
     seen = ", ".join(attribution.sites) or "nothing wrong"
     return {"none": f"the interpreter's run shows no {kind.replace('_', ' ')} ({seen})"}
+
+
+def _root(site, attribution: Attribution) -> dict:
+    """{"root": the store} for a stray read whose value a store of the case wrote out (the read
+    and the store are one defect's: a mask that lets both run one element too far), else {}."""
+    if site.what != "stray_read":
+        return {}
+    for s in attribution.sites.values():
+        if s.op == "tl.store" and s.load is not None and (s.load["file"], s.load["line"]) == (site.file, site.line):
+            return {"root": {"file": s.file, "line": s.line, "op": s.op}}
+    return {}

@@ -2,8 +2,9 @@
 
 A finding's defect is keyed by its op, the statement at its root and the kind of wrong there:
 
-* the root is the load a wrongly stored value came from, where the site names one (a wrong row
-  read and the stray read past that row are one statement's doing), else the site itself;
+* the root is the statement itself; for a stray read whose value a store of the same case wrote
+  out, that store (a mask that lets a load and its store both run one element too far is one
+  defect);
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
   from a wrong place) or "value" (a value computed wrong), `Site.kind`.
 
@@ -26,8 +27,8 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
     s = site if isinstance(site, Site) else site_of({"site": site}) if site else None
     if s is None:
         return None
-    if s.load is not None:
-        return op, os.path.basename(str(s.load["file"])), int(s.load["line"]), s.kind
+    if s.root is not None:
+        return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind
     return op, os.path.basename(s.file), s.line, s.kind
 
 
@@ -56,13 +57,16 @@ def defects_of(findings: list[dict]) -> list[dict]:
     from ..findings import kind_of
     from .site import site_line
 
+    def op(f: dict) -> str:
+        return f.get("op") or f["signature"].split(":")[0]
+
     out = []
-    for g in group(findings, lambda f: defect_key(f["op"], f.get("site"))):
-        key = defect_key(g[0]["op"], g[0].get("site"))
+    for g in group(findings, lambda f: defect_key(op(f), f.get("site"))):
+        key = defect_key(op(g[0]), g[0].get("site"))
         site = g[0].get("site") if key is not None else None
         out.append({
             "defect": defect_name(key) if key else f"{g[0]['signature']} (no site)",
-            "op": g[0]["op"],
+            "op": op(g[0]),
             "site": site,
             "site_line": site_line({"site": g[0].get("site")}) if g[0].get("site") else "",
             "new": any(f.get("new", True) for f in g),

@@ -28,6 +28,7 @@ class Site:
     load: Mapping[str, Any] | None = None  # where a wrongly stored value was loaded: {file, line, op, text, kernel}
     tensor: str = ""  # the case's tensor the stray access is charged to (a stray read: the one read past)
     place: str = ""  # before | after | gap | outside: where the stray access lies relative to it
+    root: Mapping[str, Any] | None = None  # a stray read's: the store that wrote what it read, {file, line, op}
 
     @property
     def kind(self) -> str:
@@ -42,12 +43,15 @@ class Site:
             out["load"] = dict(self.load)
         if self.tensor:
             out["tensor"], out["place"] = self.tensor, self.place
+        if self.root is not None:
+            out["root"] = dict(self.root)
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Site":
         return cls(d["kernel"], d["file"], int(d["line"]), d["op"], d.get("text", ""), d.get("what", ""),
-                   d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""))
+                   d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""),
+                   d.get("root"))
 
 
 def site_of(meta: Mapping[str, Any] | None) -> Site | None:
