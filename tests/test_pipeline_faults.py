@@ -37,6 +37,8 @@ RUN = dict(ops=["decode_metadata"], target=MUTANT, budget_s=120, max_cases=608, 
 def _argv(seed: int) -> list[str]:
     return ["fuzz", "--op", "decode_metadata", "--target", MUTANT, "--budget", "120", "--max-cases", "608",
             "--seed", str(seed), "--confirm-tries", "2", "--in-process", "--minimize-budget", "5"]
+
+
 LONG_AGO = "2000-01-01T00:00:00+00:00"
 
 
