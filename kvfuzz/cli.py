@@ -150,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(out-of-bounds writes, crashes) gets the full script, and replay says why")
     r.set_defaults(run=cmd_replay)
 
+    dd = sub.add_parser("defects", help="saved cases as defects: sites attributed on the CPU where a case has none")
+    dd.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a corpus, or case folders")
+    dd.add_argument("--write", action="store_true", help="keep each attributed site in its case's meta")
+    dd.add_argument("--target", metavar="SPEC", help="attribute against SPEC, not the target each case was "
+                    "found with (a kernel file found at another path, on another machine)")
+    dd.add_argument("--report", type=Path, metavar="FILE.json", help="write the defects as JSON")
+    dd.set_defaults(run=cmd_defects)
+
     m = sub.add_parser("minimize", help="shrink one saved case")
     m.add_argument("case", type=Path, help="a saved case's folder (corpora/OP/KEY)")
     m.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="corpus to save the result in")
@@ -551,6 +559,21 @@ def _read_case(path: Path):
         raise BadInput(f"{path} is not a case folder: a case folder holds {CASE_FILE} and {TENSORS_FILE} "
                        "(docs/case-format.md)" + (f"; replay one of the cases inside, e.g. {inside}" if inside else ""))
     return read_case_dir(path)
+
+
+def cmd_defects(args) -> int:
+    """Group saved cases by defect site (docs/defects.md), attributing sites on the CPU."""
+    from .campaign import write_json_atomic
+    from .sites.corpus import attribute_dirs, case_dirs, print_defects
+
+    if args.report:
+        _check_writable(args.report, "--report")
+    findings = attribute_dirs(case_dirs(args.dirs), args.write, args.target,
+                              say=lambda line: print(line, flush=True))
+    defects = print_defects(findings)
+    if args.report:
+        write_json_atomic(args.report, {"findings": findings, "defects": defects})
+    return 0
 
 
 def cmd_replay(args) -> int:

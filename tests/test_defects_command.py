@@ -1,0 +1,43 @@
+"""`kvfuzz defects DIR`: saved cases grouped by defect site, the sites attributed on the CPU
+where a case has none (one saved on a host whose interpreter kvfuzz refuses, the H200's)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvfuzz.cli import main
+from kvfuzz.corpus import read_case_dir, set_meta
+
+from conftest import seed_kernel_path
+
+CASE = Path(__file__).resolve().parent / "fixtures" / "cases" / "stray-read-swa-mapping"
+
+
+@pytest.mark.interpreter
+def test_a_case_saved_without_a_site_gets_one_and_keeps_it(tmp_path, capsys):
+    corpus = tmp_path / "corpus" / "decode_metadata"
+    shutil.copytree(CASE, corpus / CASE.name)
+    set_meta(corpus / CASE.name, {"site": {"none": "attribution under the interpreter failed: refused here"}})
+    report = tmp_path / "defects.json"
+    assert main(["defects", str(tmp_path / "corpus"), "--target", str(seed_kernel_path()), "--write",
+                 "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "DEFECT 1: decode_metadata at metadata_kernels.py:" in out and "tl.load" in out, out
+    site = read_case_dir(corpus / CASE.name).case.meta["site"]
+    assert "none" not in site and site["op"] == "tl.load" and site["file"].endswith("metadata_kernels.py"), site
+    doc = json.loads(report.read_text())
+    assert len(doc["defects"]) == 1 and doc["defects"][0]["findings"] == [doc["findings"][0]["signature"]]
+    # a kept site is not attributed again: the same listing, nothing run
+    assert main(["defects", str(corpus / CASE.name)]) == 0
+    assert "DEFECT 1: decode_metadata at metadata_kernels.py:" in capsys.readouterr().out
+
+
+def test_no_saved_case_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["defects", str(tmp_path / "nowhere")]) == 2
+    assert main(["defects", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("kvfuzz: error:") for line in err), err
