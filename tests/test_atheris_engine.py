@@ -162,6 +162,7 @@ def test_shard_reports_merge_engine_figures():
     assert merged == {"execs": 150, "execs_per_s": 15.0, "lives": 2, "cov": 60, "ft": 60}
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 @needs_atheris
 def test_a_finding_counts_only_if_the_worker_shows_it_too(tmp_path, device):
     """The fuzzing process runs the planted defects; the re-run goes to an executor of the

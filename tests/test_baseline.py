@@ -211,6 +211,7 @@ def test_baseline_and_cross_check_together_are_refused(capsys):
     assert "--baseline and --cross-check do not go together" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_saved_regression_replays_beside_its_baseline(tmp_path, device, capsys):
     from kvfuzz.corpus import SavedCase, write_case_dir
     from kvfuzz.judge import judge

@@ -49,6 +49,7 @@ def test_a_new_wrong_cell_on_a_case_the_release_fails_is_a_regression(regressed,
     assert not [s for s in marks if s.split(":")[2] in ("changed", "fixed")], marks
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_a_short_campaign_reports_the_regression_and_shares_the_rest(regressed, seed_path, tmp_path, device):
     """In worker processes, as `kvfuzz fuzz` runs: the confirmations borrow the pair's baseline
     worker (baseline.BaselineExecutor.fresh_many)."""

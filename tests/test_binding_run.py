@@ -81,6 +81,7 @@ def test_a_case_the_site_cannot_make_is_kvfuzz_s_not_the_target_s():
     assert v.not_target and "kv_start_idx" in v.not_target and not v.findings, v
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_a_run_reports_binding_findings_and_saves_the_as_called_case_that_replays(tmp_path, capsys):
     sites = tmp_path / "sites.json"  # one misbound site and a FlashMLA site that binds right: one fresh confirmation
     sites.write_text(json.dumps([s for s in _sites() if s["line"] == 97 or s["file"].endswith("flashmla_backend.py")]))

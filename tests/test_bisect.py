@@ -337,6 +337,7 @@ def test_builtin_showing_the_defect_is_loud_exit_1_and_not_written(tmp_path, mon
     assert (case / "case.json").read_text() == before
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_real_case_over_three_releases(tmp_path, device):
     """The tombstone case on 0.5.20's file (0.5.20 - 0.5.22: clean) and 0.5.23's (its defect), and builtin."""
     report = tmp_path / "bisect.json"
@@ -354,6 +355,7 @@ def test_a_real_case_over_three_releases(tmp_path, device):
     assert (c["builtin"], c["introduced_in"], c["fixed_in"], c["affects"]) == ("clean", "0.5.23", None, ["sglang==0.5.23"])
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_regression_found_against_a_baseline_is_bisected_by_the_defect_it_stands_on(tmp_path, device):
     """A case saved as a regression (op:path:regression:TENSOR:KIND.WHERE, found with a baseline)
     is looked for as the ordinary finding one release run alone shows."""

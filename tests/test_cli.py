@@ -277,6 +277,7 @@ def test_a_finding_the_corpus_refuses_is_reported_and_the_run_goes_on(tmp_path):
     assert (slot / "case.json").read_text() == "{" and sorted(p.name for p in slot.iterdir()) == ["case.json"]
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_replay_warns_when_the_case_was_found_with_other_versions(tmp_path):
     import dataclasses
 

@@ -68,6 +68,7 @@ def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, devic
     assert r.report()["ops"]["decode_metadata"]["cross_checked"] == r.stats[0].cross_checked
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 @pytest.mark.interpreter
 def test_a_cross_checked_campaign_leaves_out_what_the_target_cannot_take(same_device_ok, seed_path, tmp_path, device):
     """0.5.14's num_kv_splits has no uneven_batch_ptr: the campaign must draw its cases without

@@ -95,6 +95,7 @@ def test_a_fault_inside_a_batch_is_pinned_on_its_case(tmp_path, device):
         ex.close()
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_hang_is_a_timeout_crash(tmp_path, device):
     ex = WorkerExecutor(_target(tmp_path, "faulting", FAULTING), device, timeout_s=5)
     try:

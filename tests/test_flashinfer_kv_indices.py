@@ -37,10 +37,12 @@ def stream_findings(op, target, device, seed=3, n=30, in_contract_only=False, va
     return out
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_the_builtin_passes_a_short_campaign(device):
     short_campaign(OP, device, budget_s=6, min_cases=20)
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_the_builtin_finds_nothing_on_a_seeded_stream(builtin_target, device):
     """The builtin takes SGLang 0.5.23's parameters (by name, every mode): a stream of each variant runs clean."""
     b = builtin_target.bindings[OP]

@@ -128,6 +128,7 @@ def test_the_path_may_hold_a_colon_the_first_one_ends_the_revision(repo):
     assert path.read_text() == CLEAN_TEXT and " odd:name.py in " in description
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_replay_in_a_worker_shows_the_defect_at_one_revision_only(repo, device, tmp_path, monkeypatch, capsys):
     """The CLI, with the target in a worker process (the same working directory, a relative PATH)."""
     monkeypatch.chdir(repo)

@@ -44,6 +44,7 @@ def _saved(case, device):
                      origin="hand")
 
 
+@pytest.mark.slow  # CI's slow stage runs it (.ci/run)
 def test_a_read_past_an_input_is_the_same_out_of_bounds_read_on_every_replay(device):
     saved = _saved(reads_past_a(), device)
     verdicts = [replay(saved, device=device) for _ in range(5)]

@@ -89,6 +89,7 @@ def test_a_deterministic_case_runs_once():
                                              shown, failing))
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_ten_replays_of_a_stray_read_case_give_one_exit_code(tmp_path, device, capsys):
     """One replay judged by its first run alone passed where that run's two calls read the same
     stray value (exit 0 in some replays, 1 in others); over the runs, each replay fails."""

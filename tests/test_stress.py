@@ -90,6 +90,7 @@ def _mutant(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 @pytest.mark.parametrize("in_contract_only", [False, True])
 def test_a_stress_only_defect_is_a_stress_finding_and_in_contract_only_drops_it(tmp_path, in_contract_only):
     from kvfuzz.campaign import CampaignConfig, run_campaign
@@ -125,6 +126,7 @@ def _collected_apart(corpus: Path) -> None:
     assert collect("-m", "not kvfuzz_stress") == []
 
 
+@pytest.mark.slow  # campaign-sized: CI's slow stage runs it (.ci/run)
 def test_in_contract_only_keeps_a_defect_a_stress_case_showed_first(tmp_path, monkeypatch):
     """A defect of every path, first seen on a stress case, is still found on an in-contract one
     (the stress rule here: the first case a finding is seen on, whatever it is)."""
