@@ -83,14 +83,19 @@ def violations_leave_contract(op: str) -> None:
             assert contract.classify(case)[0] == "out_of_contract", (kind, case.describe())
 
 
+def mutant_copy(src: Path | str, old: str, new: str, path: Path) -> Path:
+    """`path`: kernel file `src` (or its text) with its one `old` replaced by `new`; a builtin
+    kernel's relative import of its argument checks made absolute (the copy lives elsewhere)."""
+    text = src if isinstance(src, str) else src.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
+    return path
+
+
 def seeded_defect_found(op: str, old: str, new: str, tmp_path: Path, device, name: str, **stream) -> None:
     """A seeded stream (`stream`: stream_findings' arguments) finds the op's defect in a copy of
     its builtin kernel with `old` replaced by `new` (the mutant `name`)."""
-    src = (KERNELS / f"{op}.py").read_text()
-    assert src.count(old) == 1, old
-    src = src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import")
-    path = tmp_path / f"mutant_{name.replace(' ', '_')}.py"
-    path.write_text(src)
+    path = mutant_copy(KERNELS / f"{op}.py", old, new, tmp_path / f"mutant_{name.replace(' ', '_')}.py")
     found = stream_findings(op, load_target(str(path), device), device, **stream)
     assert any(s.startswith(f"{op}:") for s in found), found
 

@@ -17,7 +17,7 @@ from kvfuzz.ops import record
 from kvfuzz.ops.flashinfer_kv_indices.generate import spec_kv_index_token_blocks
 from kvfuzz.targets import load_target
 
-from kv_index_ops import KERNELS, release_file
+from kv_index_ops import KERNELS, mutant_copy, release_file
 
 OP = "flashinfer_kv_indices"
 C = TensorSpec.contiguous
@@ -164,22 +164,14 @@ def campaign_finds(path, device, seconds=20) -> list:
 @pytest.mark.parametrize("name", list(SGLANG_MUTANTS))
 def test_seeded_defects_in_sglang_0_5_23s_modes_are_found(name, tmp_path, device):
     old, new = SGLANG_MUTANTS[name]
-    src = release_file("0.5.23").read_text()
-    assert src.count(old) == 1, old
-    path = tmp_path / "kv_indices.py"
-    path.write_text(src.replace(old, new))
-    assert campaign_finds(path, device)
+    assert campaign_finds(mutant_copy(release_file("0.5.23"), old, new, tmp_path / "kv_indices.py"), device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(BUILTIN_MUTANTS))
 def test_seeded_defects_in_the_builtins_modes_are_found(name, tmp_path, device):
     old, new = BUILTIN_MUTANTS[name]
-    src = (KERNELS / f"{OP}.py").read_text()
-    assert src.count(old) == 1, old
-    path = tmp_path / "mutant.py"
-    path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
-    assert campaign_finds(path, device)
+    assert campaign_finds(mutant_copy(KERNELS / f"{OP}.py", old, new, tmp_path / "mutant.py"), device)
 
 
 @pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process

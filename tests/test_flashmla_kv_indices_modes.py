@@ -15,7 +15,7 @@ from kvfuzz.judge import judge
 from kvfuzz.ops import record
 from kvfuzz.targets import load_target
 
-from kv_index_ops import KERNELS, release_file
+from kv_index_ops import KERNELS, mutant_copy, release_file
 
 OP = "flashmla_kv_indices"
 C = TensorSpec.contiguous
@@ -131,22 +131,14 @@ def campaign_finds(path, device, seconds=20) -> list:
 @pytest.mark.parametrize("name", list(SGLANG_MUTANTS))
 def test_seeded_defects_in_sglang_0_5_17s_mode_are_found(name, tmp_path, device):
     old, new = SGLANG_MUTANTS[name]
-    src = release_file("0.5.17").read_text()
-    assert src.count(old) == 1, old
-    path = tmp_path / "kv_indices.py"
-    path.write_text(src.replace(old, new))
-    assert campaign_finds(path, device)
+    assert campaign_finds(mutant_copy(release_file("0.5.17"), old, new, tmp_path / "kv_indices.py"), device)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(BUILTIN_MUTANTS))
 def test_seeded_defects_in_the_builtins_mode_are_found(name, tmp_path, device):
     old, new = BUILTIN_MUTANTS[name]
-    src = (KERNELS / f"{OP}.py").read_text()
-    assert src.count(old) == 1, old
-    path = tmp_path / "mutant.py"
-    path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
-    assert campaign_finds(path, device)
+    assert campaign_finds(mutant_copy(KERNELS / f"{OP}.py", old, new, tmp_path / "mutant.py"), device)
 
 
 @pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process

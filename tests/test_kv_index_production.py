@@ -17,7 +17,7 @@ from kvfuzz.ops import record
 from kvfuzz.strategies import random_cases
 from kvfuzz.targets import load_target
 
-from kv_index_ops import KERNELS, release_file
+from kv_index_ops import KERNELS, mutant_copy, release_file
 
 C = TensorSpec.contiguous
 RNG = np.random.default_rng(7)
@@ -135,11 +135,7 @@ CAP = {
 @pytest.mark.parametrize("op", list(CAP))
 def test_a_context_capped_at_32k_in_a_copy_of_the_builtin_is_found_by_production_cases(op, tmp_path, device):
     old, new = CAP[op]
-    src = (KERNELS / f"{op}.py").read_text()
-    assert src.count(old) == 1, old
-    path = tmp_path / "mutant.py"
-    path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
-    target = load_target(str(path), device)
+    target = load_target(str(mutant_copy(KERNELS / f"{op}.py", old, new, tmp_path / "mutant.py")), device)
     variant = target.variants[op]
     tried = 0
     for case in random_cases(op, 3, 600, in_contract_only=True, variant=variant):

@@ -19,7 +19,7 @@ from kvfuzz.strategies import GENERATORS
 from kvfuzz.strategies.draw import RandomDraw
 from kvfuzz.targets import load_target
 
-from kv_index_ops import KERNELS
+from kv_index_ops import KERNELS, mutant_copy
 from test_releases import kernel_file
 
 C = TensorSpec.contiguous
@@ -63,10 +63,7 @@ def mode_cases(op: str, want, n: int, variant: str = "default") -> list[Case]:
 
 
 def mutant(tmp_path, src: str, old: str, new: str, name: str):
-    assert src.count(old) == 1, old
-    path = tmp_path / name
-    path.write_text(src.replace(old, new).replace("from ._args import", "from kvfuzz.kernels._args import"))
-    return path
+    return mutant_copy(src, old, new, tmp_path / name)
 
 
 def stream_finds(path, cases, device) -> bool:
