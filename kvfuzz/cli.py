@@ -511,13 +511,17 @@ def cmd_mutants(args) -> int:
     from .faults import one_line
     from .internal import where
     from .mutants import exit_status, markdown, run_mutants, summary_lines
+    from .mutants.run import CutShort
 
     for option, path in (("--report", args.report), ("--markdown", args.markdown)):
         _check_writable(path, option)
     if args.resume is not None and args.resume.exists() and not args.resume.is_dir():
         raise BadInput(f"--resume {args.resume} is not a directory")
+    cut = None
     try:
         report = run_mutants(mutants_config(args), say=lambda line: print(line, file=sys.stderr, flush=True))
+    except CutShort as stopped:  # the mutants judged before the stop, reported as such
+        report, cut = stopped.report, stopped
     except (BadInput, KeyboardInterrupt):
         raise
     except Exception as exc:  # kvfuzz's own
@@ -531,6 +535,12 @@ def cmd_mutants(args) -> int:
         write_json_atomic(args.report, report)
     if args.markdown:
         args.markdown.write_text(markdown(report))
+    if cut is not None:
+        left = sum(m["status"] in ("not_run", "unconfirmed") for m in report["mutants"])
+        print(f"kvfuzz: cut short by {report['cut_short']}: {len(report['mutants']) - left} of "
+              f"{len(report['mutants'])} mutants judged, {left} not (not_run, unconfirmed); reports written",
+              file=sys.stderr)
+        return 130
     return exit_status(report)
 
 

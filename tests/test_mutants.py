@@ -173,6 +173,37 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
                                   device="cpu"))
 
 
+def test_a_stopped_run_reports_what_it_judged(tmp_path, monkeypatch, capsys):
+    """SIGTERM (a job's time limit) after some mutants: their verdicts are reported, the rest
+    `not_run`, and the command still writes its reports (exit 130)."""
+    from kvfuzz.cli import main
+
+    seen = []
+
+    def fake(self, folder, target, op, budget, seed, variant, reference, stop):
+        if not stop:  # the reference
+            return 0, {"findings": [], "ops": {op: {"cases": 5, "contract_variant": "default"}}}, ""
+        mutant = Path(folder).parent.name
+        if mutant not in seen:
+            seen.append(mutant)
+        if len(seen) == 3:
+            raise KeyboardInterrupt  # the stop arrives during the third mutant's campaign
+        return 0, _report(_finding("q:p:mismatch:o:all", after=1.0)), ""
+
+    monkeypatch.setattr(runmod.Runner, "_campaign", fake)
+    monkeypatch.setattr(runmod.Runner, "variants", lambda self, ops: {})
+    report, md = tmp_path / "m.json", tmp_path / "m.md"
+    rc = main(["mutants", "--op", "q8kv8_topk_length", "--max-mutants", "5", "--jobs", "1", "--device", "cpu",
+               "--resume", str(tmp_path / "w"), "--report", str(report), "--markdown", str(md)])
+    assert rc == 130
+    doc = json.loads(report.read_text())
+    statuses = [m["status"] for m in doc["mutants"]]
+    killed = statuses.count("killed")  # the two before, and those the pool's thread began before the stop
+    assert killed >= 2 and statuses.count("not_run") >= 1 and killed + statuses.count("not_run") == 5, statuses
+    assert doc["cut_short"] and doc["ops"]["q8kv8_topk_length"]["killed"] == killed and md.read_text()
+    assert f"{killed} of 5 mutants judged" in capsys.readouterr().err
+
+
 DEAD = "    if BLOCK < 0:  # never: BLOCK is 128\n        length = length + 7\n"
 
 

@@ -355,6 +355,7 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
         plans = [dataclasses.replace(p, mutants=[m for m in p.mutants if select(m)]) for p in plans]
         plans = [p for p in plans if p.mutants]
     tmp = None
+    refs: dict | None = None
     workdir = cfg.workdir
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="kvfuzz-mutants-")
@@ -403,9 +404,35 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
             confirmed = iter(runner.pool(runner.confirm, pending))
             states = [next(confirmed) if s["status"] == "unconfirmed" else s for s in states]
         return build(cfg, plans, skipped, refs, states, runner.device)
+    except KeyboardInterrupt:
+        # SIGINT, SIGTERM: what finished is kept, a report of it is not lost (the running
+        # campaigns were stopped and gave no verdict: those mutants are `not_run`)
+        if refs is None or set(refs) != {p.op for p in plans}:
+            raise
+        from .. import stopping
+
+        states = [_read_state(workdir / p.op / m.key) or {
+            "op": p.op, "key": m.key, "file": m.file, "function": m.function, "operator": m.operator,
+            "line": m.line, "diff": m.diff(p.source.read_bytes()), "status": NOT_RUN} for p in plans for m in p.mutants]
+        report = build(cfg, plans, skipped, refs, states, runner.device)
+        report["cut_short"] = stopping.stopped_by() or "an interrupt"
+        raise CutShort(report) from None
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+NOT_RUN = "not_run"  # a mutant whose campaign a stopped run never finished
+
+
+class CutShort(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM once its references had run: `report` holds every
+    mutant judged by then (`unconfirmed` ones awaited their confirmation run, `not_run` ones
+    their campaign)."""
+
+    def __init__(self, report: dict) -> None:
+        super().__init__("cut short")
+        self.report = report
 
 
 def _verdict(state: dict) -> str:
