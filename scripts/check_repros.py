@@ -17,7 +17,7 @@ it aside: a refusal claims nothing, and the table lists it apart; each disagreem
 with its cause (`cause`).
 
     python3 scripts/check_repros.py [corpora ...] [--cases KEY,...] [--releases 0.5.14,0.5.17]
-                                    [--device cpu|cuda] [--jobs N] [--json OUT.json]
+                                    [--no-builtin] [--device cpu|cuda] [--jobs N] [--json OUT.json]
 
 Prints the table (agree / disagree counts, then each disagreement); exits 1 if any row
 disagrees, 2 on bad input.
@@ -151,16 +151,16 @@ def release_targets(affects, known: tuple[str, ...]) -> list[str]:
     return [f"sglang=={v}" for v in known[lo : hi + 1]]
 
 
-def targets_of(saved, known: tuple[str, ...], releases: set[str] | None = None) -> list[str]:
-    """The targets a case is checked on: its own, builtin, and the releases in and around its
-    `affects` range (only those in `releases` where given)."""
+def targets_of(saved, known: tuple[str, ...], releases: set[str] | None = None, builtin: bool = True) -> list[str]:
+    """The targets a case is checked on: its own, builtin (unless not `builtin`), and the releases
+    in and around its `affects` range (only those in `releases` where given)."""
     around = release_targets(saved.case.meta.get("affects", ()), known)
     if releases is not None:
         around = [t for t in around if t.split("==", 1)[1] in releases]
     own = saved.target
     if releases is not None and own.startswith("sglang==") and own.split("==", 1)[1] not in releases:
         own = None
-    return list(dict.fromkeys(t for t in (own, "builtin", *around) if t))
+    return list(dict.fromkeys(t for t in (own, "builtin" if builtin else None, *around) if t))
 
 
 def kernel_path(target: str, case_dir: Path, op: str) -> Path:
@@ -267,7 +267,7 @@ def case_dirs(roots: list[Path], keys: list[str] | None) -> list[Path]:
 
 
 def check(dirs: list[Path], releases: set[str] | None, device: str | None, jobs: int, timeout: float,
-          workdir: Path, runner=run) -> list[Row]:
+          workdir: Path, runner=run, builtin: bool = True) -> list[Row]:
     known = known_releases()
     work = []
     for d in dirs:
@@ -276,7 +276,7 @@ def check(dirs: list[Path], releases: set[str] | None, device: str | None, jobs:
         except BadCaseFile as exc:
             raise Usage(f"{d}: {exc}") from None
         scripts = write_scripts(saved, d, workdir / d.name, device)
-        work += [(d, saved, t, scripts) for t in targets_of(saved, known, releases)]
+        work += [(d, saved, t, scripts) for t in targets_of(saved, known, releases, builtin)]
     with concurrent.futures.ThreadPoolExecutor(max(jobs, 1)) as pool:
         return list(pool.map(lambda w: _said(check_row(*w, device, timeout, runner)), work))
 
@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None, runner=run) -> int:
     ap.add_argument("--cases", help="comma-separated case keys (or their prefixes) to check; default: every case")
     ap.add_argument("--releases", help="comma-separated SGLang releases (0.5.14,...): check only these of each "
                     "case's releases")
+    ap.add_argument("--no-builtin", action="store_true", help="leave out the builtin rows (a run split "
+                    "over several machines checks builtin once)")
     ap.add_argument("--device", choices=("cpu", "cuda"), help="replay's and the full script's --device "
                     "(default: theirs, cuda if present); the short script follows torch")
     ap.add_argument("--jobs", type=int, default=1, help="rows checked at once (default 1)")
@@ -339,7 +341,7 @@ def main(argv: list[str] | None = None, runner=run) -> int:
                 raise Usage(f"{root}: no such folder")
         dirs = case_dirs(args.roots, keys)
         with tempfile.TemporaryDirectory(prefix="kvfuzz-check-repros-") as tmp:
-            rows = check(dirs, releases, args.device, args.jobs, args.timeout, Path(tmp), runner)
+            rows = check(dirs, releases, args.device, args.jobs, args.timeout, Path(tmp), runner, not args.no_builtin)
     except Usage as exc:
         print(f"check_repros: {exc}", file=sys.stderr)
         return 2

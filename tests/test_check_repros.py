@@ -40,6 +40,7 @@ def test_a_triaged_case_is_checked_on_its_releases_and_one_either_side():
 def test_releases_keep_only_the_named_ones_and_an_untriaged_case_runs_on_its_own_target_and_builtin():
     saved = Saved("sglang==0.5.15", ["sglang==0.5.15"])
     assert cr.targets_of(saved, KNOWN, {"0.5.16"}) == ["builtin", "sglang==0.5.16"]
+    assert cr.targets_of(saved, KNOWN, {"0.5.16"}, builtin=False) == ["sglang==0.5.16"]
     assert cr.targets_of(Saved("tests/fixtures/mutant_kernels.py"), KNOWN) == [
         "tests/fixtures/mutant_kernels.py", "builtin"]
     assert cr.targets_of(Saved("builtin"), KNOWN) == ["builtin"]
