@@ -160,7 +160,7 @@ def targets_of(saved, known: tuple[str, ...], releases: set[str] | None = None, 
     own = saved.target
     if releases is not None and own.startswith("sglang==") and own.split("==", 1)[1] not in releases:
         own = None
-    return list(dict.fromkeys(t for t in (own, "builtin" if builtin else None, *around) if t))
+    return list(dict.fromkeys(t for t in (own, "builtin", *around) if t and (builtin or t != "builtin")))
 
 
 def kernel_path(target: str, case_dir: Path, op: str) -> Path:

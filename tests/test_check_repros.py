@@ -44,6 +44,7 @@ def test_releases_keep_only_the_named_ones_and_an_untriaged_case_runs_on_its_own
     assert cr.targets_of(Saved("tests/fixtures/mutant_kernels.py"), KNOWN) == [
         "tests/fixtures/mutant_kernels.py", "builtin"]
     assert cr.targets_of(Saved("builtin"), KNOWN) == ["builtin"]
+    assert cr.targets_of(Saved("builtin"), KNOWN, builtin=False) == []
 
 
 def test_exit_codes_and_output_are_read_as_verdicts():
