@@ -24,6 +24,7 @@ import difflib
 import json
 import re
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,8 +35,10 @@ from kvfuzz.errors import BadInput, TargetLoadError  # noqa: E402
 
 DEFAULT_RANGE = "0.5.6..0.5.23"
 # a changed line that clamps, bounds, masks, asserts or pads (what docs/guards.md calls a guard)
-GUARD = re.compile(r"clamp|\bmax\(|\bmin\(|maximum|minimum|\.where\(|mask|assert|fill_|\.zero_\(|zeros"
-                   r"|(?<![\w.])-1\b|\bpad|_padded|\bif\b.*(?:[<>]=?|==|!=)|raise\b|num_blocks|cdiv|ceil")
+# (an attention mask, `custom_mask` / `mask_indptr`, is not one)
+GUARD = re.compile(r"clamp|(?<![.\w])(?:max|min)\(|maximum|minimum|\.where\(|(?<!custom_)\bmask\b(?!_indptr)|mask="
+                   r"|assert|\.fill_\(|\.zero_\(|zeros\(|(?:[=<>!]=?|\bother=|fill_\(|full\(|,)\s*-1\b(?!\s*[,)]?\s*self)"
+                   r"|\bpad\b|padded|raise\b")
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,11 @@ def _match(key: tuple[str, str], old: dict[tuple[str, str], Region]) -> Region |
     of that name elsewhere (a module SGLang moved)."""
     if key in old:
         return old[key]
-    same = [r for (f, fn), r in old.items() if fn == key[1]]
-    return same[0] if len(same) == 1 else None
+    for name in (key[1], key[1].rsplit(".", 1)[-1]):  # a method may move to another class too
+        same = [r for (f, fn), r in old.items() if fn == name or fn.rsplit(".", 1)[-1] == name]
+        if len(same) == 1:
+            return same[0]
+    return None
 
 
 def diff(old_v: str, old: dict[tuple[str, str], Region], new_v: str, new: dict[tuple[str, str], Region],
@@ -156,16 +162,30 @@ def diff(old_v: str, old: dict[tuple[str, str], Region], new_v: str, new: dict[t
         ref = r or o
         ops = tuple(sorted(set((o.ops if o else ()) + (r.ops if r else ()))))
         for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-            if tag in ("delete", "replace"):
-                for i in range(i1, i2):
-                    line = o.start + i
-                    if keep(o, line, o.lines[i]):
-                        out.append(Change(old_v, new_v, "-", o.file, line, o.function, ops, a[i]))
-            if tag in ("insert", "replace"):
-                for j in range(j1, j2):
-                    line = r.start + j
-                    if keep(r, line, r.lines[j]):
-                        out.append(Change(old_v, new_v, "+", r.file, line, ref.function, ops, b[j]))
+            gone = [i for i in range(i1, i2) if keep(o, o.start + i, o.lines[i])] if tag != "insert" else []
+            came = [j for j in range(j1, j2) if keep(r, r.start + j, r.lines[j])] if tag != "delete" else []
+            if not every_line:  # a line rewritten with the same guard words (a rename) is no new guard
+                same = Counter(_words(a[i]) for i in gone) & Counter(_words(b[j]) for j in came)
+                gone, came = _without(gone, a, same), _without(came, b, same)
+            out += [Change(old_v, new_v, "-", o.file, o.start + i, o.function, ops, a[i]) for i in gone]
+            out += [Change(old_v, new_v, "+", r.file, r.start + j, ref.function, ops, b[j]) for j in came]
+    return out
+
+
+def _words(line: str) -> tuple[str, ...]:
+    return tuple(m.group(0) for m in GUARD.finditer(line))
+
+
+def _without(idx: list[int], lines: list[str], same: Counter) -> list[int]:
+    """`idx` less one line per guard-word tuple counted in `same`."""
+    left = Counter(same)
+    out = []
+    for i in idx:
+        w = _words(lines[i])
+        if left[w] > 0:
+            left[w] -= 1
+        else:
+            out.append(i)
     return out
 
 
