@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, metavar="SECONDS",
                     help="wall clock per run, its --time-limit; killed 30 s past it (default: 3 x budget + 60)")
     ap.add_argument("--in-contract-only", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path("release-modes"), help="reports, logs and cases (default ./release-modes)")
+    ap.add_argument("--out", type=Path, default=Path("runs/release-modes"),
+                    help="reports, logs and cases (default runs/release-modes)")
     ap.add_argument("--features", default=MODE_FEATURES, help="regex of the coverage features tabulated per mode")
     ap.add_argument("--json", type=Path, metavar="FILE")
     ap.add_argument("--markdown", type=Path, metavar="FILE")
