@@ -35,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's kvfuzz
+# the environment the runs start from, taken before kvfuzz is imported: listing a target's ops
+# loads it on the CPU, which sets TRITON_INTERPRET=1 here, and a `--device cuda` run refuses it
+BASE_ENV = dict(os.environ)
 
 from kvfuzz.errors import BadInput, TargetLoadError  # noqa: E402
 
@@ -96,13 +99,18 @@ def plan(targets: list[str], ops: list[str] | None, out: Path, args: argparse.Na
     return runs
 
 
+def child_env() -> dict[str, str]:
+    """The runs' environment: this script's as it started, with this checkout's kvfuzz first."""
+    return dict(BASE_ENV, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), BASE_ENV.get("PYTHONPATH")])))
+
+
 def execute(run: Run, timeout: float, grace: float = KILL_GRACE_S) -> Run:
     """Run one fuzz campaign in its own process group; SIGTERM at `timeout` + `grace` (it has
     stopped itself at its --time-limit by then unless stuck), SIGKILL 10 s later. A command
     not starting with `kvfuzz` runs as given."""
     run.report.parent.mkdir(parents=True, exist_ok=True)
     run.report.unlink(missing_ok=True)  # a report left by an earlier run is not this run's
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = child_env()
     start = time.monotonic()
     with run.log.open("w") as log:
         argv = [sys.executable, "-m", "kvfuzz.cli", *run.command[1:]] if run.command[0] == "kvfuzz" else run.command

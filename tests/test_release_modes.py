@@ -87,3 +87,15 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
     p = _script(*argv, timeout=120)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_the_runs_do_not_inherit_the_interpreter_the_op_listing_switched_on(monkeypatch):
+    """Listing a release's ops loads it on the CPU (TRITON_INTERPRET=1 in this process); a CUDA
+    run started with that would refuse to run compiled."""
+    monkeypatch.setattr(rm, "BASE_ENV", {k: v for k, v in rm.BASE_ENV.items() if k != "TRITON_INTERPRET"})
+    assert rm.ops_of("sglang==0.5.14")
+    import os
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    env = rm.child_env()
+    assert "TRITON_INTERPRET" not in env
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
