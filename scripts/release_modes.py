@@ -4,7 +4,7 @@
     python scripts/release_modes.py [--releases 0.5.14,0.5.19,0.5.20,0.5.23] [--no-builtin]
         [--op OP ...] [--device cpu|cuda|auto] [--budget SECONDS] [--seed N] [--parallel N]
         [--timeout SECONDS] [--in-contract-only] [--out DIR] [--features REGEX]
-        [--json FILE] [--markdown FILE]
+        [--json FILE] [--markdown FILE] [--dry-run]
 
 One `kvfuzz fuzz --target sglang==X --op OP --device D --budget B` per release and op the
 release has (builtin: every op), `--parallel` of them at once, each writing its JSON report and
@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--features", default=MODE_FEATURES, help="regex of the coverage features tabulated per mode")
     ap.add_argument("--json", type=Path, metavar="FILE")
     ap.add_argument("--markdown", type=Path, metavar="FILE")
+    ap.add_argument("--dry-run", action="store_true", help="print the runs' commands, run nothing")
     args = ap.parse_args(argv)
     args.timeout = args.timeout if args.timeout is not None else 3 * args.budget + 60
     try:
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = "python scripts/release_modes.py " + " ".join(a if a else "''" for a in (argv if argv is not None else sys.argv[1:]))
     print(f"{len(runs)} runs, {args.parallel} at once, budget {args.budget:g} s, timeout {args.timeout:g} s", flush=True)
+    if args.dry_run:
+        print("\n".join(" ".join(r.command) for r in runs))
+        return 0
     with ThreadPoolExecutor(args.parallel) as pool:
         for run in pool.map(lambda r: execute(r, args.timeout), runs):
             print(f"{run.name}: exit {run.rc}{' (killed)' if run.killed else ''}, {run.seconds} s", flush=True)

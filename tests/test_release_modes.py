@@ -99,3 +99,15 @@ def test_the_runs_do_not_inherit_the_interpreter_the_op_listing_switched_on(monk
     env = rm.child_env()
     assert "TRITON_INTERPRET" not in env
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+
+
+def test_a_dry_run_plans_one_run_per_op_a_release_offers(tmp_path):
+    p = _script("--releases", "0.5.14", "--device", "cuda", "--budget", "85", "--timeout", "115", "--dry-run",
+                "--out", str(tmp_path), timeout=300)
+    assert p.returncode == 0, p.stderr
+    head, *commands = p.stdout.strip().splitlines()
+    assert head == "22 runs, 1 at once, budget 85 s, timeout 115 s"  # 0.5.14's 9 ops, builtin's 13
+    assert sum("--target sglang==0.5.14 " in c for c in commands) == 9
+    assert not any("--op pa_page_table" in c and "0.5.14" in c for c in commands)  # 0.5.15 on
+    assert all("--device cuda" in c and "--time-limit 115.0" in c and "--minimize-budget 0" in c for c in commands)
+    assert not list(tmp_path.iterdir())
