@@ -152,7 +152,7 @@ def diff(old_v: str, old: dict[tuple[str, str], Region], new_v: str, new: dict[t
     def keep(region: Region, line: int, text: str) -> bool:
         if not text.strip() or text.strip().startswith("#"):
             return False
-        if near is not None and not any(abs(line - s) <= near for s in region.sites):
+        if near is not None and region.sites and not any(abs(line - s) <= near for s in region.sites):
             return False
         return every_line or bool(GUARD.search(text))
 
@@ -189,15 +189,39 @@ def _without(idx: list[int], lines: list[str], same: Counter) -> list[int]:
     return out
 
 
-def release_regions(version: str) -> dict[tuple[str, str], Region]:
-    """The regions of sglang==`version`, from its shipped call sites and its wheel."""
+# the modules where CUDA-graph replay pads its input buffers (`--padding`): the buffers every
+# graph-launched kernel reads (seq_lens, req_pool_indices, out_cache_loc), set outside the callers
+PADDING_MODULES = re.compile(r"sglang/srt/model_executor/(cuda_graph_buffer_registry|input_buffers|cuda_graph_runner"
+                             r"|runner/\w*graph_runner|runner/base_runner)\.py")
+PADDING = "graph padding"
+
+
+def module_regions(sources: dict[str, str]) -> dict[tuple[str, str], Region]:
+    """Every function of `sources` as a region of its own, its ops `PADDING`."""
+    out = {}
+    for file, text in sorted(sources.items()):
+        lines = text.splitlines()
+        for function, node in _functions(text).items():
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            out[(file, function)] = Region(file, function, start, tuple(lines[start - 1:node.end_lineno]),
+                                           (), (PADDING,))
+    return out
+
+
+def release_regions(version: str, padding: bool = False) -> dict[tuple[str, str], Region]:
+    """The regions of sglang==`version`, from its shipped call sites and its wheel; with
+    `padding`, also every function of its graph runners' buffer modules."""
     from kvfuzz.callsites import release_sites
     from kvfuzz.callsites.sources import release_sources
 
     sites = release_sites(version)
     files = {s["file"] for s in sites} | {c["file"] for s in sites for c in s.get("callers", [])}
     _, _, sources = release_sources(version)
-    return regions(sites, {f: t for f, t in sources.items() if f in files})
+    out = regions(sites, {f: t for f, t in sources.items() if f in files})
+    if padding:
+        more = module_regions({f: t for f, t in sources.items() if PADDING_MODULES.fullmatch(f)})
+        out.update({k: r for k, r in more.items() if k not in out})
+    return out
 
 
 def releases_of(spec: str) -> list[str]:
@@ -234,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--near", type=int, metavar="N", help="only lines within N lines of a launch or call")
     ap.add_argument("--all-lines", action="store_true", help="every changed line, not only guard-like ones")
     ap.add_argument("--op", action="append", help="only regions launching this op (repeatable)")
+    ap.add_argument("--padding", action="store_true",
+                    help="also every function of the CUDA-graph runners' buffer modules (ops: 'graph padding')")
     ap.add_argument("--json", type=Path, metavar="FILE")
     ap.add_argument("--markdown", type=Path, metavar="FILE")
     args = ap.parse_args(argv)
@@ -247,12 +273,13 @@ def main(argv: list[str] | None = None) -> int:
             unknown = [o for o in args.op if o not in records()]
             if unknown:
                 raise BadInput(f"--op: no op {', '.join(unknown)} (kvfuzz ops lists them)")
-        found = {v: release_regions(v) for v in versions}
+        found = {v: release_regions(v, args.padding) for v in versions}
     except (BadInput, TargetLoadError) as exc:
         print(f"diff_guards: error: {exc}", file=sys.stderr)
         return 2
     if args.op:
-        found = {v: {k: r for k, r in rs.items() if set(r.ops) & set(args.op)} for v, rs in found.items()}
+        keep = set(args.op) | {PADDING}
+        found = {v: {k: r for k, r in rs.items() if set(r.ops) & keep} for v, rs in found.items()}
     changes: list[Change] = []
     for old_v, new_v in zip(versions, versions[1:]):
         got = diff(old_v, found[old_v], new_v, found[new_v], args.near, args.all_lines)

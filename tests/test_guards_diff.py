@@ -113,3 +113,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_padding_modules_are_diffed_whole_even_with_near():
+    file = "sglang/srt/model_executor/cuda_graph_runner.py"
+    assert dg.PADDING_MODULES.fullmatch(file)
+    assert dg.PADDING_MODULES.fullmatch("sglang/srt/model_executor/runner/decode_cuda_graph_runner.py")
+    assert not dg.PADDING_MODULES.fullmatch("sglang/srt/layers/attention/triton_backend.py")
+    old = {file: "class B:\n    def populate(self, bs, raw_bs):\n        if bs != raw_bs:\n"
+                 "            self.seq_lens.fill_(1)\n"}
+    new = {file: old[file] + "            self.req_pool_indices[raw_bs:bs].zero_()\n"}
+    a, b = dg.module_regions(old), dg.module_regions(new)
+    assert list(b) == [(file, "B.populate")] and b[(file, "B.populate")].ops == (dg.PADDING,)
+    got = dg.diff("A", a, "B", b, near=0)
+    assert [(c.sign, c.line, c.text) for c in got] == [("+", 5, "self.req_pool_indices[raw_bs:bs].zero_()")]
