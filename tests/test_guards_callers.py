@@ -71,12 +71,15 @@ def test_the_prefill_graph_runners_padded_slots(spec, device):
 
 def replay_padded_decode(live_lens: list[int], padded: int, pad_row: int, ps: int = 1) -> Case:
     """decode_metadata as CUDA-graph replay pads a batch: `padded` rows of seq_lens 1 (the fill
-    value) at pool row `pad_row` (0 from 0.5.13, the registry's ZERO policy; any earlier row, a
-    stale one, before it), max_seq_pages over the padded batch."""
+    value) at pool row `pad_row` (0 from 0.5.13, the registry's ZERO policy, a row of zeros since
+    0.5.11's reserved padding row; a stale request's row before), max_seq_pages over the padded
+    batch."""
     lens = live_lens + [1] * padded
     B, T = len(lens), 512
     rng = np.random.default_rng(len(lens))
     rtt = rng.permutation(1 << 16)[: 4 * T].reshape(4, T)
+    if pad_row == 0:
+        rtt[0] = 0  # 0.5.11 on: pool row 0 is the padding row, never a request's, all zeros
     P = max(-(-n // ps) for n in lens)
     t = {"cache_seqlens_int32": C("int32", (B,)), "cu_seqlens_k": C("int32", (B + 1,)),
          "page_table": C("int32", (B, P + 2)), "req_to_token": C("int64", rtt.shape),
