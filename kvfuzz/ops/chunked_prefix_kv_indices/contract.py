@@ -38,8 +38,9 @@ In contract (where SGLang leaves intent open, kvfuzz assumes):
 SGLang's guards (docs/guards.md): the kernel has none (one text in every release); the callers
 cut a chunk of `SGLANG_MAX_KV_CHUNK_CAPACITY // bs` tokens (131072 // bs by default; one chunk of
 the longest prefix on the single-chunk path) and assert no chunk passes the capacity; the prefill
-CUDA-graph runner (0.5.19 on) launches all its request slots, the padded ones of a zero-length
-prefix at pool row 0 with the chunk's start, into a zeroed output of the chunk capacity. All of
+CUDA-graph runner (0.5.17 on, `_populate_chunked_prefix_buffers`) launches all its request slots
+with `(prefix - start).clamp(0, chunk_len)` tokens, the padded ones of a zero-length prefix at pool
+row 0 with the chunk's start, into a zeroed output of the chunk capacity. All of
 it is in contract, and production-size classes draw it (`generate.py`: tables to 131585 tokens,
 chunks to 131072 tokens, batches past 256; every cell is judged).
 """
