@@ -351,6 +351,8 @@ def cmd_fuzz(args) -> int:
             print(f"{label} {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
             print(f"  {x.found.finding.message}")
             print(f"  {contract_status(x.case)}")
+            if x.unconfirmed:
+                print(f"  UNCONFIRMED: {x.unconfirmed_why or 'not confirmed in fresh processes'}")
             if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
                 print(f"  also shows: {', '.join(x.signatures[1:])}")
     bound = [b for b in report["findings"] if b["kind"] == "binding"]

@@ -130,7 +130,7 @@ def junit_xml(report: dict) -> str:
             failure = ET.SubElement(case, "failure", message=(f"{len(defects)} new defect(s), " if defects else "")
                                     + f"{len(new)} new finding(s): " + ", ".join(f["signature"] for f in new))
             failure.text = _defect_text(defects) if defects else "\n".join(
-                f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}" for f in new)
+                f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}{_unconfirmed(f)}" for f in new)
         known = [f for f in mine if not f.get("new", True)]
         flaky = [f for f in report.get("flaky", []) if f["op"] == op]
         lines = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in known]
@@ -207,6 +207,11 @@ def _fault_line(e: dict) -> str:
     from .internal import describe
 
     return describe(e)
+
+
+def _unconfirmed(f: dict) -> str:
+    """"; UNCONFIRMED: why" for a finding saved unconfirmed, else ""."""
+    return f"; UNCONFIRMED: {f.get('unconfirmed_why') or 'not confirmed'}" if f.get("unconfirmed") else ""
 
 
 def _contract(f: dict) -> str:
@@ -369,7 +374,8 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
             lines += ["In contract, judged as in-contract cases are, but launches no SGLang call site makes.", ""]
         lines += ["| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
         for f in shown:
-            lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
+            lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'}"
+                         f"{', unconfirmed' if f.get('unconfirmed') else ''} | "
                          f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
                          f"{f.get('contract', '?').replace('|', '/')} |")
     if report.get("internal_errors"):  # kvfuzz's own: each ended one stage of one finding, which was kept
