@@ -267,6 +267,7 @@ class CampaignResult:
                 "size": list(x.case.size_key()),
                 "unconfirmed": x.unconfirmed,
                 "unconfirmed_why": x.unconfirmed_why,
+                "against_defect": x.against_defect,
                 "site": x.site,
                 "internal_errors": mine(),
             }

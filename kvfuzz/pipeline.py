@@ -85,6 +85,7 @@ class Saved:
     unconfirmed: bool = False  # not confirmed (`unconfirmed_why`): saved as found, never minimized
     unconfirmed_why: str | None = None  # its confirmation raised, or the run's time left none
     site: dict | None = None  # its defect site (kvfuzz/sites: meta["site"]), or {"none": why}
+    against_defect: dict | None = None  # a regression or change: new defect or new symptom (baseline.defect_against)
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -150,6 +151,8 @@ class FindingPipeline:
         self.confirm_guess_s = 0.0  # what a confirmation costs before one has been timed (a process start)
         self.confirm_took: list[float] = []  # each confirmation batch's seconds
         self.unconfirmed_why: dict[str, str] = {}  # signature -> why it was saved unconfirmed
+        self.against_defect: dict[str, dict] = {}  # class signature -> new defect or new symptom (baseline.py)
+        self.baseline_sites: dict[str, list[dict] | None] = {}  # case digest -> where the baseline goes wrong on it
 
     def _fault(self, stage: str, exc: BaseException, sig: str | None) -> dict:
         """Record an exception of kvfuzz's own that ended `stage` for the finding `sig`."""
@@ -425,6 +428,8 @@ class FindingPipeline:
             meta["baseline"] = cfg.baseline
         if f.finding.signature in self.sites:  # the statement that went wrong (docs/defects.md)
             meta["site"] = self.sites[f.finding.signature]
+        if f.finding.signature in self.against_defect:  # new defect, or a known one's new symptom
+            meta["against_defect"] = self.against_defect[f.finding.signature]
         errors = self.errors_of(signatures or [f.finding.signature])
         if errors:  # kvfuzz's own exceptions on the way here (docs/case-format.md)
             meta["internal_errors"] = errors
@@ -507,7 +512,8 @@ class FindingPipeline:
         # where its first save failed, this save says
         return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
                      new=first_saved == "new" or (first_saved is None and (res is None or res.status == "new")),
-                     shows=frozenset(shows), starved=starved, site=self.sites.get(sig))
+                     shows=frozenset(shows), starved=starved, site=self.sites.get(sig),
+                     against_defect=self.against_defect.get(sig))
 
     def _attribute(self, f: Found, case: Case, until: float | None) -> None:
         """The site of `f` on the case it is saved with (kvfuzz/sites: the case run traced under
@@ -526,6 +532,43 @@ class FindingPipeline:
             self.sites[sig] = site_meta(sig, attribution, why)
         except Exception as exc:  # no site: the finding stays as it is
             self._fault("site", exc, sig)
+        if self.cfg.baseline and kind_of(sig) in ("regression", "changed"):
+            try:
+                self.against_defect[sig] = self._defect_against(f, case, until)
+            except Exception as exc:  # not told: the finding stays as it is
+                self._fault("site", exc, sig)
+
+    def _defect_against(self, f: Found, case: Case, until: float | None) -> dict:
+        """Whether the class finding `f` is a new defect or a new symptom of one the baseline
+        has: its site against where the baseline goes wrong, attributed under the interpreter on
+        `f`'s case, then (no match yet) on the cases of the op's findings it shares (two at
+        most), each once per run."""
+        from .baseline import NEW_SYMPTOM, SITE_UNKNOWN, defect_against, statement
+        from .sites.run import TIMEOUT_S, attribute_isolated
+
+        site = self.sites.get(f.finding.signature)
+        if statement(site) is None:
+            return defect_against(site, [], "" if self.cfg.sites else "sites not attributed (--no-sites)")
+        shared = {x.case.digest(): x.case for x in self.shared if x.finding.op == f.finding.op}
+        seen: list[dict] = []
+        checked = 0
+        for c in [case] + list(shared.values())[:2]:
+            digest = c.digest()
+            if digest not in self.baseline_sites:
+                seconds = within(TIMEOUT_S, until)
+                if seconds < MIN_MINIMIZE_S:  # no time to ask the baseline
+                    break
+                attribution, _ = attribute_isolated(c, self.cfg.baseline, seconds)
+                self.baseline_sites[digest] = [x.to_json() for x in attribution.sites.values()] if attribution else None
+            if self.baseline_sites[digest] is None:  # the baseline's run was not attributed: says nothing
+                continue
+            checked += 1
+            seen += self.baseline_sites[digest]
+            if defect_against(site, seen)["is"] == NEW_SYMPTOM:
+                break
+        if not checked:
+            return {"is": SITE_UNKNOWN, "why": "no time left to attribute the baseline's run"}
+        return dict(defect_against(site, seen), cases=checked)
 
     def _minimized(self, f: Found, until: float | None):
         """`f` minimized by `until` and its smaller case confirmed in fresh processes: (case, log,

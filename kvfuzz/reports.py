@@ -87,14 +87,19 @@ def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
     """With --baseline: {"regression": [...], "fixed": [...], "changed": [...]}, each entry a
     class signature with the saved case that shows it and the finding it was merged into (its
     host), apart from the ordinary findings."""
+    from .baseline import defect_words
     from .findings import CLASSES, kind_of
 
     out: dict[str, list[dict]] = {k: [] for k in CLASSES}
     for f in findings:
         for sig in f.get("signatures") or [f["signature"]]:
             if kind_of(sig) in out:
-                out[kind_of(sig)].append({"signature": sig, "case": f.get("case"), "finding": f["signature"],
-                                          "new": f.get("new", True), "contract": f.get("contract")})
+                entry = {"signature": sig, "case": f.get("case"), "finding": f["signature"],
+                         "new": f.get("new", True), "contract": f.get("contract")}
+                if kind_of(sig) != "fixed":  # new defect, new symptom of a known one, or site unknown
+                    entry["defect"] = defect_words(f.get("against_defect")) or "site unknown"
+                    entry["site"] = f.get("site")
+                out[kind_of(sig)].append(entry)
     return out
 
 
@@ -178,7 +183,8 @@ def junit_xml(report: dict) -> str:
         for kind, entries in classes.items():
             case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.against.{report['baseline']}",
                                  name=kind, time="0.00")
-            text = "\n".join(f"{e['signature']} ({e.get('case')}){_contract(e)}" for e in entries)
+            text = "\n".join(f"{e['signature']} ({e.get('case')}){_contract(e)}"
+                             + (f"; {e['defect']}" if e.get("defect") else "") for e in entries)
             if kind == "regression" and any(e.get("new", True) for e in entries):
                 failures += 1
                 ET.SubElement(case, "failure", message=f"{len(entries)} regression(s) against "
@@ -342,9 +348,9 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                   f"{len(classes['changed'])} changed.", ""]
         for kind, title in (("regression", "Regressions"), ("fixed", "Fixed"), ("changed", "Changed")):
             if classes[kind]:
-                lines += [f"### {title}", "", "| signature | case | contract |", "| --- | --- | --- |"]
-                lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
-                          for e in classes[kind]]
+                lines += [f"### {title}", "", "| signature | defect | case | contract |", "| --- | --- | --- | --- |"]
+                lines += [f"| `{e['signature']}` | {e.get('defect') or '-'} | {e.get('case') or '-'} | "
+                          f"{e.get('contract') or ''} |" for e in classes[kind]]
                 lines.append("")
     if report.get("defects"):  # defects first: the findings grouped by the statement that went wrong
         lines += ["", "## Defects", "", "| defect | site | symptoms |", "| --- | --- | --- |"]
