@@ -34,6 +34,7 @@ from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .internal import internal_error
+from .held_back import held_line
 from .judge import Verdict
 from .callsites.launch import run_sites
 from .contract import STRESS
@@ -489,6 +490,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 not_run[op] = f"no case finished in its {s.seconds:.1f} s"
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
+                if s.held_back:  # cases like a known crash, drawn in one stint of ten (held_back.py)
+                    progress(held_line(op, s.held_back))
             show(op, "minimizing" if pipeline.waiting(found) else "done", s, t_op)
             pipeline.settle(found, turn.op_end)
             show(op, "done")

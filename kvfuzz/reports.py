@@ -116,6 +116,8 @@ def junit_xml(report: dict) -> str:
         props = ET.SubElement(case, "properties")
         for key in ("cases", "classes", "variants", "compiled", "not_target"):
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
+        if stats.get("held_back"):  # cases like a known crash, held back (held_back.py)
+            ET.SubElement(props, "property", name="held_back", value=str(sum(k["held_back"] for k in stats["held_back"])))
         for key, value in engine_figures(stats.get("engine")).items():
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
         mine = [f for f in findings if f["op"] == op and not is_stress(f) and not is_binding(f)]
@@ -338,6 +340,11 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
         lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
     cut = [f"{op} ({s['reason']})" for op, s in ops.items() if s.get("status") == "cut_short" and s.get("cases")]
+    from .held_back import held_line
+
+    held = [held_line(op, s["held_back"]) for op, s in ops.items() if s.get("held_back")]
+    if held:
+        lines += [""] + [f"- {line}" for line in held]
     if cut:
         lines += ["", "Cut short while running: " + ", ".join(cut) + "."]
     lines += _engine_table(ops)
