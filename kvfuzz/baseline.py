@@ -461,3 +461,50 @@ def pair(primary: Executor, fresh_primary: Callable[[], Executor] | None, target
                        + (f" ({first}: {missing[first]})" if first else ""))
     fresh_baseline = None if isolate else (lambda: WorkerExecutor(spec, device, timeout_s))
     return BaselineExecutor(primary, baseline, spec, missing, variants, fresh_primary, fresh_baseline)
+
+
+# --- a class finding's defect against the baseline's (docs/regressions.md, "New defect or new symptom")
+NEW_DEFECT = "new_defect"  # its site is a statement the baseline goes wrong at nowhere seen
+NEW_SYMPTOM = "new_symptom"  # its site is a statement the baseline also goes wrong at: a known defect's new symptom
+SITE_UNKNOWN = "site_unknown"  # no site (a crash, a GPU fault, no attribution): cannot tell
+DEFECT_WORDS = {NEW_DEFECT: "new defect", NEW_SYMPTOM: "new symptom of a known defect", SITE_UNKNOWN: "site unknown"}
+
+
+def statement(site: dict | None) -> tuple | None:
+    """The statement a site names, comparable between two kernel files (line numbers move from
+    one release to the next, and a copy has another file name): (kernel, tl.load/tl.store, the
+    statement's text without spaces); None where there is no site."""
+    if not isinstance(site, dict) or "line" not in site:
+        return None
+    return site.get("kernel"), site.get("op"), "".join(str(site.get("text", "")).split())
+
+
+def defect_against(site: dict | None, baseline_sites: list[dict], why_unknown: str = "") -> dict:
+    """Whether a class finding with `site` is a new defect or a new symptom of one the baseline
+    has (`baseline_sites`: where the baseline goes wrong on the finding's case and on the cases
+    it shares with the target). A one-line defect in a statement's own text is a new defect
+    (the baseline's statement reads otherwise); one upstream of a store the baseline already
+    gets wrong is that store's new symptom."""
+    mine = statement(site)
+    if mine is None:
+        return {"is": SITE_UNKNOWN, "why": why_unknown or (site or {}).get("none") or "no site"}
+    for b in baseline_sites:
+        if statement(b) == mine:
+            return {"is": NEW_SYMPTOM, "baseline_site": f"{b.get('file')}:{b.get('line')}"}
+    return {"is": NEW_DEFECT}
+
+
+def defect_words(entry: dict | None) -> str:
+    """"new defect", "new symptom of a known defect", "site unknown" (or "" where not judged)."""
+    return DEFECT_WORDS.get((entry or {}).get("is"), "")
+
+
+def against_line(entry: dict) -> str:
+    """A class finding's defect in words, for the console: "new defect", "new symptom of a
+    known defect (the baseline goes wrong at metadata.py:97 too)", "site unknown (why)"."""
+    words = defect_words(entry)
+    if entry.get("is") == NEW_SYMPTOM and entry.get("baseline_site"):
+        return f"{words} (the baseline goes wrong at {entry['baseline_site']} too)"
+    if entry.get("is") == SITE_UNKNOWN and entry.get("why"):
+        return f"{words} ({entry['why']})"
+    return words

@@ -250,9 +250,19 @@ class Result:
         h = self.history
         return {"affects": self.affects(), "introduced_in": h.introduced_in, "fixed_in": h.fixed_in}
 
+    @property
+    def defect(self) -> str:
+        """The defect the case shows (docs/defects.md): its op and site statement, or where the
+        case records no site, "site unknown" with its signature (each such case alone)."""
+        from .sites.defects import defect_key, defect_name
+
+        key = defect_key(self.saved.case.op, self.saved.case.meta.get("site"))
+        return defect_name(key) if key is not None else f"{self.saved.finding.signature} (site unknown)"
+
     def to_json(self) -> dict:
         h = self.history
         return {"case": str(self.path), "op": self.saved.case.op, "signature": self.signature,
+                "defect": self.defect,
                 "found_with": self.saved.target, "expected": self.saved.expected,
                 "releases": {v: cell for v, cell in self.rows}, "builtin": self.builtin,
                 "cells": dict(self.cells), "why": dict(self.why),
@@ -365,6 +375,26 @@ def _run_target(spec: str, results: list[Result], device: str, make_executor, pr
 
 
 # ----------------------------------------------------------------------------- output
+
+
+def by_defect(results: Sequence[Result]) -> list[tuple[str, list[Result]]]:
+    """`results` grouped by the defect each case shows (`Result.defect`: findings of one site are
+    one defect), in the order each defect's first case comes."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.defect, []).append(r)
+    return list(groups.items())
+
+
+def render_defect(n: int, defect: str, results: Sequence[Result]) -> list[str]:
+    """A defect's header line: its cases, and where they say it was introduced and fixed."""
+    said: dict[str, int] = {}  # what the cases' histories say (introduced, fixed) -> how many say it
+    for r in results:
+        lines = r.history.lines()
+        text = lines[1] if len(lines) > 1 else lines[0]
+        said[text] = said.get(text, 0) + 1
+    where = "; ".join(t + (f" ({k} cases)" if len(said) > 1 else "") for t, k in said.items())
+    return [f"defect {n}: {defect}: {len(results)} case{'s' if len(results) > 1 else ''}; {where}"]
 
 
 def render(r: Result) -> list[str]:

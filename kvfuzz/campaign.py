@@ -34,6 +34,7 @@ from .engines.common import Found, OpStats
 from .errors import BadInput, TargetLoadError
 from .execute import one_line
 from .internal import internal_error
+from .held_back import held_line
 from .judge import Verdict
 from .callsites.launch import run_sites
 from .contract import STRESS
@@ -266,6 +267,8 @@ class CampaignResult:
                 "minimize_seconds": round(x.minimize_seconds, 2),
                 "size": list(x.case.size_key()),
                 "unconfirmed": x.unconfirmed,
+                "unconfirmed_why": x.unconfirmed_why,
+                "against_defect": x.against_defect,
                 "site": x.site,
                 "internal_errors": mine(),
             }
@@ -402,7 +405,11 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         runnable = [op for op in cfg.ops if op not in executor.missing]
         # an op the target lacks leaves its share to the others; start-up is behind us: each
         # op's share comes out of what is left when its turn comes
-        plan = Plan(runnable, cfg.budget_s, _plan_limit(cfg, time.monotonic() - t0), started=t0)
+        started_s = time.monotonic() - t0
+        plan = Plan(runnable, cfg.budget_s, _plan_limit(cfg, started_s), started=t0)
+        # no confirmation starts that cannot end by the plan's end; until one is timed, one costs
+        # about what the campaign's worker took to start
+        pipeline.deadline, pipeline.confirm_guess_s = plan.end, started_s
         for p in shown.values():
             p.device, p.budget = devmod.describe(device), cfg.budget_s / max(len(runnable), 1)
         for op in cfg.ops:
@@ -435,19 +442,29 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                     state.note(op, s.position)
                 if not first_case[0]:
                     first_case[0] = now - t0
+                    pipeline.confirm_guess_s = max(pipeline.confirm_guess_s, first_case[0])
                 if status and now - last[0] >= SNAPSHOT_EVERY_S:
                     last[0] = now
                     show(op, "fuzzing", s, t_op)
 
-            def on_new(f: Found, op=op, t_op=t_op) -> None:
-                if cfg.in_contract_only and contract_label(f.first) == STRESS:  # a launch no call site makes
-                    stress_dropped[0] += 1
-                    found.pop(f.finding.signature, None)  # an in-contract case may still show it
+            def on_new_many(fs: list[Found], op=op, t_op=t_op) -> None:
+                """Findings one case showed: confirmed together (one set of fresh processes)."""
+                kept = []
+                for f in fs:
+                    if cfg.in_contract_only and contract_label(f.first) == STRESS:  # a launch no call site makes
+                        stress_dropped[0] += 1
+                        found.pop(f.finding.signature, None)  # an in-contract case may still show it
+                    else:
+                        kept.append(f)
+                if not kept:
                     return
                 show(op, "confirming", current, t_op)
-                outcome = pipeline.add(f)  # "new", "known" or "flaky"
-                setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
+                for outcome in pipeline.add_many(kept):  # "new", "known" or "flaky"
+                    setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
                 show(op, "fuzzing", current, t_op)
+
+            def on_new(f: Found) -> None:
+                on_new_many([f])
 
             options = EngineOptions(seed=cfg.stream_seed(), pool_seed=cfg.seed, shard=cfg.shard, device=device,
                                     target=cfg.target, in_contract_only=cfg.in_contract_only, variant=variant,
@@ -460,7 +477,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                   until=turn.fuzz_end, until_clean=turn.op_end, first_by=turn.first_by,
                                   to_minimize=lambda found=found: pipeline.waiting(found),
                                   known=found, stats=current,
-                                  on_case=on_case, sink=on_new)
+                                  on_case=on_case, sink=on_new, sink_many=on_new_many)
             if sites:  # the op's call sites: binding findings, and the misbound ones launched as called
                 show(op, "call sites", s, t_op)
                 binding += call_site_findings(cfg, executor, op, variant, sites, found, on_new)
@@ -473,6 +490,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 not_run[op] = f"no case finished in its {s.seconds:.1f} s"
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
+                if s.held_back:  # cases like a known crash, drawn in one stint of ten (held_back.py)
+                    progress(held_line(op, s.held_back))
             show(op, "minimizing" if pipeline.waiting(found) else "done", s, t_op)
             pipeline.settle(found, turn.op_end)
             show(op, "done")

@@ -281,6 +281,7 @@ def cmd_fuzz(args) -> int:
     from .plan import reserve_s
     from .ops import CONTRACTS, contract_label, contract_status
     from .progress import make_display
+    from .baseline import against_line
     from .reports import binding_line, engine_line
     from .sites.defects import header
 
@@ -351,6 +352,10 @@ def cmd_fuzz(args) -> int:
             print(f"{label} {x.found.finding.kind} {x.found.finding.signature}{where}{'' if x.new else ' (known)'}")
             print(f"  {x.found.finding.message}")
             print(f"  {contract_status(x.case)}")
+            if x.unconfirmed:
+                print(f"  UNCONFIRMED: {x.unconfirmed_why or 'not confirmed in fresh processes'}")
+            if x.against_defect:  # a regression or change: new defect, or a known one's new symptom
+                print(f"  against the baseline: {against_line(x.against_defect)}")
             if len(x.signatures) > 1:  # one defect that showed several signatures: one finding
                 print(f"  also shows: {', '.join(x.signatures[1:])}")
     bound = [b for b in report["findings"] if b["kind"] == "binding"]
@@ -709,8 +714,10 @@ def cmd_bisect(args) -> int:
           f"{bisect.span_name(releases[0], releases[-1])} ({len(releases)} releases, {len(files)} kernel files) "
           f"and builtin on {devmod.describe(dev)}", file=sys.stderr)
     results = bisect.run(cases, releases, dev, progress=lambda line: print(f"kvfuzz: {line}", file=sys.stderr))
-    for r in results:
-        print("\n".join(bisect.render(r)))
+    for n, (defect, group) in enumerate(bisect.by_defect(results), 1):  # the rows grouped by defect
+        print("\n".join(bisect.render_defect(n, defect, group)))
+        for r in group:
+            print("\n".join(bisect.render(r)))
     not_clean = [r for r in results if r.builtin not in (bisect.CLEAN, bisect.CANNOT)]
     if args.write:
         for r in results:
@@ -724,7 +731,9 @@ def cmd_bisect(args) -> int:
 
         write_json_atomic(args.json, {"device": dev, "releases": list(releases),
                                       "files": [f"sglang=={f}" for f in files],
-                                      "cases": [r.to_json() for r in results]})
+                                      "cases": [r.to_json() for r in results],
+                                      "defects": [{"defect": d, "cases": [str(r.path) for r in g]}
+                                                  for d, g in bisect.by_defect(results)]})
     print(f"kvfuzz: {len(results)} cases over {len(releases)} releases ({len(files)} kernel files) and builtin "
           f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     for r in not_clean:

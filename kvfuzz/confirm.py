@@ -52,23 +52,41 @@ def round_trip(saved: SavedCase) -> SavedCase:
 
 
 def confirm(saved: SavedCase, fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> Confirmation:
-    """`fresh()` gives a worker that has run no case (`WorkerExecutor.fresh`, or a new one).
-    Every try is made, even after one that did not show it: the report says how many did.
-    The case read back is prepared once (its NumPy oracle runs once) for all the tries."""
+    """`saved` confirmed in `tries` fresh workers (`confirm_many` of one case)."""
+    return confirm_many([saved], fresh, tries)[0]
+
+
+def confirm_many(saved: list[SavedCase], fresh: Callable[[], WorkerExecutor], tries: int = TRIES) -> list[Confirmation]:
+    """Several findings confirmed in one set of `tries` fresh workers: each worker runs every
+    case (one run for findings that share a case), so a batch of findings costs one set of
+    process starts, not one per finding. `fresh()` gives a worker that has run no case
+    (`WorkerExecutor.fresh`, or a new one). Every try is made, even after one that did not show
+    it: the report says how many did. Each case read back is prepared once (its NumPy oracle
+    runs once) for all the tries. Each Confirmation's `seconds` is the whole batch's."""
     t0 = time.monotonic()
-    signature = saved.finding.signature
-    prepared = prepare(round_trip(saved).case)
-    reproduced, n = 0, max(tries, 1)
+    cases: dict[str, object] = {}  # the case's digest -> the case read back and prepared
+    digests = []
+    for sc in saved:
+        digest = sc.case.digest()
+        if digest not in cases:
+            cases[digest] = prepare(round_trip(sc).case)
+        digests.append(digest)
+    reproduced = [0] * len(saved)
+    n = max(tries, 1)
     many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)  # fresh is executor.fresh
     started = many(n) if many is not None else None
     try:
         for i in range(n):
             executor = started[i] if started is not None else fresh()
             try:
-                reproduced += signature in Checker(executor, prepared.case.op).check(prepared, repeats=2).signatures()
+                shown = {d: set(Checker(executor, p.case.op).check(p, repeats=2).signatures())
+                         for d, p in cases.items()}
             finally:
                 executor.close()
+            for k, sc in enumerate(saved):
+                reproduced[k] += sc.finding.signature in shown[digests[k]]
     finally:  # a try that raised leaves the ones after it started
         for executor in started or ():
             executor.close()
-    return Confirmation(signature, reproduced, n, time.monotonic() - t0)
+    seconds = time.monotonic() - t0
+    return [Confirmation(sc.finding.signature, r, n, seconds) for sc, r in zip(saved, reproduced)]

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .case import Case
 from .check import Checker
-from .confirm import Confirmation, confirm
+from .confirm import Confirmation, confirm, confirm_many
 from .corpus import DirectoryCorpus, SavedCase, SaveResult, read_case_dir
 from .corpus.format import key_of
 from .engines.common import Found
@@ -82,8 +82,10 @@ class Saved:
     signatures: list[str] = field(default_factory=list)  # the findings it stands for, its own first
     shows: frozenset[str] = frozenset()  # the signatures its case showed when last judged
     starved: bool = False  # its op's minimizing time was spent before it came up (settle_starved)
-    unconfirmed: bool = False  # its confirmation raised (an internal error): saved as found, unconfirmed
+    unconfirmed: bool = False  # not confirmed (`unconfirmed_why`): saved as found, never minimized
+    unconfirmed_why: str | None = None  # its confirmation raised, or the run's time left none
     site: dict | None = None  # its defect site (kvfuzz/sites: meta["site"]), or {"none": why}
+    against_defect: dict | None = None  # a regression or change: new defect or new symptom (baseline.defect_against)
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -143,6 +145,14 @@ class FindingPipeline:
         self.since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=SHARD_START_SPREAD_S)
         self.internal_errors: list[dict] = []  # kvfuzz's own exceptions, each of one stage of one finding
         self.sites: dict[str, dict] = {}  # signature -> its site (meta["site"]), attributed as it settles
+        # the run's end (a monotonic time; None: unbounded): no confirmation starts that cannot
+        # end by then (`time_to_confirm`); a finding it leaves unconfirmed is saved as found
+        self.deadline: float | None = None
+        self.confirm_guess_s = 0.0  # what a confirmation costs before one has been timed (a process start)
+        self.confirm_took: list[float] = []  # each confirmation batch's seconds
+        self.unconfirmed_why: dict[str, str] = {}  # signature -> why it was saved unconfirmed
+        self.against_defect: dict[str, dict] = {}  # class signature -> new defect or new symptom (baseline.py)
+        self.baseline_sites: dict[str, list[dict] | None] = {}  # case digest -> where the baseline goes wrong on it
 
     def _fault(self, stage: str, exc: BaseException, sig: str | None) -> dict:
         """Record an exception of kvfuzz's own that ended `stage` for the finding `sig`."""
@@ -157,23 +167,51 @@ class FindingPipeline:
         return [e for e in self.internal_errors if e.get("signature") in sigs]
 
     def add(self, f: Found) -> str:
-        """A finding an engine has just recorded: confirmed in fresh processes before it
-        counts, then on disk at once (a SIGKILL during the long minimization that follows must
-        not lose it). Returns "flaky", "known" or "new" (new to the corpus). A confirmation that
-        raises saves the case unconfirmed (`_keep_unconfirmed`). Against a baseline, a finding it
-        shares, or one a class finding stands for, is not confirmed here: "known"."""
-        if f.finding.against == "shared":
-            self.shared.append(f)
-            self._say(f"  shared with the baseline: {f.finding.signature} (not confirmed alone)")
-            return "known"
-        if f.finding.against in CLASSES:
-            self.under_class[f.finding.signature] = f
-            return "known"
-        try:
-            c = confirm(self._saved_case(f, f.case), self.fresh, self.cfg.confirm_tries)
-        except Exception as exc:
-            self._fault("confirm", exc, f.finding.signature)
-            return self._keep_unconfirmed(f)
+        """A finding an engine has just recorded (`add_many` of one)."""
+        return self.add_many([f])[0]
+
+    def add_many(self, founds: list[Found]) -> list[str]:
+        """Findings an engine has just recorded together (one case's signatures): confirmed in
+        one set of fresh processes before they count, then on disk at once (a SIGKILL during the
+        long minimization that follows must not lose them). Returns, per finding, "flaky",
+        "known" or "new" (new to the corpus). A confirmation that raises, or that the run's
+        deadline leaves no time for, saves the case unconfirmed (`_keep_unconfirmed`). Against a
+        baseline, a finding it shares, or one a class finding stands for, is not confirmed
+        here: "known"."""
+        outcome: dict[int, str] = {}
+        todo: list[tuple[int, Found]] = []
+        for i, f in enumerate(founds):
+            if f.finding.against == "shared":
+                self.shared.append(f)
+                self._say(f"  shared with the baseline: {f.finding.signature} (not confirmed alone)")
+                outcome[i] = "known"
+            elif f.finding.against in CLASSES:
+                self.under_class[f.finding.signature] = f
+                outcome[i] = "known"
+            else:
+                todo.append((i, f))
+        if todo and not self.time_to_confirm():
+            for i, f in todo:
+                outcome[i] = self._keep_unconfirmed(f, self.no_time_why())
+            todo = []
+        confirmations: list[Confirmation | None] = []
+        if todo:
+            try:
+                cases = [self._saved_case(f, f.case) for _, f in todo]
+                confirmations = ([confirm(cases[0], self.fresh, self.cfg.confirm_tries)] if len(cases) == 1
+                                 else confirm_many(cases, self.fresh, self.cfg.confirm_tries))
+                self.confirm_took.append(confirmations[0].seconds)
+            except Exception as exc:
+                for i, f in todo:
+                    self._fault("confirm", exc, f.finding.signature)
+                    outcome[i] = self._keep_unconfirmed(f, "its confirmation raised")
+                todo = []
+        for (i, f), c in zip(todo, confirmations):
+            outcome[i] = self._confirmed(f, c)
+        return [outcome[i] for i in range(len(founds))]
+
+    def _confirmed(self, f: Found, c: Confirmation) -> str:
+        """`f` after its confirmation `c`: flaky (not saved), or saved at once."""
         if not c.confirmed:  # stays in the engine's findings, so the engine does not report it again
             self.flaky.append(Flaky(f, c))
             self._say(f"  flaky: {f.finding.signature}: {c.describe()}; not saved")
@@ -184,6 +222,18 @@ class FindingPipeline:
         except Exception as exc:  # not on disk yet: settling the op saves it (`_finish`, `_keep`)
             self._fault("save", exc, f.finding.signature)
             return "new"
+
+    def confirm_cost(self) -> float:
+        """What the next confirmation will take: the longest one timed, else the guess."""
+        return max(self.confirm_took, default=self.confirm_guess_s)
+
+    def time_to_confirm(self) -> bool:
+        """Whether a confirmation started now ends by the run's deadline."""
+        return self.deadline is None or time.monotonic() + self.confirm_cost() <= self.deadline
+
+    def no_time_why(self) -> str:
+        return (f"the run's time ran out: confirming takes about {self.confirm_cost():.1f} s, "
+                f"{max(0.0, self.deadline - time.monotonic()):.1f} s were left")
 
     def _first_save(self, f: Found) -> str:
         """A confirmed finding on disk at once, unless another saved case lists it: "new" or "known"."""
@@ -204,10 +254,12 @@ class FindingPipeline:
                 self._say(f"  {f.finding.signature}: not saved yet: {error}")
         return "new" if res is None or res.status == "new" else "known"
 
-    def _keep_unconfirmed(self, f: Found) -> str:
-        """A finding whose confirmation raised: saved as found, marked unconfirmed, with the
-        error in its meta; never minimized (nothing showed it reproduces)."""
+    def _keep_unconfirmed(self, f: Found, why: str) -> str:
+        """A finding not confirmed (its confirmation raised, or the run's deadline left no time
+        for one): saved as found, marked unconfirmed with `why` (and an error in its meta);
+        never minimized (nothing showed it reproduces)."""
         sig = f.finding.signature
+        self.unconfirmed_why[sig] = why
         path, error, res = None, None, None
         if self.store is not None:
             try:
@@ -217,8 +269,9 @@ class FindingPipeline:
                 self._fault("save", exc, sig)
             path = res.path if res is not None else None
         new = res is None or res.status == "new"
-        self.saved.append(Saved(f, f.case, path, save_error=error, new=new, shows=frozenset({sig}), unconfirmed=True))
-        self._say(f"  {f.finding.kind}: {sig} -> {path or 'NOT SAVED'} (unconfirmed: its confirmation raised)")
+        self.saved.append(Saved(f, f.case, path, save_error=error, new=new, shows=frozenset({sig}), unconfirmed=True,
+                                unconfirmed_why=why))
+        self._say(f"  {f.finding.kind}: {sig} -> {path or 'NOT SAVED'} (unconfirmed: {why})")
         return "new" if new else "known"
 
     def waiting(self, found: dict[str, Found]) -> bool:
@@ -302,7 +355,8 @@ class FindingPipeline:
         if any(sig in g.shows for g in self.saved[groups_from:]):
             self._settle(f, groups_from, until)  # a host shows it: absorbed, nothing run
             return
-        if self.add(dataclasses.replace(f, finding=dataclasses.replace(f.finding, against=""))) == "flaky":
+        if self.add(dataclasses.replace(f, finding=dataclasses.replace(f.finding, against=""))) == "flaky" \
+                or sig in self.unconfirmed_why:
             return
         self._settle(f, groups_from, fair_share(until, 1))
 
@@ -374,12 +428,14 @@ class FindingPipeline:
             meta["baseline"] = cfg.baseline
         if f.finding.signature in self.sites:  # the statement that went wrong (docs/defects.md)
             meta["site"] = self.sites[f.finding.signature]
+        if f.finding.signature in self.against_defect:  # new defect, or a known one's new symptom
+            meta["against_defect"] = self.against_defect[f.finding.signature]
         errors = self.errors_of(signatures or [f.finding.signature])
         if errors:  # kvfuzz's own exceptions on the way here (docs/case-format.md)
             meta["internal_errors"] = errors
-        if any(e["stage"] == "confirm" and e.get("signature") == f.finding.signature for e in errors) \
-                and f.finding.signature not in self.confirmed:
+        if f.finding.signature in self.unconfirmed_why and f.finding.signature not in self.confirmed:
             meta["unconfirmed"] = True
+            meta["unconfirmed_why"] = self.unconfirmed_why[f.finding.signature]
         return SavedCase(
             case=case.with_meta(**meta), finding=f.finding, target=cfg.target,
             device=self.device, versions=self.versions, origin=cfg.engine,
@@ -456,7 +512,8 @@ class FindingPipeline:
         # where its first save failed, this save says
         return Saved(f, case, path, log, seconds, error, confirmation, minimized_confirmed,
                      new=first_saved == "new" or (first_saved is None and (res is None or res.status == "new")),
-                     shows=frozenset(shows), starved=starved, site=self.sites.get(sig))
+                     shows=frozenset(shows), starved=starved, site=self.sites.get(sig),
+                     against_defect=self.against_defect.get(sig))
 
     def _attribute(self, f: Found, case: Case, until: float | None) -> None:
         """The site of `f` on the case it is saved with (kvfuzz/sites: the case run traced under
@@ -475,6 +532,43 @@ class FindingPipeline:
             self.sites[sig] = site_meta(sig, attribution, why)
         except Exception as exc:  # no site: the finding stays as it is
             self._fault("site", exc, sig)
+        if self.cfg.baseline and kind_of(sig) in ("regression", "changed"):
+            try:
+                self.against_defect[sig] = self._defect_against(f, case, until)
+            except Exception as exc:  # not told: the finding stays as it is
+                self._fault("site", exc, sig)
+
+    def _defect_against(self, f: Found, case: Case, until: float | None) -> dict:
+        """Whether the class finding `f` is a new defect or a new symptom of one the baseline
+        has: its site against where the baseline goes wrong, attributed under the interpreter on
+        `f`'s case, then (no match yet) on the cases of the op's findings it shares (two at
+        most), each once per run."""
+        from .baseline import NEW_SYMPTOM, SITE_UNKNOWN, defect_against, statement
+        from .sites.run import TIMEOUT_S, attribute_isolated
+
+        site = self.sites.get(f.finding.signature)
+        if statement(site) is None:
+            return defect_against(site, [], "" if self.cfg.sites else "sites not attributed (--no-sites)")
+        shared = {x.case.digest(): x.case for x in self.shared if x.finding.op == f.finding.op}
+        seen: list[dict] = []
+        checked = 0
+        for c in [case] + list(shared.values())[:2]:
+            digest = c.digest()
+            if digest not in self.baseline_sites:
+                seconds = within(TIMEOUT_S, until)
+                if seconds < MIN_MINIMIZE_S:  # no time to ask the baseline
+                    break
+                attribution, _ = attribute_isolated(c, self.cfg.baseline, seconds)
+                self.baseline_sites[digest] = [x.to_json() for x in attribution.sites.values()] if attribution else None
+            if self.baseline_sites[digest] is None:  # the baseline's run was not attributed: says nothing
+                continue
+            checked += 1
+            seen += self.baseline_sites[digest]
+            if defect_against(site, seen)["is"] == NEW_SYMPTOM:
+                break
+        if not checked:
+            return {"is": SITE_UNKNOWN, "why": "no time left to attribute the baseline's run"}
+        return dict(defect_against(site, seen), cases=checked)
 
     def _minimized(self, f: Found, until: float | None):
         """`f` minimized by `until` and its smaller case confirmed in fresh processes: (case, log,
@@ -498,17 +592,20 @@ class FindingPipeline:
             verdict = checker.check(case, runs_to_show(sig))
             shows |= set(verdict.signatures())
             finding = next((x for x in verdict.findings if x.signature == sig), None)
-            if finding is not None:
+            no_time = finding is not None and not self.time_to_confirm()
+            if finding is not None and not no_time:
                 try:
                     c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
+                    self.confirm_took.append(c.seconds)
                 except Exception as exc:  # the minimized case is not confirmed: the first one stays
                     self._fault("confirm", exc, sig)
             minimized_confirmed = bool(c and c.confirmed)
             if minimized_confirmed:
                 f.finding = finding
-            else:  # the smaller case lost it: keep the confirmed one
-                self._say(f"  {sig}: the minimized case did not reproduce in a fresh process; "
-                          "keeping the case it was confirmed on")
+            else:  # the smaller case lost it, or the run's deadline left no time to confirm it
+                self._say(f"  {sig}: " + ("no time left to confirm the minimized case" if no_time else
+                                          "the minimized case did not reproduce in a fresh process")
+                          + "; keeping the case it was confirmed on")
                 case, log, c = f.case, [], None
         if case == f.case:  # what the case it keeps shows, for merging
             shows = {sig} | set(checker.check(case, runs_to_show(sig)).signatures())

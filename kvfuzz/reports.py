@@ -87,14 +87,19 @@ def against_baseline(findings: list[dict]) -> dict[str, list[dict]]:
     """With --baseline: {"regression": [...], "fixed": [...], "changed": [...]}, each entry a
     class signature with the saved case that shows it and the finding it was merged into (its
     host), apart from the ordinary findings."""
+    from .baseline import defect_words
     from .findings import CLASSES, kind_of
 
     out: dict[str, list[dict]] = {k: [] for k in CLASSES}
     for f in findings:
         for sig in f.get("signatures") or [f["signature"]]:
             if kind_of(sig) in out:
-                out[kind_of(sig)].append({"signature": sig, "case": f.get("case"), "finding": f["signature"],
-                                          "new": f.get("new", True), "contract": f.get("contract")})
+                entry = {"signature": sig, "case": f.get("case"), "finding": f["signature"],
+                         "new": f.get("new", True), "contract": f.get("contract")}
+                if kind_of(sig) != "fixed":  # new defect, new symptom of a known one, or site unknown
+                    entry["defect"] = defect_words(f.get("against_defect")) or "site unknown"
+                    entry["site"] = f.get("site")
+                out[kind_of(sig)].append(entry)
     return out
 
 
@@ -111,6 +116,8 @@ def junit_xml(report: dict) -> str:
         props = ET.SubElement(case, "properties")
         for key in ("cases", "classes", "variants", "compiled", "not_target"):
             ET.SubElement(props, "property", name=key, value=str(stats.get(key, 0)))
+        if stats.get("held_back"):  # cases like a known crash, held back (held_back.py)
+            ET.SubElement(props, "property", name="held_back", value=str(sum(k["held_back"] for k in stats["held_back"])))
         for key, value in engine_figures(stats.get("engine")).items():
             ET.SubElement(props, "property", name=f"engine.{key}", value=str(value))
         mine = [f for f in findings if f["op"] == op and not is_stress(f) and not is_binding(f)]
@@ -130,7 +137,7 @@ def junit_xml(report: dict) -> str:
             failure = ET.SubElement(case, "failure", message=(f"{len(defects)} new defect(s), " if defects else "")
                                     + f"{len(new)} new finding(s): " + ", ".join(f["signature"] for f in new))
             failure.text = _defect_text(defects) if defects else "\n".join(
-                f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}" for f in new)
+                f"{f['signature']}: {f['message']} ({f.get('case')}){_contract(f)}{_unconfirmed(f)}" for f in new)
         known = [f for f in mine if not f.get("new", True)]
         flaky = [f for f in report.get("flaky", []) if f["op"] == op]
         lines = [f"known: {f['signature']} ({f.get('case')}){_contract(f)}" for f in known]
@@ -178,7 +185,8 @@ def junit_xml(report: dict) -> str:
         for kind, entries in classes.items():
             case = ET.SubElement(suite, "testcase", classname=f"kvfuzz.{target}.against.{report['baseline']}",
                                  name=kind, time="0.00")
-            text = "\n".join(f"{e['signature']} ({e.get('case')}){_contract(e)}" for e in entries)
+            text = "\n".join(f"{e['signature']} ({e.get('case')}){_contract(e)}"
+                             + (f"; {e['defect']}" if e.get("defect") else "") for e in entries)
             if kind == "regression" and any(e.get("new", True) for e in entries):
                 failures += 1
                 ET.SubElement(case, "failure", message=f"{len(entries)} regression(s) against "
@@ -207,6 +215,11 @@ def _fault_line(e: dict) -> str:
     from .internal import describe
 
     return describe(e)
+
+
+def _unconfirmed(f: dict) -> str:
+    """"; UNCONFIRMED: why" for a finding saved unconfirmed, else ""."""
+    return f"; UNCONFIRMED: {f.get('unconfirmed_why') or 'not confirmed'}" if f.get("unconfirmed") else ""
 
 
 def _contract(f: dict) -> str:
@@ -327,6 +340,11 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
         lines.append(f"| {op} | {s['cases']} | {rate:.0f} | {s.get('classes', 0)} | {s.get('variants', 0)} | "
                      f"{s.get('compiled', 0)} | {sum(f['op'] == op for f in findings)} | {s.get('not_target', 0)} |")
     cut = [f"{op} ({s['reason']})" for op, s in ops.items() if s.get("status") == "cut_short" and s.get("cases")]
+    from .held_back import held_line
+
+    held = [held_line(op, s["held_back"]) for op, s in ops.items() if s.get("held_back")]
+    if held:
+        lines += [""] + [f"- {line}" for line in held]
     if cut:
         lines += ["", "Cut short while running: " + ", ".join(cut) + "."]
     lines += _engine_table(ops)
@@ -337,9 +355,9 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
                   f"{len(classes['changed'])} changed.", ""]
         for kind, title in (("regression", "Regressions"), ("fixed", "Fixed"), ("changed", "Changed")):
             if classes[kind]:
-                lines += [f"### {title}", "", "| signature | case | contract |", "| --- | --- | --- |"]
-                lines += [f"| `{e['signature']}` | {e.get('case') or '-'} | {e.get('contract') or ''} |"
-                          for e in classes[kind]]
+                lines += [f"### {title}", "", "| signature | defect | case | contract |", "| --- | --- | --- | --- |"]
+                lines += [f"| `{e['signature']}` | {e.get('defect') or '-'} | {e.get('case') or '-'} | "
+                          f"{e.get('contract') or ''} |" for e in classes[kind]]
                 lines.append("")
     if report.get("defects"):  # defects first: the findings grouped by the statement that went wrong
         lines += ["", "## Defects", "", "| defect | site | symptoms |", "| --- | --- | --- |"]
@@ -369,7 +387,8 @@ def markdown(report: dict, plots: list[tuple[str, str]] = ()) -> str:
             lines += ["In contract, judged as in-contract cases are, but launches no SGLang call site makes.", ""]
         lines += ["| signature | | case | what | contract |", "| --- | --- | --- | --- | --- |"]
         for f in shown:
-            lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'} | "
+            lines.append(f"| `{f['signature']}` | {'new' if f.get('new', True) else 'known'}"
+                         f"{', unconfirmed' if f.get('unconfirmed') else ''} | "
                          f"`{f.get('case') or f.get('save_error')}` | {f['message'].replace('|', '/')} | "
                          f"{f.get('contract', '?').replace('|', '/')} |")
     if report.get("internal_errors"):  # kvfuzz's own: each ended one stage of one finding, which was kept

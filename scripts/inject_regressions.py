@@ -12,7 +12,10 @@ decode_metadata, the default; 0.5.14's older set) and the kernel file (kvfuzz's 
 contract, seed 1, in worker processes (`kvfuzz fuzz`, a real subprocess each; `--parallel` of them
 at once), and so does the release against itself for each op. `wall/budget` is the subprocess's
 wall time (start-up, confirming and minimizing included) over `--budget`; `found after` is when the
-regression was first seen, in seconds of fuzzing (the report's `found_after_s`). `--without` also
+regression was first seen, in seconds of fuzzing (the report's `found_after_s`); each run's line also
+gives its wall time after start-up over the budget, its classes (each a new defect or a new symptom
+of a defect the release has, docs/regressions.md), the findings left unconfirmed and the cases held
+back like a known crash. `--without` also
 fuzzes each copy without `--baseline` and says whether that run shows anything the release does
 not show alone. Exit 1 if a defect is not a `regression` or the release against itself shows a
 class. docs/regressions.md keeps the tables this prints.
@@ -88,8 +91,15 @@ def campaign(target: str, op: str, budget: float, device: str, baseline: str | N
     findings = doc.get("findings", [])
     sigs = sorted({s for f in findings for s in f.get("signatures") or [f["signature"]]})
     after = {s: f.get("found_after_s") for f in findings for s in f.get("signatures") or [f["signature"]]}
+    startup = doc.get("startup_s") or 0.0
+    against = doc.get("against_baseline") or {}
     return {"rc": p.returncode, "seconds": round(wall, 1), "wall_over_budget": round(wall / budget, 2),
+            "after_startup_over_budget": round((wall - startup) / budget, 2),
             "startup_s": doc.get("startup_s"), "cases": doc.get("cases"), "signatures": sigs,
+            # each class signature with what it is against the baseline's defects (new defect, new symptom)
+            "classes": {e["signature"]: e.get("defect") for k in CLASSES for e in against.get(k, ())},
+            "unconfirmed": [f["signature"] for f in findings if f.get("unconfirmed")],
+            "held_back": sum(k["held_back"] for s in doc.get("ops", {}).values() for k in s.get("held_back") or ()),
             "found_after_s": after, "flaky": [f["signature"] for f in doc.get("flaky", [])],
             "shared": [f["signature"] for f in doc.get("shared_with_baseline", [])],
             "error": p.stderr.strip().splitlines()[-1:] if p.returncode not in (0, 1) or not doc else []}
@@ -97,6 +107,18 @@ def campaign(target: str, op: str, budget: float, device: str, baseline: str | N
 
 def classes(run: dict) -> list[str]:
     return [s for s in run["signatures"] if s.split(":")[2] in CLASSES]
+
+
+def timing(r: dict) -> str:
+    """A run's wall time against its budget, start-up included and after it."""
+    return (f"wall/budget {r['wall_over_budget']}, after start-up {r['after_startup_over_budget']} "
+            f"({r['seconds']} s, start-up {r['startup_s']} s, exit {r['rc']})")
+
+
+def class_list(r: dict) -> str:
+    """The run's class signatures, each as KIND:TENSOR:ON (what it is against the baseline's defects)."""
+    shown = [":".join(s.split(":")[2:]) + (f" ({d})" if d else "") for s, d in sorted(r["classes"].items())]
+    return "; ".join(shown) or "no class"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,16 +171,15 @@ def main(argv: list[str] | None = None) -> int:
                 row["missed_without"] = not (set(w["signatures"]) - set(alone[op].result()["signatures"]))
             rows.append(row)
             print(f"{name:16} {op:22} {'regression' if regressions else 'NO REGRESSION':13} "
-                  f"found after {found} s; wall/budget {r['wall_over_budget']} ({r['seconds']} s, start-up "
-                  f"{r['startup_s']} s, exit {r['rc']}); {len(r['shared'])} shared, {len(r['flaky'])} flaky"
+                  f"found after {found} s; {timing(r)}; {len(r['shared'])} shared, {len(r['flaky'])} flaky, "
+                  f"{len(r['unconfirmed'])} unconfirmed, {r['held_back']} held back; classes: {class_list(r)}"
                   + (f"; without --baseline: {'missed' if row['missed_without'] else 'found'}" if without_f else "")
                   + (f"  {r['error'][0]}" if r["error"] else ""), flush=True)
         for op, f in self_runs.items():
             r = f.result()
             selves.append({"op": op, "run": r, "classes": classes(r)})
             print(f"{'self':16} {op:22} {('classes: ' + ', '.join(classes(r))) if classes(r) else 'no class':13} "
-                  f"wall/budget {r['wall_over_budget']} ({r['seconds']} s, start-up {r['startup_s']} s, exit "
-                  f"{r['rc']}); {len(r['shared'])} shared, {len(r['flaky'])} flaky"
+                  f"{timing(r)}; {len(r['shared'])} shared, {len(r['flaky'])} flaky, {r['held_back']} held back"
                   + (f"  {r['error'][0]}" if r["error"] else ""), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"release": release, "baseline": baseline, "budget_s": args.budget,

@@ -88,6 +88,7 @@ def _raise(*args, **kwargs):
 def _inject(stage: str, monkeypatch) -> None:
     if stage == "confirm":
         monkeypatch.setattr("kvfuzz.pipeline.confirm", _raise)
+        monkeypatch.setattr("kvfuzz.pipeline.confirm_many", _raise)
     elif stage == "minimize":
         monkeypatch.setattr("kvfuzz.pipeline.minimize", _raise)
     elif stage == "reduce":

@@ -59,13 +59,15 @@ class OpRun:
                  known: dict[str, Found] | None = None, stats: OpStats | None = None,
                  on_case: Callable[[OpStats, Verdict], None] | None = None,
                  sink: Callable[[Found], None] | None = None, first_by: float | None = None,
-                 until_clean: float | None = None, to_minimize: Callable[[], bool] | None = None) -> None:
+                 until_clean: float | None = None, to_minimize: Callable[[], bool] | None = None,
+                 sink_many: Callable[[list[Found]], None] | None = None) -> None:
         self.stats = OpStats(op) if stats is None else stats
         self.found: dict[str, Found] = {} if known is None else known
         self.max_cases = max_cases  # this run's: a resumed stream counts from `start`
         self.start = start
         self.stats.position = start
         self.on_case, self.sink = on_case, sink
+        self.sink_many = sink_many  # takes the findings one case shows together (confirmed in one batch)
         self.t0 = time.monotonic()
         self.deadline = self.t0 + budget_s
         self._until = math.inf if until is None else until  # a hard stop (--time-limit)
@@ -125,25 +127,31 @@ class OpRun:
             return []
         again = verdict if alone is None else alone(case)
         seen = {f.signature: f for f in again.findings}
-        recorded = []
+        recorded, entries = [], []
         for f in new:
             if f.signature in self.found:  # recorded meanwhile (a batch's cases run alone by `not_alone`)
                 continue
             if f.signature in seen:
-                recorded.append(self.add(seen[f.signature], case if keep is None else keep()).finding)
+                entry = self.add(seen[f.signature], case if keep is None else keep(), sink=self.sink_many is None)
+                entries.append(entry)
+                recorded.append(entry.finding)
             elif not_alone is not None:
                 not_alone(f, again)
             else:
                 self.set_aside.add(f.signature)
+        if entries and self.sink_many is not None:
+            t = time.monotonic()
+            self.sink_many(entries)
+            self.extend(time.monotonic() - t)
         return recorded
 
-    def add(self, finding: Finding, case: Case) -> Found:
-        """Record a new finding and hand it to the sink; the seconds that takes (confirmation)
-        do not count as fuzzing."""
+    def add(self, finding: Finding, case: Case, sink: bool = True) -> Found:
+        """Record a new finding and hand it to the sink (unless `sink` is False: the caller hands
+        it on); the seconds that takes (confirmation) do not count as fuzzing."""
         entry = self.found[finding.signature] = Found(
             finding, case, case, found_after_s=round(time.monotonic() - self.t0 - self.extended, 2),
             found_at_case=self.stats.cases)
-        if self.sink:
+        if sink and self.sink:
             t = time.monotonic()
             self.sink(entry)
             self.extend(time.monotonic() - t)

@@ -22,7 +22,8 @@
   one that shows only inside a batch sends every case of that batch through alone, and is
   listed as `batch_only` when none of them shows it. A lost batch (a CUDA fault, a hang, a
   dead worker) is re-run case by case, so the case that lost it becomes a `crash` finding; a
-  known hang or device fault showing again skips the rest of its stint.
+  known hang or device fault showing again skips the rest of its stint, and cases with every
+  feature of the cases that crashed so are held back in most stints (`held_back.py`).
 
 Findings are shrunk and confirmed by the campaign's finding pipeline (kvfuzz's reducer, then
 a fresh worker).
@@ -37,6 +38,7 @@ from typing import Callable, Iterator
 from ..case import Case
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
 from ..findings import MEMORY_FAULTS, Finding
+from ..held_back import HeldBack
 from ..judge import Verdict
 from ..reduce import record_case
 from ..strategies import GENERATORS
@@ -46,6 +48,7 @@ from .base import Engine, EngineOptions, OpRun, run_engine
 from .common import Found, OpStats, fit_target
 
 POOL = 48  # compile classes per op and campaign
+HELD_DRAWS = 64  # a batch of n cases draws at most this many times n (cases held back included)
 STINT = {"cpu": 64, "cuda": 128}  # cases per visit of a class: many classes early, each compile amortised
 BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
 
@@ -79,22 +82,29 @@ class BatchEngine(Engine):
         drawn = run.start  # the next case to draw (its index seeds it)
         max_cases = run.max_cases + run.start  # the count is this run's
         skip_until = [0]  # after a known hang or fault, the rest of its stint is skipped (each would repeat it)
+        held = HeldBack()  # cases like a known crash, drawn in one stint of ten
 
         def draw_batch(n: int) -> list[Prepared]:
             nonlocal drawn
             out = []
             drawn = max(drawn, skip_until[0])
-            n = min(n, max_cases - drawn)
-            for _ in range(n):
+            tries = HELD_DRAWS * n  # cases held back count too: a batch is drawn in bounded time
+            while len(out) < n and drawn < max_cases and tries > 0:
+                tries -= 1
                 t = tick()
                 k_index, case = stream_case(gen, classes, seed, drawn, stint, o.shard, o.in_contract_only)
-                visited.add(k_index)
                 if o.variant:
                     case = case.replace(variant=o.variant)
                 case = fit_target(case, lacks)
+                if held.keys and held.holds(gen.all_features(case), drawn // stint):
+                    stats.add_stage("generate", tick() - t)
+                    drawn += 1
+                    continue
+                visited.add(k_index)
                 stats.add_stage("generate", tick() - t)
                 out.append(self.checker.prepare(case, drawn, stats.add_stage))
                 drawn += 1
+            stats.held_back = held.to_json()
             return out
 
         def pack(prepared: list[Prepared]) -> tuple:
@@ -181,6 +191,9 @@ class BatchEngine(Engine):
                 collect()
                 verdict = self.checker.check(p, repeats=1)
                 take(p, verdict, prepared)
+                for f in verdict.findings:  # a recorded crash: cases like this one are held back
+                    if f.kind == "crash" and f.where in ("timeout", *MEMORY_FAULTS) and f.signature in found:
+                        held.learn(f.signature, gen.all_features(p.case))
                 pinned = pinned or any(f.kind == "crash" for f in verdict.findings)
                 # a known hang or memory fault again: its class keeps doing it, and each costs a new
                 # worker (a fault) or the case timeout (a hang): move on to the next stint
@@ -235,6 +248,7 @@ class BatchEngine(Engine):
             if not nxt and more():
                 nxt, packed = drawn_and_packed()
         live_counts()
+        stats.held_back = held.to_json()
 
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",

@@ -49,6 +49,7 @@ class OpStats:
     contract_variant: str | None = None  # the contract variant the op's cases were judged by
     cross_checked: int = 0  # cases also run on the cross-check backend and compared (--cross-check)
     engine: dict = field(default_factory=dict)  # the engine's own figures (atheris: execs/s, coverage)
+    held_back: list = field(default_factory=list)  # cases held back like a known crash, per key (held_back.py)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -86,6 +87,7 @@ class OpStats:
             "timeline": [[round(t, 2), n, f] for t, n, f in self.timeline],
             "contract_variant": self.contract_variant,
             "cross_checked": self.cross_checked,
+            "held_back": self.held_back,
             **({"engine": self.engine} if self.engine else {}),
         }
 
