@@ -10,9 +10,9 @@ can therefore run as one launch over their stacked rows. An op record's `packing
 * `PREFIX`: a prefix sum over the rows (`kv_indptr`, bs + 1 or bs entries): stacked as `ROWS`
   (each case's entries but its last; the last case keeps all), its values offset;
 * `POOL`: its first dimension is indexed by values (a request-pool table, a flat CSR output):
-  the cases' blocks are stacked with a gap between two blocks that holds both cases' guard
-  bands, and the inputs that index it (`indexes`) get their values offset by the block's first
-  row.
+  the cases' blocks are stacked with a gap between two blocks at least as wide as both cases'
+  guard bands, and the inputs that index it (`indexes`) get their values offset by the block's
+  first row.
 
 A tensor the spec does not name (shared by every row: a token mapping) makes a case unpackable.
 
@@ -22,11 +22,13 @@ inside; every byte of it lies in exactly one case's window, a byte range that ma
 same byte of that case's own arena (its elements, its stride gaps, its guard bands). After the
 run each changed byte is carried over to its case's arena, whose other bytes are its image
 (`Pack.unpack`): the judge then sees the case's own arena as a run alone would have left it,
-and judges it with the same code. Between two `POOL` blocks the first case's band comes first,
-then the second's: a store past the end of case i lands in case i's `after` band, one before
-the start of case i+1 in case i+1's `before` band, as each would alone. `ROWS` blocks have no
-band between them (the grid covers every row): a row's stray access across the boundary
-shows as its neighbour's cell.
+and judges it with the same code. The gap between two `POOL` blocks is the first case's: a
+store past the end of case i lands in its `after` band (and past that, in the bands after it in
+its own arena, which the judge charges to the output that overran), as the judge charges a
+neighbour's band to the output before it; a store before the start of case i+1 is charged to
+case i too, and the re-runs alone below put it right. `ROWS` blocks have no band between them
+(the grid covers every row): a row's stray access across the boundary shows as its
+neighbour's cell.
 
 A packed finding is never taken on trust: the engine re-runs the case alone (`OpRun.take`), and
 a signature the case alone does not show is a packing artefact (the engine's `pack_artefacts`),
@@ -154,8 +156,8 @@ class Pack:
             for j in range(len(members)):
                 if j == len(members) - 1:
                     hi = end
-                elif kind == POOL:  # case j's after band ends here (in its own arena: as alone)
-                    hi = round_up(regions[j].start + regions[j].nbytes) + regions[j].guard + shifts[j]
+                elif kind == POOL:  # the gap is case j's: a store past its end, as the judge charges one
+                    hi = regions[j + 1].start + shifts[j + 1]
                 else:  # rows back to back: case j+1 begins at its first element
                     hi = start + (t0.offset + first[j + 1] * s0) * item
                 windows.append(_Window(lo, hi, j, shifts[j], name))
