@@ -165,3 +165,49 @@ def test_the_same_seed_finds_the_same_with_and_without_packing(tmp_path, device)
         else:
             assert stats.engine["launches"] == 24 and "packed_cases" not in stats.engine
     assert found[1] == found[4] and found[1]
+
+
+@pytest.fixture()
+def dry(device):
+    from kvfuzz.specialize import recorder
+
+    rec = recorder()  # the process's recorder: launches are recorded by Triton's rules, not run
+    rec.dry = True
+    yield rec
+    rec.dry = False
+
+
+@pytest.mark.parametrize("op", PACKED)
+def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry):
+    """A packed launch keeps its cases' compile class: launched after the class's cases alone,
+    the packed launches of those cases add no specialisation key (no new kernel variant, so the
+    bound of a campaign's compiles per 1,000 cases holds packed)."""
+    from collections import defaultdict
+
+    import torch
+
+    from kvfuzz.materialize import to_device, views_at
+
+    target = InProcessExecutor("builtin", device).target
+    dev = torch.device(device)
+    alone_keys, packed_keys = defaultdict(set), defaultdict(set)
+    cases = [(k, c) for k, c in case_stream(op, 3, 8 * 24, "cpu", in_contract_only=True, stint=8)]
+    packed = 0
+    for k in sorted({k for k, _ in cases}):
+        prepared = [prepare(c, i) for i, (kk, c) in enumerate(cases) if kk == k]
+        for p in prepared:
+            before = set(dry.keys)
+            target.invoke(op, to_device(p.plan, dev)[1], p.case.scalars)
+            alone_keys[k] |= set(dry.keys) - before
+        image, batch, packs = packing.launches(prepared, [False] * len(prepared), [False] * len(prepared), 4)
+        if packs is None:
+            continue
+        arena = torch.from_numpy(image.copy()).to(dev)
+        for li in packs.launch_of:
+            before = set(dry.keys)
+            target.invoke(op, views_at(arena, batch[li].regions, batch[li].base), batch[li].case.scalars)
+            packed_keys[k] |= set(dry.keys) - before
+            packed += 1
+    assert packed >= 4, "too few packed launches to test"
+    assert all(alone_keys.values())
+    assert {k: keys for k, keys in packed_keys.items() if keys} == {}
