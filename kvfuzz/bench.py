@@ -1,12 +1,14 @@
 """`kvfuzz bench`: how fast kvfuzz checks a target, against how fast the target can be called.
 
-For each op, on one case mix (the batched engine's own stream for the seed, in-contract
-cases only, so that bare calls cannot take the process down), in one run:
+For each op, on one case mix (the batched engine's own stream for the seed, judged by the
+variant the target selects, in-contract cases only, so that bare calls cannot take the process
+down; the pool's small classes, and its production-size classes apart), in one run:
 
 * checked: the campaign's loop (batched engine in a worker process, every detector on: both
-  oracles, guard bands and canaries, the determinism re-run at the device's default) for a
-  fifth of the op's time on an empty Triton cache, then the same cases again in the same
-  worker (steady state: every variant in memory, as in a long campaign), in `ROUNDS` rounds;
+  oracles, guard bands and canaries, the determinism re-run at the device's default, packed
+  launches: packing.py) for an eighth of the size's time on an empty Triton cache, then the
+  same cases again in the same worker (steady state: every variant in memory, as in a long
+  campaign), in `ROUNDS` rounds, each an unpacked pass (one launch a case) and a packed one;
 * bare: the target called on the same cases' prepared inputs in this process: on a GPU each
   once to warm up (compiles), then in each round, right after that round's checked pass, a
   pass over all of them with one synchronisation at its end (on a GPU the fastest of the
@@ -30,7 +32,11 @@ passes and the prefix each window's end cut) over the windows' length. (Under th
 one class can cost several times another, so two shards' mixes and one job's differ.) On a
 GPU it is None: jobs passes alone would double the bench, and classes cost alike there.
 
-Figures per op: `bare_per_s`, `checked_per_s` (steady state), their `ratio`,
+With `jobs` > 1 the shards' windows run twice, unpacked then packed.
+
+Figures per op: `bare_per_s`, `checked_per_s` (steady state, packed), their `ratio`,
+`checked_unpacked_per_s` and `ratio_unpacked`, `cases_per_launch`, `host_us_per_case` by stage
+(unpacked and packed), the same under `production` for the production-size classes,
 `compiles_per_1000` on the cold and on the warm cache (kernels Triton built: new binaries in
 its cache directory; the interpreter builds none), `variants_per_1000` (distinct
 specialisation keys launched, by Triton's rules, on any device), and the steady run's
@@ -119,7 +125,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.update(env)
     devmod.select(args[2])
-    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant = args
+    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack = args
     try:
         cases, windows, stages = 0, 0.0, Counter()
         one_job_s = 0.0 if alone else None
@@ -127,7 +133,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
         try:
             # compiles (or loads) what it meets; its cases are the ones each window's passes run
             n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS, sizes="small",
-                     variant=variant).cases
+                     variant=variant, pack=pack).cases
             for _ in range(ROUNDS):
                 passes = []
                 barrier.wait()
@@ -135,7 +141,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                 end = t0 + budget_s / ROUNDS
                 while time.monotonic() < end:  # every shard busy for the whole window
                     stats = _run(op, executor, device, seed, shard, n, end - time.monotonic(), sizes="small",
-                                 variant=variant)
+                                 variant=variant, pack=pack)
                     passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
                     stages.update(stats.stages)  # summed
                 windows += time.monotonic() - t0
@@ -144,7 +150,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
                         barrier.wait()
                         if turn == shard[0]:
-                            upto = _alone_times(op, executor, device, seed, shard, n, variant)
+                            upto = _alone_times(op, executor, device, seed, shard, n, variant, pack)
                             one_job_s += sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
                     barrier.wait()
         finally:
@@ -156,14 +162,14 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
 
 
 def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, int], n: int,
-                 variant: str | None = None) -> list[float]:
+                 variant: str | None = None, pack: int | None = None) -> list[float]:
     """Seconds from the start of a pass over the shard's first `n` cases to each case judged:
     entry m-1 is what the pass's first m cases take (a pass the window's end cut short is such
     a prefix)."""
     stamps: list[float] = []
     t0 = time.monotonic()
     _run(op, executor, device, seed, shard, n, 1e9, on_case=lambda *_: stamps.append(time.monotonic() - t0),
-         sizes="small", variant=variant)
+         sizes="small", variant=variant, pack=pack)
     return stamps
 
 
@@ -180,8 +186,8 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
-                  jobs: int, baseline: str | None = None,
-                  variant: str | None = None) -> tuple[int, float, dict, float | None]:
+                  jobs: int, baseline: str | None = None, variant: str | None = None,
+                  pack: int | None = None) -> tuple[int, float, dict, float | None]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
     import multiprocessing as mp
@@ -194,7 +200,7 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     gpus = gpu_count() if device == "cuda" else 0
     alone = device == "cpu"
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
-                                                     (i, jobs), alone, baseline, variant), shard_env(i, device, gpus),
+                                                     (i, jobs), alone, baseline, variant, pack), shard_env(i, device, gpus),
                                                     barrier, results))
              for i in range(1, jobs + 1)]
     try:
@@ -339,10 +345,15 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 stages.update(w.stages)  # summed over the rounds
             one_job = checked
             speedup = None
-            if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
+            if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
+                cases_u, seconds_u, _, _ = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
+                                                         baseline, variant, 1)
+                figures["checked_unpacked_per_s"] = round(cases_u / max(seconds_u, 1e-9), 1)
+                figures["ratio_unpacked"] = round(cases_u / max(seconds_u, 1e-9) / max(bare, 1e-9), 3)
                 cases_j, seconds_j, stages, one_job_s = _checked_jobs(op, target, device, seed, per_op / 3,
-                                                                     isolate, jobs, baseline, variant)
+                                                                     isolate, jobs, baseline, variant, pack)
                 checked = cases_j / max(seconds_j, 1e-9)
+                figures["packed_vs_unpacked"] = round(checked / max(figures["checked_unpacked_per_s"], 1e-9), 3)
                 speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)
             entry = {
                 "cases": n,
