@@ -9,9 +9,11 @@ Each defect (`DEFECTS`) is one line of a kernel file replaced: the seed's (SGLan
 beside the checkout), whose page-size-1 decode kernel the issue's survivors came from, and
 kvfuzz's builtin kernels of two ops that pack. Each mutant file is fuzzed in contract by a real
 `kvfuzz fuzz` subprocess (`--budget` seconds, no minimizing, `--jobs`), once with packing at the
-device's default (`on`) and once with `--no-pack` (`off`); the table gives, per defect and mode,
-whether it was found, the seconds of fuzzing to its first finding (the report's `found_after_s`)
-and the cases by then (`found_at_case`), and the run's cases in all. `--json` writes the rows.
+device's default (`on`) and once with `--no-pack` (`off`). The unmodified file is fuzzed the same
+way first (per op and mode): a signature it shows (the seed's own defects) kills no mutant. The
+table gives, per defect and mode, whether it was found, the seconds of fuzzing to its first new
+finding (the report's `found_after_s`) and the cases by then (`found_at_case`), and the run's
+cases in all. `--json` writes the rows.
 Decode does not pack (its `cu_seqlens_k` is a running sum over the batch): its rows measure
 the same loop twice, the spread between two runs of one campaign.
 """
@@ -68,7 +70,8 @@ def mutant(source: Path, function: str | None, old: str, new: str, path: Path) -
     return path
 
 
-def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, out: Path) -> dict:
+def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, out: Path,
+        known: frozenset = frozenset()) -> dict:
     report = out / f"{name}-{pack}.json"
     cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(target), "--op", op, "--device", args.device,
            "--budget", str(args.budget), "--minimize-budget", "0", "--in-contract-only", "--seed", str(args.seed),
@@ -82,7 +85,8 @@ def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, o
     if doc is None:
         row["error"] = (out / f"{name}-{pack}.log").read_text()[-500:]
         return row
-    found = [f for f in doc.get("findings", []) if f.get("found_after_s") is not None]
+    found = [f for f in doc.get("findings", []) if f.get("found_after_s") is not None and f["signature"] not in known]
+    row["signatures"] = sorted(f["signature"] for f in doc.get("findings", []))
     first = min(found, key=lambda f: f["found_after_s"], default=None)
     row.update(found=first is not None, cases=sum(s.get("cases", 0) for s in doc.get("ops", {}).values()),
                first_s=None if first is None else first["found_after_s"],
@@ -109,14 +113,18 @@ def main() -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     modes = ("on", "off") if args.pack == "both" else (args.pack,)
-    rows = []
+    rows, known = [], {}
     for name, op, where, function, old, new in DEFECTS:
         if args.only and name not in args.only:
             continue
         src = source if where == "seed" else KERNELS / f"{where}.py"
         path = mutant(src, function, old, new, args.out / f"{name}.py")
         for pack in modes:
-            row = run(name, op, path, pack, args, args.out)
+            if (where, op, pack) not in known:  # what the unmodified file shows kills no mutant
+                plain_file = mutant(src, function, old, old, args.out / f"unmodified-{where}.py")
+                plain = run(f"unmodified-{where}-{op}", op, plain_file, pack, args, args.out)
+                known[(where, op, pack)] = frozenset(plain.get("signatures", ()))
+            row = run(name, op, path, pack, args, args.out, known[(where, op, pack)])
             rows.append(row)
             first = "-" if not row.get("found") else f"{row['first_s']:.1f} s, case {row['first_case']}"
             print(f"{name:<16}{op:<24}pack {pack:<4}{'found' if row.get('found') else 'missed':<8}{first:<22}"

@@ -209,5 +209,4 @@ def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry
             packed_keys[k] |= set(dry.keys) - before
             packed += 1
     assert packed >= 4, "too few packed launches to test"
-    assert all(alone_keys.values())
     assert {k: keys for k, keys in packed_keys.items() if keys} == {}
