@@ -1,12 +1,14 @@
 """`kvfuzz bench`: how fast kvfuzz checks a target, against how fast the target can be called.
 
-For each op, on one case mix (the batched engine's own stream for the seed, in-contract
-cases only, so that bare calls cannot take the process down), in one run:
+For each op, on one case mix (the batched engine's own stream for the seed, judged by the
+variant the target selects, in-contract cases only, so that bare calls cannot take the process
+down; the pool's small classes, and its production-size classes apart), in one run:
 
 * checked: the campaign's loop (batched engine in a worker process, every detector on: both
-  oracles, guard bands and canaries, the determinism re-run at the device's default) for a
-  fifth of the op's time on an empty Triton cache, then the same cases again in the same
-  worker (steady state: every variant in memory, as in a long campaign), in `ROUNDS` rounds;
+  oracles, guard bands and canaries, the determinism re-run at the device's default, packed
+  launches: packing.py) for an eighth of the size's time on an empty Triton cache, then the
+  same cases again in the same worker (steady state: every variant in memory, as in a long
+  campaign), in `ROUNDS` rounds, each an unpacked pass (one launch a case) and a packed one;
 * bare: the target called on the same cases' prepared inputs in this process: on a GPU each
   once to warm up (compiles), then in each round, right after that round's checked pass, a
   pass over all of them with one synchronisation at its end (on a GPU the fastest of the
@@ -30,7 +32,11 @@ passes and the prefix each window's end cut) over the windows' length. (Under th
 one class can cost several times another, so two shards' mixes and one job's differ.) On a
 GPU it is None: jobs passes alone would double the bench, and classes cost alike there.
 
-Figures per op: `bare_per_s`, `checked_per_s` (steady state), their `ratio`,
+With `jobs` > 1 the shards' windows run twice, unpacked then packed.
+
+Figures per op: `bare_per_s`, `checked_per_s` (steady state, packed), their `ratio`,
+`checked_unpacked_per_s` and `ratio_unpacked`, `cases_per_launch`, `host_us_per_case` by stage
+(unpacked and packed), the same under `production` for the production-size classes,
 `compiles_per_1000` on the cold and on the warm cache (kernels Triton built: new binaries in
 its cache directory; the interpreter builds none), `variants_per_1000` (distinct
 specialisation keys launched, by Triton's rules, on any device), and the steady run's
@@ -50,6 +56,7 @@ from . import environment
 from .engines import batch_engine
 from .engines.common import OpStats, fit_target
 from .execute import prepare
+from .packing import DEFAULT_K
 from .materialize import to_device
 from .worker import TORCH_THREADS, make_executor
 
@@ -78,23 +85,27 @@ def _executor(target: str, device: str, isolate: bool, baseline: str | None):
 
 
 def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_cases: int, isolate: bool,
-             rounds: int = 0, baseline: str | None = None) -> tuple[OpStats, int, list[OpStats], float]:
-    """(first pass's stats, its new variants, the later passes' stats, bare calls per second) of
-    the campaign loop over the op's case stream in one worker: the first pass compiles (or
-    loads) what it meets; then `rounds` times a pass over the same cases, warm, and right after
-    it a bare pass over them in this process (0 for the bare figure with no rounds)."""
+             rounds: int = 0, baseline: str | None = None, pack: int | None = None,
+             sizes: str | None = None, variant: str | None = None) -> tuple[OpStats, int, list[OpStats], list[OpStats], float]:
+    """(first pass's stats, its new variants, the later unpacked passes' stats, the later packed
+    passes' stats, bare calls per second) of the campaign loop over the op's case stream (its
+    classes of `sizes` only) in one worker: the first pass, packed, compiles (or loads) what it
+    meets; then `rounds` times a pass over the same cases unpacked (`--pack 1`), one packed
+    (`pack`; None: the device's default), warm, and right after them a bare pass over them in
+    this process (0 for the bare figure with no rounds)."""
     executor = _executor(target, device, isolate, baseline)
     try:
         keys = set(executor.launch_keys)
-        first = _run(op, executor, device, seed, (1, 1), max_cases, budget_s)
+        first = _run(op, executor, device, seed, (1, 1), max_cases, budget_s, pack=pack, sizes=sizes, variant=variant)
         variants = len(set(executor.launch_keys) - keys)
-        later, bare_s, bare_n = [], 0.0, 0
-        bare = _Bare(op, target, device, seed, min(first.cases, MAX_BARE)) if rounds else None
-        for _ in range(rounds):
-            later.append(_run(op, executor, device, seed, (1, 1), first.cases, 10 * budget_s))
+        unpacked, packed, bare_s, bare_n = [], [], 0.0, 0
+        bare = _Bare(op, target, device, seed, min(first.cases, MAX_BARE), sizes, variant) if rounds and first.cases else None
+        for _ in range(rounds if bare else 0):
+            unpacked.append(_run(op, executor, device, seed, (1, 1), first.cases, 10 * budget_s, pack=1, sizes=sizes, variant=variant))
+            packed.append(_run(op, executor, device, seed, (1, 1), first.cases, 10 * budget_s, pack=pack, sizes=sizes, variant=variant))
             bare_s += bare.pass_seconds()
             bare_n += len(bare.inputs)
-        return first, variants, later, bare_n / max(bare_s, 1e-9)
+        return first, variants, unpacked, packed, bare_n / max(bare_s, 1e-9)
     finally:
         executor.close()
 
@@ -114,21 +125,23 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.update(env)
     devmod.select(args[2])
-    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline = args
+    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack = args
     try:
         cases, windows, stages = 0, 0.0, Counter()
         one_job_s = 0.0 if alone else None
         executor = _executor(target, device, isolate, baseline)
         try:
             # compiles (or loads) what it meets; its cases are the ones each window's passes run
-            n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS).cases
+            n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS, sizes="small",
+                     variant=variant, pack=pack).cases
             for _ in range(ROUNDS):
                 passes = []
                 barrier.wait()
                 t0 = time.monotonic()
                 end = t0 + budget_s / ROUNDS
                 while time.monotonic() < end:  # every shard busy for the whole window
-                    stats = _run(op, executor, device, seed, shard, n, end - time.monotonic())
+                    stats = _run(op, executor, device, seed, shard, n, end - time.monotonic(), sizes="small",
+                                 variant=variant, pack=pack)
                     passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
                     stages.update(stats.stages)  # summed
                 windows += time.monotonic() - t0
@@ -137,7 +150,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
                         barrier.wait()
                         if turn == shard[0]:
-                            upto = _alone_times(op, executor, device, seed, shard, n)
+                            upto = _alone_times(op, executor, device, seed, shard, n, variant, pack)
                             one_job_s += sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
                     barrier.wait()
         finally:
@@ -148,28 +161,33 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
         results.put((shard[0], repr(exc)))
 
 
-def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, int], n: int) -> list[float]:
+def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, int], n: int,
+                 variant: str | None = None, pack: int | None = None) -> list[float]:
     """Seconds from the start of a pass over the shard's first `n` cases to each case judged:
     entry m-1 is what the pass's first m cases take (a pass the window's end cut short is such
     a prefix)."""
     stamps: list[float] = []
     t0 = time.monotonic()
-    _run(op, executor, device, seed, shard, n, 1e9, on_case=lambda *_: stamps.append(time.monotonic() - t0))
+    _run(op, executor, device, seed, shard, n, 1e9, on_case=lambda *_: stamps.append(time.monotonic() - t0),
+         sizes="small", variant=variant, pack=pack)
     return stamps
 
 
 def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_cases: int, budget_s: float,
-         on_case=None):
-    """One pass of the campaign loop over shard `shard`'s first `max_cases` cases."""
+         on_case=None, pack: int | None = None, sizes: str | None = None, variant: str | None = None):
+    """One pass of the campaign loop over shard `shard`'s first `max_cases` cases (`pack`: cases
+    per packed launch, None the device's default; `sizes`: the pool's classes of that size only)."""
     stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
     stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard, budget_s=budget_s,
                                     max_cases=max_cases, device=device, in_contract_only=True,
-                                    rerun_every=1 if device == "cuda" else 10, on_case=on_case)
+                                    rerun_every=1 if device == "cuda" else 10, on_case=on_case, pack=pack,
+                                    sizes=sizes, variant=variant)
     return stats
 
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
-                  jobs: int, baseline: str | None = None) -> tuple[int, float, dict, float | None]:
+                  jobs: int, baseline: str | None = None, variant: str | None = None,
+                  pack: int | None = None) -> tuple[int, float, dict, float | None]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
     import multiprocessing as mp
@@ -182,7 +200,8 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     gpus = gpu_count() if device == "cuda" else 0
     alone = device == "cpu"
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
-                                                     (i, jobs), alone, baseline), shard_env(i, device, gpus), barrier, results))
+                                                     (i, jobs), alone, baseline, variant, pack), shard_env(i, device, gpus),
+                                                    barrier, results))
              for i in range(1, jobs + 1)]
     try:
         for p in procs:
@@ -222,12 +241,14 @@ def _stop(procs: list, grace_s: float = 20.0) -> None:
 class _Bare:
     """The target called on the checked run's first `n` cases, prepared in this process."""
 
-    def __init__(self, op: str, target: str, device: str, seed: int, n: int) -> None:
+    def __init__(self, op: str, target: str, device: str, seed: int, n: int, sizes: str | None = None,
+                 variant: str | None = None) -> None:
         from .targets import load_target
 
         self.op, self.device, self.target = op, device, load_target(target, device)
         cases = [fit_target(case, self.target.lacks)
-                 for _, case in batch_engine.case_stream(op, seed, n, device, in_contract_only=True)]
+                 for _, case in batch_engine.case_stream(op, seed, n, device, in_contract_only=True, sizes=sizes,
+                                                          variant=variant)]
         dev = devmod.torch_device(device)
         self.inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
         if device != "cpu":
@@ -265,7 +286,7 @@ class _Bare:
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
-              isolate: bool = True, jobs: int = 1, baseline: str | None = None) -> dict:
+              isolate: bool = True, jobs: int = 1, baseline: str | None = None, pack: int | None = None) -> dict:
     from .errors import BadInput
     from .ops import get_contract
 
@@ -275,10 +296,13 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
         raise BadInput(f"--budget must be > 0 seconds, got {budget_s}")
     if jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {jobs}")
+    if pack is not None and pack < 1:
+        raise BadInput(f"--pack must be >= 1, got {pack}")
     device = devmod.select(device)
-    from .targets import load_target
+    from .targets import load_target, variant_for
 
-    missing = dict(load_target(target, device).missing)  # ops an older release lacks are skipped
+    loaded = load_target(target, device)
+    missing = dict(loaded.missing)  # ops an older release lacks are skipped
     if baseline:  # and those the baseline lacks (each case runs on both)
         from .errors import TargetLoadError
 
@@ -296,33 +320,44 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     cache = Path(tmp.name if tmp else os.environ["TRITON_CACHE_DIR"])
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
-                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "baseline": baseline, "ops": {},
+                 "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "baseline": baseline,
+                 "pack": pack if pack is not None else DEFAULT_K.get(device, 8), "ops": {},
                  "skipped": skipped, "notes": environment.notes()}
     try:
         per_op = budget_s / len(ops)
         for op in ops:
+            variant = variant_for(op, None, loaded)  # as a campaign on the target judges the op
+            production = _has_production(op, seed, variant)
+            share = per_op * (2 / 3 if production else 1.0)  # the rest: the production classes
             before = _binaries(cache)
-            cold, variants, warm, bare = _checked(op, target, device, seed, per_op / 5, 1_000_000, isolate, ROUNDS,
-                                                  baseline)
+            cold, variants, unpacked, packed, bare = _checked(op, target, device, seed, share / COLD_SHARE, 1_000_000,
+                                                              isolate, ROUNDS, baseline, pack, "small", variant)
             n = max(cold.cases, 1)
             mid = _binaries(cache)
             # a new process on the cache the first one filled: it must compile nothing
-            fresh = _checked(op, target, device, seed, per_op, max(n // 4, 1), isolate, baseline=baseline)[0]
+            fresh = _checked(op, target, device, seed, share, max(n // 4, 1), isolate, baseline=baseline, pack=pack,
+                             sizes="small", variant=variant)[0]
             after = _binaries(cache)
-            checked = sum(w.cases for w in warm) / max(sum(w.seconds for w in warm), 1e-9)
+            figures = _figures(unpacked, packed, bare)
+            checked = figures["checked_per_s"]
             stages: Counter = Counter()
-            for w in warm:
+            for w in packed:
                 stages.update(w.stages)  # summed over the rounds
             one_job = checked
             speedup = None
-            if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled
+            if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
+                cases_u, seconds_u, _, _ = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
+                                                         baseline, variant, 1)
+                figures["checked_unpacked_per_s"] = round(cases_u / max(seconds_u, 1e-9), 1)
+                figures["ratio_unpacked"] = round(cases_u / max(seconds_u, 1e-9) / max(bare, 1e-9), 3)
                 cases_j, seconds_j, stages, one_job_s = _checked_jobs(op, target, device, seed, per_op / 3,
-                                                                     isolate, jobs, baseline)
+                                                                     isolate, jobs, baseline, variant, pack)
                 checked = cases_j / max(seconds_j, 1e-9)
+                figures["packed_vs_unpacked"] = round(checked / max(figures["checked_unpacked_per_s"], 1e-9), 3)
                 speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)
-            out["ops"][op] = {
+            entry = {
                 "cases": n,
-                "bare_per_s": round(bare, 1),
+                **figures,
                 "checked_per_s": round(checked, 1),
                 "checked_first_pass_per_s": round(cold.cases / max(cold.seconds, 1e-9), 1),
                 "checked_one_job_per_s": round(one_job, 1),
@@ -335,11 +370,60 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 "classes": cold.classes,
                 "stages": {k: round(v, 3) for k, v in sorted(stages.items())},
             }
+            if production:  # the production-size classes alone: one process, unpacked, packed, bare
+                big, _, big_unpacked, big_packed, big_bare = _checked(op, target, device, seed,
+                                                                      per_op / 3 / COLD_SHARE, 1_000_000, isolate,
+                                                                      ROUNDS, baseline, pack, "production", variant)
+                entry["production"] = {"cases": big.cases, **_figures(big_unpacked, big_packed, big_bare)}
+            out["ops"][op] = entry
     finally:
         if tmp is not None:
             os.environ.pop("TRITON_CACHE_DIR", None)
             tmp.cleanup()
     return out
+
+
+COLD_SHARE = 8  # the first (compiling) pass takes this share of a size's time; each later pass about as long
+# host work per case, by stage: the engine's and its worker's stages (`OpStats.stages`) each stage sums
+HOST_STAGES = {"generate": ("generate",), "materialize": ("materialize", "submit"),
+               "launch": ("worker launch", "worker views", "worker transfer", "worker synchronise"),
+               "oracle": ("oracle (numpy)", "worker torch_oracle"), "judge": ("judge",)}
+
+
+def _has_production(op: str, seed: int, variant: str | None) -> bool:
+    """Whether the op's pool for `seed` holds production-size classes (strategies/coverage.py)."""
+    from .strategies import GENERATORS
+
+    return bool(batch_engine.sized(GENERATORS[op].pool(seed, batch_engine.POOL, variant), "production"))
+
+
+def _figures(unpacked: list[OpStats], packed: list[OpStats], bare: float) -> dict:
+    """Checked cases per second unpacked and packed (each pass's cases over its seconds, summed over
+    the rounds), against the bare calls; cases per launch; host microseconds per case by stage."""
+    def rate(passes: list[OpStats]) -> float:
+        return sum(w.cases for w in passes) / max(sum(w.seconds for w in passes), 1e-9)
+
+    def engine(passes: list[OpStats], key: str) -> int:
+        return sum(w.engine.get(key, 0) for w in passes)
+
+    def host_us(passes: list[OpStats]) -> dict[str, float]:
+        cases = max(sum(w.cases for w in passes), 1)
+        return {name: round(1e6 * sum(w.stages.get(k, 0.0) for w in passes for k in keys) / cases, 1)
+                for name, keys in HOST_STAGES.items()}
+
+    up, pk = rate(unpacked), rate(packed)
+    return {
+        "bare_per_s": round(bare, 1),
+        "checked_unpacked_per_s": round(up, 1),
+        "checked_per_s": round(pk, 1),
+        "ratio_unpacked": round(up / max(bare, 1e-9), 3),
+        "ratio": round(pk / max(bare, 1e-9), 3),
+        "packed_vs_unpacked": round(pk / max(up, 1e-9), 3),
+        "cases_per_launch": round(sum(w.cases for w in packed) / max(engine(packed, "launches"), 1), 2),
+        "packed_cases_per_launch": round(engine(packed, "packed_cases") / max(engine(packed, "packed_launches"), 1), 2),
+        "packed_share": round(engine(packed, "packed_cases") / max(sum(w.cases for w in packed), 1), 3),
+        "host_us_per_case": {"unpacked": host_us(unpacked), "packed": host_us(packed)},
+    }
 
 
 def _speedup(x: float | None) -> str:
@@ -350,18 +434,29 @@ def render(result: dict) -> str:
     lines = [f"kvfuzz bench: target {result['target']} on {result['device_name']}"
              + (" (cold Triton cache)" if result["cold_cache"] else "")
              + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else "")
-             + (f"; each case also on the baseline {result['baseline']}" if result.get("baseline") else ""),
-             f"{'op':<22}{'cases':>8}{'bare/s':>11}{'checked/s':>11}{'ratio':>8}"
+             + (f"; each case also on the baseline {result['baseline']}" if result.get("baseline") else "")
+             + f"; packed: up to {result.get('pack', '-')} cases a launch",
+             f"{'op':<30}{'cases':>7}{'bare/s':>10}{'unpacked/s':>12}{'checked/s':>11}{'per launch':>12}{'ratio':>8}"
              f"{'compiles/1000 cold':>20}{'warm':>7}{'variants/1000':>15}"]
     jobs = result.get("jobs", 1)
     if jobs > 1:
         lines[1] += f"{'vs one job':>12}"
     for op, r in result["ops"].items():
         c = r["compiles_per_1000"]
-        lines.append(f"{op:<22}{r['cases']:>8}{r['bare_per_s']:>11.1f}{r['checked_per_s']:>11.1f}"
+        lines.append(f"{op:<30}{r['cases']:>7}{r['bare_per_s']:>10.1f}{r.get('checked_unpacked_per_s', 0):>12.1f}"
+                     f"{r['checked_per_s']:>11.1f}{r.get('cases_per_launch', 1):>12.2f}"
                      f"{r['ratio']:>8.3f}{c['cold']:>20.2f}{c['warm']:>7.2f}{r['variants_per_1000']:>15.2f}"
                      + (_speedup(r.get("jobs_speedup")) if jobs > 1 else ""))
+        p = r.get("production")
+        if p:
+            lines.append(f"{'  production sizes':<30}{p['cases']:>7}{p['bare_per_s']:>10.1f}"
+                         f"{p['checked_unpacked_per_s']:>12.1f}{p['checked_per_s']:>11.1f}{p['cases_per_launch']:>12.2f}"
+                         f"{p['ratio']:>8.3f}")
     for op, r in result["ops"].items():
+        for size, fig in (("", r), (" production", r.get("production") or {})):
+            for mode, us in (fig.get("host_us_per_case") or {}).items():
+                parts = ", ".join(f"{k} {v:.0f}" for k, v in us.items())
+                lines.append(f"  {op}{size} host us/case {mode}: {parts}")
         for who, stages in (("kvfuzz", {k: v for k, v in r["stages"].items() if not k.startswith("worker ")}),
                             ("worker", {k[7:]: v for k, v in r["stages"].items() if k.startswith("worker ")})):
             total = sum(stages.values()) or 1.0

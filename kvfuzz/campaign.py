@@ -68,6 +68,7 @@ class CampaignConfig:
     engine: str = "batch"
     rerun_every: int | None = None  # determinism re-run of every N-th case; None: 1 on CUDA, 10 on the CPU
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
+    pack: int | None = None  # cases per packed launch (batched engine, packing.py); None: per device, 1: none
     confirm_tries: int = TRIES  # fresh processes each finding (and its minimized case) must show in
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)
@@ -96,6 +97,8 @@ class CampaignConfig:
             raise BadInput(f"--rerun-every must be >= 0 (0: never), got {self.rerun_every}")
         if self.batch is not None and self.batch < 1:
             raise BadInput(f"--batch must be >= 1, got {self.batch}")
+        if self.pack is not None and self.pack < 1:
+            raise BadInput(f"--pack must be >= 1 (1: no packing), got {self.pack}")
         if self.baseline and self.cross_check:
             raise BadInput("--baseline and --cross-check do not go together: run the cross-check on its own")
         if self.cross_check_every < 1:
@@ -468,7 +471,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
 
             options = EngineOptions(seed=cfg.stream_seed(), pool_seed=cfg.seed, shard=cfg.shard, device=device,
                                     target=cfg.target, in_contract_only=cfg.in_contract_only, variant=variant,
-                                    rerun_every=cfg.rerun_for(device), batch=cfg.batch,
+                                    rerun_every=cfg.rerun_for(device), batch=cfg.batch, pack=cfg.pack,
                                     cross_every=cfg.cross_check_every if cfg.cross_check else 0,
                                     case_timeout_s=cfg.case_timeout_s, shrink_budget_s=cfg.minimize_budget_s / 2,
                                     campaign_dir=cfg.campaign_dir)

@@ -98,13 +98,20 @@ class Checker:
 
         return with_baseline(p, outcome, verdict, getattr(self.executor, "spec", "the baseline"))
 
-    def verdicts(self, prepared: list[Prepared], batch: list[Launch],
-                 result: BatchResult) -> Iterator[tuple[Prepared, Outcome, Verdict]]:
+    def verdicts(self, prepared: list[Prepared], batch: list[Launch], result: BatchResult,
+                 packs=None) -> Iterator[tuple[Prepared, Outcome, Verdict]]:
         """Each case of a collected batch that was not lost, with its outcome (a view into the
-        batch's arena, valid while `result` lives) and its verdict: the fast path where whole
-        arrays prove the run clean, else the full judge."""
+        batch's arena, valid while `result` lives; a packed case's own arena unpacked from its
+        launch's, packing.Packs) and its verdict: the fast path where whole arrays prove the run
+        clean, else the full judge. A pack that changed a byte no case owns has its cases run alone."""
+        unpacked = packs.outcomes(batch, result) if packs is not None else {}
         for i, p in enumerate(prepared):
-            outcome = outcome_of(batch, result, i, copy=False)
+            if unpacked is None and i in packs.member_of:
+                again = self.run(p, repeats=2 if batch[packs.launch_of[packs.member_of[i][0]]].repeat else 1)
+                yield p, again[1], self.verdict(*again)
+                continue
+            outcome = unpacked.get(i) if unpacked else None
+            outcome = outcome or outcome_of(batch, result, i, copy=False)
             quick = quick_verdict(p, outcome)
             yield p, outcome, self._against_baseline(p, outcome, quick) if quick else self.verdict(p, outcome)
 

@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="a case (or a batch, plus 1 s a case) running longer is a hang: a crash finding (default 60)")
     f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
+    _pack_option(f)
     f.add_argument("--confirm-tries", type=int, default=3, metavar="N",
                    help="fresh processes every finding must reproduce in, else it is flaky and not saved (>= 2; default 3)")
     f.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -108,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure checked cases/s of N shards running at once (as `fuzz --jobs N`; default 1)")
     b.add_argument("--baseline", metavar="TARGET",
                    help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
+    b.add_argument("--pack", type=int, metavar="K",
+                   help="cases per packed launch in the packed checked pass (default 16 on CUDA, 8 on the CPU)")
     b.set_defaults(run=cmd_bench)
 
     mu = sub.add_parser("mutants", help="mutation self-check: mutate the target's kernels, fuzz each mutant, "
@@ -290,7 +293,7 @@ def cmd_fuzz(args) -> int:
         max_cases=args.max_cases, seed=args.seed, corpus=args.corpus, report=args.report,
         in_contract_only=args.in_contract_only, isolate=not args.in_process,
         minimize_budget_s=args.minimize_budget, variant=args.variant, engine=args.engine,
-        rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch,
+        rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch, pack=args.pack,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
         cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
         time_limit_s=args.time_limit, baseline=args.baseline, call_sites=args.call_sites)
@@ -485,13 +488,22 @@ def _without(argv: list[str], options: set[str]) -> list[str]:
     return out
 
 
+def _pack_option(p) -> None:
+    """--pack K / --no-pack: cases per packed launch (packing.py)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--pack", type=int, metavar="K",
+                   help="in-contract cases of one class per launch, where the op packs (default 16 on CUDA, 8 on the "
+                   "CPU; 1: none)")
+    g.add_argument("--no-pack", dest="pack", action="store_const", const=1, help="one launch per case (--pack 1)")
+
+
 def cmd_bench(args) -> int:
     from .bench import render, run_bench
     from .ops import CONTRACTS
 
     _check_writable(args.report)
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
-                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline)
+                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline, pack=args.pack)
     print(render(result))
     _say_notes(result)
     if args.report:

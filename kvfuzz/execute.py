@@ -201,6 +201,8 @@ class Launch:
     repeat: bool  # run it a second time, from its alternate image (determinism, out-of-bounds reads)
     torch_ref: bool  # compute the torch oracle (in-contract cases)
     cross: bool = False  # also run it on the cross-check backend (cross.py)
+    run: bool = True  # launch it (False: a case of a packed launch, here for its torch oracle: packing.py)
+    fill: tuple[Layout, ...] | None = None  # the elements its alternate image keeps, where not `regions` (a pack's)
 
 
 def launches(prepared: list[Prepared], repeat: list[bool],
@@ -276,10 +278,12 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         secs = [0.0] * len(batch)
         chosen = set(sel)
         t0 = time.perf_counter()
-        views = [views_at(arena, b.regions, b.base) if i in chosen else None for i, b in enumerate(batch)]
+        views = [views_at(arena, b.regions, b.base) if i in chosen and b.run else None for i, b in enumerate(batch)]
         stages["views"] += time.perf_counter() - t0
         for i in sel:
             b = batch[i]
+            if not b.run:
+                continue
             t0 = time.perf_counter()
             try:
                 target.invoke(b.case.op, views[i], b.case.scalars, b.case.meta.get("as_called"))
@@ -333,7 +337,7 @@ def _alternate_into(image: np.ndarray, batch: list[Launch], out: np.ndarray) -> 
     between them are not read)."""
     for b in batch:
         if b.repeat:
-            refill(out[b.base : b.base + b.size], image[b.base : b.base + b.size], b.regions)
+            refill(out[b.base : b.base + b.size], image[b.base : b.base + b.size], b.fill or b.regions)
 
 
 def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:

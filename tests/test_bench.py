@@ -28,6 +28,9 @@ def check_op(r: dict, device: str) -> None:
         assert r["compiles_per_1000"]["warm"] == 0.0
     assert r["variants"] > 0 and r["variants_per_1000"] == round(1000 * r["variants"] / r["cases"], 2)
     assert STAGES_OF_THE_LOOP <= set(r["stages"])
+    assert r["checked_unpacked_per_s"] > 0 and r["cases_per_launch"] >= 1.0
+    assert set(r["host_us_per_case"]) == {"unpacked", "packed"}
+    assert set(r["host_us_per_case"]["packed"]) == set(bench.HOST_STAGES)
 
 
 def check_jobs(r: dict, jobs: int, device: str) -> None:
@@ -58,15 +61,17 @@ def test_bench_reports_consistent_figures(jobs, device):
 
 
 def test_checked_and_bare_passes_alternate_and_each_figure_sums_its_rounds(monkeypatch, device):
-    """A busy spell of a shared host must weigh on both sides of the ratio: after the first
-    (compiling) pass, each round is a warm checked pass over the same cases and, right after
-    it, a bare pass over them; the bare figure is all its rounds' calls over their seconds."""
+    """A busy spell of a shared host must weigh on every side of the ratios: after the first
+    (compiling) pass, each round is a warm checked pass over the same cases unpacked, one packed
+    and, right after them, a bare pass over them; the bare figure is all its rounds' calls over
+    their seconds."""
     events, bare_times = [], iter([0.5, 1.0, 2.0])
     real_run = bench._run
 
-    def run(op, executor, device_, seed, shard, max_cases, budget_s, on_case=None):
-        stats = real_run(op, executor, device_, seed, shard, max_cases, budget_s, on_case)
-        events.append(("checked", stats.cases))
+    def run(op, executor, device_, seed, shard, max_cases, budget_s, on_case=None, pack=None, sizes=None,
+            variant=None):
+        stats = real_run(op, executor, device_, seed, shard, max_cases, budget_s, on_case, pack, sizes, variant)
+        events.append(("unpacked" if pack == 1 else "packed", stats.cases))
         return stats
 
     def bare_pass(self):
@@ -75,11 +80,35 @@ def test_checked_and_bare_passes_alternate_and_each_figure_sums_its_rounds(monke
 
     monkeypatch.setattr(bench, "_run", run)
     monkeypatch.setattr(bench._Bare, "pass_seconds", bare_pass)
-    first, _, later, bare_per_s = bench._checked("num_kv_splits", "builtin", device, 2, 1.5, 40, False, rounds=3)
+    first, _, unpacked, packed, bare_per_s = bench._checked("q8kv8_topk_length", "builtin", device, 2, 1.5, 40, False,
+                                                            rounds=3)
     n = first.cases
-    assert n > 0 and [w.cases for w in later] == [n, n, n]
-    assert events == [("checked", n)] + [("checked", n), ("bare", n)] * 3
+    assert n > 0 and [w.cases for w in unpacked] == [w.cases for w in packed] == [n, n, n]
+    assert events == [("packed", n)] + [("unpacked", n), ("packed", n), ("bare", n)] * 3
     assert bare_per_s == pytest.approx(3 * n / 3.5)
+    assert all(w.engine["launches"] == n for w in unpacked)  # one launch a case
+    assert all(w.engine["launches"] < n and w.engine["packed_cases"] for w in packed), [w.engine for w in packed]
+
+
+def test_figures_report_both_passes_cases_per_launch_and_host_work_by_stage():
+    from kvfuzz.engines.common import OpStats
+
+    def stats(cases, seconds, launches, packed=0, packs=0):
+        s = OpStats("x", cases=cases, seconds=seconds)
+        s.engine.update(launches=launches, **({"packed_cases": packed, "packed_launches": packs} if packs else {}))
+        s.stages.update({"generate": 0.001 * cases, "materialize": 0.002 * cases, "submit": 0.001 * cases,
+                         "worker launch": 0.01 * launches, "oracle (numpy)": 0.003 * cases, "judge": 0.004 * cases,
+                         "wait": 1.0})
+        return s
+
+    f = bench._figures([stats(100, 2.0, 100)], [stats(100, 1.0, 20, 96, 16)], bare=50.0)
+    assert f["checked_unpacked_per_s"] == 50.0 and f["checked_per_s"] == 100.0 and f["packed_vs_unpacked"] == 2.0
+    assert f["ratio_unpacked"] == 1.0 and f["ratio"] == 2.0
+    assert f["cases_per_launch"] == 5.0 and f["packed_cases_per_launch"] == 6.0 and f["packed_share"] == 0.96
+    us = f["host_us_per_case"]
+    assert us["unpacked"] == {"generate": 1000.0, "materialize": 3000.0, "launch": 10000.0, "oracle": 3000.0,
+                              "judge": 4000.0}
+    assert us["packed"]["launch"] == 2000.0  # a fifth of the launches: a fifth of the launch time a case
 
 
 @pytest.mark.slow  # campaign-sized: `pytest -m slow`
@@ -95,7 +124,8 @@ def test_bench_cli_writes_its_report_and_refuses_bad_input(tmp_path, device):
 
 
 def test_render_shows_the_speedup_where_measured_and_a_dash_where_not():
-    op = {"cases": 8, "bare_per_s": 10.0, "checked_per_s": 5.0, "ratio": 0.5, "variants_per_1000": 1.0,
+    op = {"cases": 8, "bare_per_s": 10.0, "checked_per_s": 5.0, "checked_unpacked_per_s": 4.0,
+          "cases_per_launch": 2.0, "ratio": 0.5, "variants_per_1000": 1.0,
           "compiles_per_1000": {"cold": 0.0, "warm": 0.0}, "stages": {}, "jobs_speedup": 1.87}
     result = {"target": "builtin", "device_name": "x", "cold_cache": True, "jobs": 2, "ops": {"num_kv_splits": op}}
     assert render(result).splitlines()[2].endswith("1.87x")

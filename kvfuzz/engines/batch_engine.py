@@ -15,6 +15,10 @@
 * Out of contract: one stint in five applies one kind of contract violation to all its
   cases (`OpGenerator.stint`), so a violation that changes what a kernel specialises on
   costs one variant.
+* Packed launches (`pack`, default `packing.DEFAULT_K` per device): in-contract cases of one
+  class share a launch, k at a time, where the op's record says how (kvfuzz/packing.py); each
+  is judged on its own arena, and a finding of a packed case counts only once the case alone
+  shows it (else it is a packing artefact).
 * Determinism: every `rerun_every`-th case runs a second time in the same batch.
 * Cross-check: with a `cross.CrossExecutor`, every `cross_every`-th case (in contract) also
   runs on the second backend from the same image; the judge compares the two.
@@ -36,12 +40,14 @@ import time
 from typing import Callable, Iterator
 
 from ..case import Case
+from .. import packing
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
 from ..findings import MEMORY_FAULTS, Finding
 from ..held_back import HeldBack
 from ..judge import Verdict
 from ..reduce import record_case
 from ..strategies import GENERATORS
+from ..strategies.coverage import is_production
 from ..strategies.draw import RandomDraw
 from ..worker import Executor
 from .base import Engine, EngineOptions, OpRun, run_engine
@@ -59,9 +65,11 @@ class BatchEngine(Engine):
     name = "batch"
 
     def __init__(self, op: str, executor: Executor, options: EngineOptions, *, stint: int | None = None,
-                 pool: int = POOL) -> None:
+                 pool: int = POOL, sizes: str | None = None) -> None:
         super().__init__(op, executor, options)
-        self.stint, self.pool = stint, pool  # tests and the benchmark set them; a campaign keeps the defaults
+        # tests and the benchmark set them; a campaign keeps the defaults (sizes: "small" or
+        # "production", the pool's classes of that size only: kvfuzz bench)
+        self.stint, self.pool, self.sizes = stint, pool, sizes
 
     def fuzz(self, run: OpRun) -> None:
         op, executor, o = self.op, self.executor, self.options
@@ -70,11 +78,15 @@ class BatchEngine(Engine):
         batch = o.batch or BATCH.get(o.device, 16)
         stint = self.stint or STINT.get(o.device, 64)
         seed, rerun_every, cross_every = o.seed, o.rerun_every, o.cross_every
+        pack_k = pack_size(o, executor)
+        packed_cases: set[int] = set()  # stream indices of cases judged from a packed launch
         tick = time.perf_counter
         t = tick()
         # the same for every shard; the variant's later-release arguments only where it has them
-        classes = gen.pool(seed if o.pool_seed is None else o.pool_seed, self.pool, o.variant)
+        classes = sized(gen.pool(seed if o.pool_seed is None else o.pool_seed, self.pool, o.variant), self.sizes)
         stats.add_stage("generate", tick() - t)
+        if not classes:  # no class of the size asked for
+            return
         lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
         keys_before = set(executor.launch_keys)
         compiled_before = executor.compiled
@@ -112,7 +124,9 @@ class BatchEngine(Engine):
             the one before, so that between two batches the worker waits only for the copy and send."""
             repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
             cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
-            return launches(prepared, repeat, cross)
+            if pack_k > 1:
+                return packing.launches(prepared, repeat, cross, pack_k)
+            return (*launches(prepared, repeat, cross), None)
 
         def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
             nxt = draw_batch(batch)
@@ -121,10 +135,10 @@ class BatchEngine(Engine):
             stats.add_stage("submit", tick() - t)
             return nxt, packed
 
-        def submit(prepared: list[Prepared], packed: tuple | None) -> list[Launch]:
-            image, batch_ = packed or pack(prepared)  # packed again: what a skipped stint left of it
+        def submit(prepared: list[Prepared], packed: tuple | None) -> tuple[list[Launch], object]:
+            image, batch_, packs = packed or pack(prepared)  # packed again: what a skipped stint left of it
             executor.submit(image, batch_)
-            return batch_
+            return batch_, packs
 
         flight: dict = {}  # the batch the worker runs now: prepared, launches, and its result once collected
         batch_s = [0.0]  # the last batch's seconds from its submission to its result
@@ -163,19 +177,27 @@ class BatchEngine(Engine):
                 if f.signature not in found:
                     run.set_aside.add(f.signature)
                     stats.batch_only.append(f.signature)
+                    if p.index in packed_cases:  # shown by a packed launch only
+                        stats.engine.setdefault("pack_artefacts", []).append(f.signature)
 
             run.take(verdict, p.case, position=p.index + 1, features=gen.all_features(p.case),
                      alone=lambda _case: alone(p), not_alone=not_alone, keep=lambda: recorded(p))
 
-        def judge_batch(prepared: list[Prepared], batch_: list[Launch], result) -> None:
+        def judge_batch(prepared: list[Prepared], batch_: list[Launch], packs, result) -> None:
             """Judge a collected batch; a lost one case by case (a known hang or fault sets `skip_until`)."""
             for name, sec in result.stages.items():
                 stats.add_stage(f"worker {name}", sec)
             stats.batches += 1
+            counts = stats.engine
+            counts["launches"] = counts.get("launches", 0) + sum(b.run for b in batch_)
+            if packs is not None:
+                counts["packed_cases"] = counts.get("packed_cases", 0) + packs.packed()
+                counts["packed_launches"] = counts.get("packed_launches", 0) + len(packs)
+                packed_cases.update(prepared[i].index for i in packs.member_of)
             live_counts()
             if not result.lost:
-                for (p, outcome, verdict), b in zip(self.checker.verdicts(prepared, batch_, result), batch_):
-                    stats.reruns += b.repeat
+                for p, outcome, verdict in self.checker.verdicts(prepared, batch_, result, packs):
+                    stats.reruns += len(outcome.runs) > 1
                     stats.cross_checked += outcome.cross is not None
                     take(p, verdict, prepared)
                 return
@@ -230,11 +252,12 @@ class BatchEngine(Engine):
             done = None
             if flight:
                 collect()
-                done = (flight["prepared"], flight["launches"], flight["result"])
+                done = (flight["prepared"], flight["launches"], flight["packs"], flight["result"])
                 flight.clear()
-            if nxt and not (done and done[2].lost):  # a lost batch is rerun one by one first, nothing in flight
+            if nxt and not (done and done[3].lost):  # a lost batch is rerun one by one first, nothing in flight
                 t = tick()
-                flight.update(prepared=nxt, launches=submit(nxt, packed), submitted=t)
+                batch_, packs = submit(nxt, packed)
+                flight.update(prepared=nxt, launches=batch_, packs=packs, submitted=t)
                 stats.add_stage("submit", tick() - t)
                 nxt, packed = [], None
             if done:
@@ -251,9 +274,25 @@ class BatchEngine(Engine):
         stats.held_back = held.to_json()
 
 
+def sized(classes: list, sizes: str | None) -> list:
+    """The pool's classes of one size ("small", "production"; None: all)."""
+    if sizes is None:
+        return classes
+    return [k for k in classes if is_production(k) == (sizes == "production")]
+
+
+def pack_size(o: EngineOptions, executor) -> int:
+    """Cases per packed launch: `o.pack` (0 or 1: none), else the device's default; none beside a
+    cross-check or a baseline (they run each case's own launch on a second worker)."""
+    if o.cross_every or hasattr(executor, "primary"):  # cross.CrossExecutor, baseline.BaselineExecutor
+        return 1
+    return packing.DEFAULT_K.get(o.device, 8) if o.pack is None else o.pack
+
+
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",
             in_contract_only: bool = False, variant: str | None = None, rerun_every: int = 1,
-            batch: int | None = None, stint: int | None = None, pool: int = POOL, cross_every: int = 0,
+            batch: int | None = None, pack: int | None = None, stint: int | None = None, pool: int = POOL,
+            sizes: str | None = None, cross_every: int = 0,
             pool_seed: int | None = None, shard: tuple[int, int] = (1, 1),
             known: dict[str, Found] | None = None,
             on_case: Callable[[OpStats, Verdict], None] | None = None,
@@ -268,8 +307,8 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     shard's own case stream and `pool_seed` the campaign's pool."""
     options = EngineOptions(seed=seed, pool_seed=pool_seed, shard=shard, device=device,
                             in_contract_only=in_contract_only, variant=variant, rerun_every=rerun_every,
-                            batch=batch, cross_every=cross_every)
-    return run_engine(BatchEngine(op, executor, options, stint=stint, pool=pool), budget_s=budget_s,
+                            batch=batch, pack=pack, cross_every=cross_every)
+    return run_engine(BatchEngine(op, executor, options, stint=stint, pool=pool, sizes=sizes), budget_s=budget_s,
                       max_cases=max_cases, start=start, until=until, known=known, stats=stats,
                       on_case=on_case, sink=on_new)
 
@@ -297,10 +336,12 @@ def stream_recorded(case: Case, gen, classes: list, seed: int, i: int, stint: in
 
 def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_only: bool = False,
                 shard: tuple[int, int] = (1, 1), pool_seed: int | None = None, stint: int | None = None,
-                pool: int = POOL, variant: str | None = None) -> Iterator[tuple[int, Case]]:
+                pool: int = POOL, variant: str | None = None, sizes: str | None = None) -> Iterator[tuple[int, Case]]:
     """The first `n` (class index, case) pairs `fuzz_op` draws with the same arguments."""
     gen = GENERATORS[op]
-    classes = gen.pool(seed if pool_seed is None else pool_seed, pool, variant)
+    classes = sized(gen.pool(seed if pool_seed is None else pool_seed, pool, variant), sizes)
+    if not classes:
+        return
     for i in range(n):
         k, case = stream_case(gen, classes, seed, i, stint or STINT.get(device, 64), shard, in_contract_only)
         yield k, case if variant is None else case.replace(variant=variant)

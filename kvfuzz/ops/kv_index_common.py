@@ -453,7 +453,7 @@ def request_rows(case: Case, reqs: list[int], names: tuple[str, ...]) -> dict[st
     return out
 
 
-def kv_index_record(contract: Contract, call, generate, minimize, present, order: int) -> OpRecord:
+def kv_index_record(contract: Contract, call, generate, minimize, present, order: int, packing=None) -> OpRecord:
     """The op record of a kv_indices op from its folder's modules: the builtin kernel
     `kvfuzz.kernels.<op>:<entry>`, the release file kv_indices.py, the full repro script
     embedding its call.py."""
@@ -472,4 +472,5 @@ def kv_index_record(contract: Contract, call, generate, minimize, present, order
         short_call=present.short_call,
         standalone=(call.__name__,),
         order=order,
+        packing=packing,
     )

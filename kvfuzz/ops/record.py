@@ -17,6 +17,10 @@ from ..case import Case
 from ..contract import Contract
 
 
+# how a tensor's rows stack in a packed launch (PackSpec)
+ROWS, PREFIX, POOL = "rows", "prefix", "pool"
+
+
 @dataclass(frozen=True)
 class ShortCall:
     """How a short repro script calls the entry point for one case: its lines, the standard
@@ -25,6 +29,28 @@ class ShortCall:
     lines: tuple[str, ...]
     imports: tuple[str, ...] = ()
     helpers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """How an op's cases pack into one launch (kvfuzz/packing.py): each tensor's kind (ROWS: its
+    first dimension is the request row; PREFIX: a prefix sum over the rows; POOL: its first
+    dimension is indexed by values), the inputs whose values index a POOL tensor's rows, and
+    the op's own reason a case cannot pack."""
+
+    kinds: tuple[tuple[str, str], ...]  # (tensor, ROWS | PREFIX | POOL)
+    indexes: tuple[tuple[str, str], ...] = ()  # (input, POOL tensor whose first dimension its values index)
+    refuse: Callable[[Case], str | None] | None = None  # why a case cannot pack (the op's own rule), or None
+
+    def kind(self, name: str) -> str | None:
+        return dict(self.kinds).get(name)
+
+
+@dataclass(frozen=True)
+class NoPacking:
+    """An op whose cases never pack, and why (its contract: rows that interact)."""
+
+    why: str
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,9 @@ class OpRecord:
     # where the op sorts among the package's ops in listings and campaigns (ties: by name); the ops
     # of KVFUZZ_OPS follow them in the order named there
     order: int = 100
+    # packed launches (kvfuzz/packing.py): how k cases share one launch (PackSpec), or why they
+    # never do (NoPacking: rows that interact); None: not packed
+    packing: "PackSpec | NoPacking | None" = None
 
     def __post_init__(self):
         names = {self.name, self.contract.name, getattr(self.generator, "op", self.name)}

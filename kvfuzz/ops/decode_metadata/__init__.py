@@ -1,7 +1,7 @@
 """The op record of decode_metadata: its contract, generator, oracles, call bindings, release variants,
 minimizer passes and presentation hooks, each in its own module beside this one."""
 
-from ..record import OpRecord
+from ..record import NoPacking, OpRecord
 from . import call, generate, minimize, present
 from .contract import CONTRACT
 
@@ -22,4 +22,6 @@ RECORD = OpRecord(
     short_refuses=present.short_refuses,
     standalone=(call.__name__,),
     order=10,
+    packing=NoPacking("cu_seqlens_k is a running sum over the batch: each row's entry depends on every row "
+                      "before it, so a packed case's entries would hold its neighbours' lengths"),
 )

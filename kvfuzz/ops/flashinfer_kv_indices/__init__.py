@@ -3,7 +3,16 @@ variants, minimizer passes and presentation hooks, each in its own module beside
 (what the three kv_indices ops share: kvfuzz/ops/kv_index_common.py)."""
 
 from ..kv_index_common import kv_index_record
+from ..record import POOL, PREFIX, ROWS, PackSpec
 from . import call, generate, minimize, present
 from .contract import CONTRACT
 
-RECORD = kv_index_record(CONTRACT, call, generate, minimize, present, order=60)
+# one program per request (and block): rows stacked, pool rows and kv_indices' spans offset; a
+# token_mapping is shared by every row (not packed)
+PACKING = PackSpec(
+    kinds=(("req_to_token", POOL), ("req_pool_indices", ROWS), ("paged_kernel_lens", ROWS), ("kv_indptr", PREFIX),
+           ("kv_start_idx", ROWS), ("kv_indices", POOL)),
+    indexes=(("req_pool_indices", "req_to_token"), ("kv_indptr", "kv_indices")),
+)
+
+RECORD = kv_index_record(CONTRACT, call, generate, minimize, present, order=60, packing=PACKING)

@@ -1,7 +1,7 @@
 """The op record of num_kv_splits: its contract, generator, oracles, call bindings, release variants,
 minimizer passes and presentation hooks, each in its own module beside this one."""
 
-from ..record import OpRecord
+from ..record import NoPacking, OpRecord
 from . import call, generate, minimize, present
 from .contract import CONTRACT
 
@@ -18,4 +18,6 @@ RECORD = OpRecord(
     short_call=present.short_call,
     standalone=(call.__name__,),
     order=30,
+    packing=NoPacking("one program reads the whole batch: each row's split count depends on the batch's "
+                      "longest and shortest lengths"),
 )

@@ -1,7 +1,7 @@
 """The op record of q8kv8_topk_length: its contract, generator, oracles, call bindings, release variants,
 minimizer passes and presentation hooks, each in its own module beside this one."""
 
-from ..record import OpRecord
+from ..record import ROWS, OpRecord, PackSpec
 from . import call, generate, minimize, present
 from .contract import CONTRACT
 
@@ -18,4 +18,6 @@ RECORD = OpRecord(
     short_call=present.short_call,
     standalone=(call.__name__,),
     order=50,
+    # one program per row: the rows of indices and topk_length stacked
+    packing=PackSpec(kinds=(("indices", ROWS), ("topk_length", ROWS))),
 )

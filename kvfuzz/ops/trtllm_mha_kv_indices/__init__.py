@@ -1,9 +1,17 @@
 """The op record of trtllm_mha_kv_indices: its contract, generator, oracles, call bindings, release
 variants, minimizer passes and presentation hooks, each in its own module beside this one."""
 
-from ..record import OpRecord
+from ..record import POOL, ROWS, OpRecord, PackSpec
 from . import call, generate, minimize, present
 from .contract import CONTRACT
+
+# programs per request row and page block: rows stacked, pool rows offset; a full_to_swa mapping
+# is shared by every row (not packed)
+PACKING = PackSpec(
+    kinds=(("req_to_token", POOL), ("req_pool_indices", ROWS), ("seq_lens", ROWS), ("page_table", ROWS),
+           ("swa_page_table", ROWS)),
+    indexes=(("req_pool_indices", "req_to_token"),),
+)
 
 RECORD = OpRecord(
     name="trtllm_mha_kv_indices",
@@ -20,4 +28,5 @@ RECORD = OpRecord(
     short_call=present.short_call,
     standalone=(call.__name__,),
     order=63,
+    packing=PACKING,
 )

@@ -1,0 +1,356 @@
+"""Packed launches: k cases of one op in one kernel launch, each judged as if it ran alone.
+
+The kernels of the KV-index family run one program per request row (or per row and block),
+and in contract a row touches only its own cells. k in-contract cases of one compile class
+can therefore run as one launch over their stacked rows. An op record's `packing`
+(`PackSpec`) says how: each tensor is
+
+* `ROWS`: its first dimension is the request row (one program each): the cases' rows are
+  stacked back to back, so program `i` of the launch is row `i` of the stacked batch;
+* `PREFIX`: a prefix sum over the rows (`kv_indptr`, bs + 1 or bs entries): stacked as `ROWS`
+  (each case's entries but its last; the last case keeps all), its values offset;
+* `POOL`: its first dimension is indexed by values (a request-pool table, a flat CSR output):
+  the cases' blocks are stacked with a gap between two blocks at least as wide as both cases'
+  guard bands, and the inputs that index it (`indexes`) get their values offset by the block's
+  first row.
+
+A tensor the spec does not name (shared by every row: a token mapping) makes a case unpackable.
+
+Each case keeps its own plan, image and oracles (`execute.prepare`). The packed arena
+(`Pack`) holds one region per tensor, the merged view the launch gets, with the cases' blocks
+inside; every byte of it lies in exactly one case's window, a byte range that maps it to the
+same byte of that case's own arena (its elements, its stride gaps, its guard bands). After the
+run each changed byte is carried over to its case's arena, whose other bytes are its image
+(`Pack.unpack`): the judge then sees the case's own arena as a run alone would have left it,
+and judges it with the same code. The gap between two `POOL` blocks is the first case's: a
+store past the end of case i lands in its `after` band (and past that, in the bands after it in
+its own arena, which the judge charges to the output that overran), as the judge charges a
+neighbour's band to the output before it; a store before the start of case i+1 is charged to
+case i too, and the re-runs alone below put it right. `ROWS` blocks have no band between them
+(the grid covers every row): a row's stray access across the boundary shows as its
+neighbour's cell.
+
+A packed finding is never taken on trust: the engine re-runs the case alone (`OpRun.take`), and
+a signature the case alone does not show is a packing artefact (the engine's `pack_artefacts`),
+after which every case of the batch is run alone, as for any signature only a batch shows. A
+changed byte that maps to no case (into another tensor's elements of its arena) loses the pack:
+its cases are judged alone.
+
+Out-of-bounds reads: the packed alternate image holds the alternate fill of the packed arena,
+so a read outside every element still changes the second run; the fill's words encode packed
+positions, so the judge of the unpacked arena may name the wrong input, and the case's re-run
+alone names the right one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .case import TensorSpec
+from .execute import Launch, Outcome, Prepared, RunResult
+from .materialize import CANARY_BYTE, GUARD_MAX, GUARD_MIN, NOBODY, Layout, refill
+from .ops.record import POOL, PREFIX, ROWS, NoPacking, PackSpec
+from .places import round_up
+
+DEFAULT_K = {"cpu": 8, "cuda": 16}  # cases per packed launch (--pack K)
+
+
+def spec_of(op: str) -> PackSpec | None:
+    from .ops import record
+
+    spec = record(op).packing
+    return spec if isinstance(spec, PackSpec) else None
+
+
+def refusal(spec: PackSpec, p: Prepared) -> str | None:
+    """Why the prepared case cannot pack (None: it can)."""
+    case = p.case
+    if p.status != "in_contract":
+        return "out of contract: its rows may reach any cell"
+    if case.meta.get("as_called"):
+        return "a call site's own launch"
+    bs = None
+    for name, t in case.tensors.items():
+        kind = spec.kind(name)
+        if kind is None:
+            return f"{name} is shared by every row"
+        if not t.shape or t.strides[0] <= 0:
+            return f"{name}'s rows are not stacked (first stride {t.strides[0] if t.shape else '-'})"
+        if kind == ROWS:
+            if bs is None:
+                bs = t.shape[0]
+            elif t.shape[0] != bs:
+                return f"{name} has {t.shape[0]} rows, the batch {bs}"
+    if not bs:
+        return "no request row"
+    for name, t in case.tensors.items():
+        if spec.kind(name) == PREFIX and t.shape[0] not in (bs, bs + 1):
+            return f"{name} has {t.shape[0]} entries for {bs} rows"
+    return spec.refuse(case) if spec.refuse is not None else None
+
+
+def pack_key(spec: PackSpec, p: Prepared) -> tuple:
+    """Cases with equal keys can share a launch: the same variant, scalars, tensors, dtypes,
+    strides and every dimension but the first (what a compile class fixes)."""
+    case = p.case
+    bs = next(t.shape[0] for n, t in sorted(case.tensors.items()) if spec.kind(n) == ROWS)
+    prefix_extra = tuple(t.shape[0] - bs for n, t in sorted(case.tensors.items()) if spec.kind(n) == PREFIX)
+    return (case.op, case.variant, tuple(sorted(case.scalars.items())), prefix_extra,
+            tuple((n, t.dtype, t.shape[1:], t.strides) for n, t in sorted(case.tensors.items())))
+
+
+@dataclass
+class _Window:
+    lo: int  # packed-arena bytes [lo, hi) map to case `member`'s arena at byte - shift
+    hi: int
+    member: int
+    shift: int
+    tensor: str
+
+
+class Pack:
+    """k prepared cases laid out as one launch's arena (the module's notes)."""
+
+    def __init__(self, spec: PackSpec, members: list[Prepared]) -> None:
+        self.members = members
+        self.views: list[Layout] = []  # the launch's merged tensors
+        self.blocks: list[Layout] = []  # each case's elements inside them (the alternate image's refill)
+        windows: list[_Window] = []
+        placed: list[tuple[str, str, int, TensorSpec, list[int], list[int]]] = []
+        cursor = 0
+        case0 = members[0].case
+        bs = [next(t.shape[0] for n, t in sorted(p.case.tensors.items()) if spec.kind(n) == ROWS) for p in members]
+        self.first_rows: dict[str, list[int]] = {}
+        for name in sorted(case0.tensors):
+            kind = spec.kind(name)
+            specs = [p.case.tensors[name] for p in members]
+            regions = [p.plan.regions[name] for p in members]
+            t0 = specs[0]
+            item = t0.itemsize
+            s0 = t0.strides[0]
+            rows = [bs[j] if kind == ROWS else specs[j].shape[0] if kind == POOL or j == len(members) - 1 else bs[j]
+                    for j in range(len(members))]
+            first = [0]
+            for j in range(len(members) - 1):
+                if kind == POOL:  # room for case j's after band and case j+1's before band
+                    r, nxt = regions[j], regions[j + 1]
+                    tail = round_up(r.nbytes) - r.nbytes + r.guard + nxt.guard
+                    span = specs[j].storage_size - specs[j].offset + specs[j + 1].offset + -(-tail // item)
+                    first.append(first[-1] + -(-span // s0))
+                else:
+                    first.append(first[-1] + rows[j])
+            self.first_rows[name] = first
+            shape = (first[-1] + rows[-1],) + t0.shape[1:]
+            merged = TensorSpec(t0.dtype, shape, t0.strides, t0.offset)
+            guard = max(max(r.guard for r in regions), round_up(min(GUARD_MAX, max(GUARD_MIN, merged.storage_size * item))))
+            start = cursor + guard
+            nbytes = merged.storage_size * item
+            end = round_up(start + nbytes) + guard
+            self.views.append((name, t0.dtype, start, nbytes, shape, t0.strides, t0.offset))
+            # alone storage byte x of case j <-> packed byte start + (offset0 + first_j * s0 - offset_j) * item + x
+            shifts = [start + (t0.offset + first[j] * s0 - specs[j].offset) * item - regions[j].start
+                      for j in range(len(members))]
+            lo = cursor
+            for j in range(len(members)):
+                if j == len(members) - 1:
+                    hi = end
+                elif kind == POOL:  # the gap is case j's: a store past its end, as the judge charges one
+                    hi = regions[j + 1].start + shifts[j + 1]
+                else:  # rows back to back: case j+1 begins at its first element
+                    hi = start + (t0.offset + first[j + 1] * s0) * item
+                windows.append(_Window(lo, hi, j, shifts[j], name))
+                lo = hi
+                if rows[j]:
+                    block_shape = (rows[j],) + t0.shape[1:]
+                    self.blocks.append((name, t0.dtype, start, nbytes, block_shape, t0.strides,
+                                        t0.offset + first[j] * s0))
+            placed.append((name, kind, start, merged, first, rows))
+            cursor = end
+        self.size = max(cursor, GUARD_MIN)
+        self._placed = placed
+        self._windows = windows
+        self._lo = np.array([w.lo for w in windows], dtype=np.int64)
+        self.scalars = dict(case0.scalars)
+        self.indexes = spec.indexes
+        self.image: np.ndarray | None = None
+        self._alt: np.ndarray | None = None
+
+    def write(self, buf: np.ndarray) -> bool:
+        """Write the packed image into `buf` (`size` bytes): the canary, each case's elements
+        in its block, the index inputs offset to their blocks. False where an offset value
+        does not fit its dtype (the pack is then not used)."""
+        buf.fill(CANARY_BYTE)
+        firsts = self.first_rows
+        for name, kind, start, merged, first, rows in self._placed:
+            for j, p in enumerate(self.members):
+                if not rows[j]:
+                    continue
+                src = p.plan.regions[name].view(p.plan.image)[: rows[j]]
+                dst = _view(buf, merged, start, first[j], rows[j])
+                dst[...] = src
+        placed = {x[0]: x for x in self._placed}
+        for inp, pool in self.indexes:
+            if inp not in placed or pool not in placed:  # an optional tensor the cases lack
+                continue
+            _, _, start, merged, first, rows = placed[inp]
+            info = np.iinfo(merged.dtype)
+            for j in range(len(self.members)):
+                if not rows[j]:
+                    continue
+                dst = _view(buf, merged, start, first[j], rows[j])
+                moved = dst.astype(np.int64) + firsts[pool][j]
+                if moved.size and (moved.max() > info.max or moved.min() < info.min):
+                    return False
+                dst[...] = moved
+        buf.setflags(write=False)
+        self.image = buf
+        return True
+
+    @property
+    def alt_image(self) -> np.ndarray:
+        """The packed image under the alternate fill (every byte but the cases' elements)."""
+        if self._alt is None:
+            alt = np.empty(self.size, dtype=np.uint8)
+            refill(alt, self.image, tuple(self.blocks))
+            alt.setflags(write=False)
+            self._alt = alt
+        return self._alt
+
+    def unpack(self, after: np.ndarray, alt: bool) -> list[np.ndarray] | None:
+        """Each case's arena as the packed run left it: its image (alternate image for a run
+        from the alternate one), with every byte the run changed carried over. None when a
+        changed byte maps to no case (it lands in another tensor's elements of its arena)."""
+        start = self.alt_image if alt else self.image
+        outs = [(p.plan.alt_image if alt else p.plan.image).copy() for p in self.members]
+        changed = np.flatnonzero(after != start)
+        if not changed.size:
+            return outs
+        slot = np.searchsorted(self._lo, changed, side="right") - 1
+        for w_i in np.unique(slot).tolist():
+            w = self._windows[w_i]
+            sel = changed[slot == w_i]
+            pos = sel - w.shift
+            p = self.members[w.member]
+            if pos.min() < 0 or pos.max() >= p.plan.size:
+                return None
+            owner = p.plan.owner_of(pos)
+            mine = p.plan.names.index(w.tensor)
+            if ((owner != NOBODY) & (owner != mine)).any():
+                return None
+            outs[w.member][pos] = after[sel]
+        return outs
+
+    def launch(self, base: int, repeat: bool) -> Launch:
+        """The packed launch as a worker runs it: the merged views, the first case's scalars."""
+        case = self.members[0].case
+        merged = case.replace(values={}, meta={}, tensors={v[0]: TensorSpec(v[1], v[4], v[5], v[6]) for v in self.views})
+        return Launch(merged, tuple(self.views), base, self.size, repeat, False, fill=tuple(self.blocks))
+
+
+def _view(buf: np.ndarray, merged: TensorSpec, start: int, first: int, rows: int) -> np.ndarray:
+    """Rows [first, first + rows) of a merged tensor whose storage starts at byte `start`."""
+    item = merged.itemsize
+    shape = (rows,) + merged.shape[1:]
+    at = start + (merged.offset + first * merged.strides[0]) * item
+    return np.ndarray(shape, merged.dtype, buf, at, tuple(s * item for s in merged.strides))
+
+
+@dataclass
+class Packs:
+    """A batch's packs, parent side: which launch runs which cases, and their unpacking."""
+
+    packs: list[Pack]
+    launch_of: list[int]  # per pack: its launch's index in the batch
+    member_of: dict[int, tuple[int, int]]  # case index -> (pack, place in it)
+
+    def __len__(self) -> int:
+        return len(self.packs)
+
+    def packed(self) -> int:
+        return len(self.member_of)
+
+    def outcomes(self, batch: list[Launch], result) -> dict[int, Outcome] | None:
+        """Each packed case's outcome from its pack's runs (None: a pack lost a byte to no case;
+        the caller judges the batch's cases alone)."""
+        from .execute import outcome_of
+
+        out: dict[int, Outcome] = {}
+        case_at = {place: i for i, place in self.member_of.items()}
+        for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
+            ran = outcome_of(batch, result, li, copy=False)
+            afters = [pack.unpack(r.after, r.alt) if r.after is not None else None for r in ran.runs]
+            if any(a is None for a, r in zip(afters, ran.runs) if r.after is not None):
+                return None
+            n = len(pack.members)
+            for m in range(n):
+                runs = [RunResult(r.error, r.error_type, None if a is None else a[m], r.seconds / n, r.detail, r.alt)
+                        for r, a in zip(ran.runs, afters)]
+                i = case_at[(k, m)]
+                own = outcome_of(batch, result, i, copy=False)  # its torch oracle, from its own image
+                out[i] = Outcome(runs, own.torch_ref, own.torch_ref_error)
+        return out
+
+
+def group(spec: PackSpec, prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int) -> list[list[int]]:
+    """The batch's packs (case indices, each of 2 to `k` cases, in stream order): cases of equal
+    `pack_key` and re-run flag, none cross-checked."""
+    open_: dict[tuple, list[int]] = {}
+    out: list[list[int]] = []
+    for i, p in enumerate(prepared):
+        if cross[i] or refusal(spec, p) is not None:
+            continue
+        key = (pack_key(spec, p), repeat[i])
+        members = open_.setdefault(key, [])
+        members.append(i)
+        if len(members) == k:
+            out.append(open_.pop(key))
+    out += [m for m in open_.values() if len(m) > 1]
+    return sorted(out)
+
+
+def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int) -> tuple:
+    """(image, launches, packs) of a batch: every case's own image and launch (a packed case's
+    launch computes its torch oracle only), then one launch per pack. `packs` is None where
+    nothing packed."""
+    from .execute import launches as plain
+
+    spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
+    groups = group(spec, prepared, repeat, cross, k) if spec is not None else []
+    if not groups:
+        image, batch = plain(prepared, repeat, cross)
+        return image, batch, None
+    packs = [Pack(spec, [prepared[i] for i in g]) for g in groups]
+    sizes = [p.plan.size for p in prepared] + [pk.size for pk in packs]
+    bases, cursor = [], 0
+    for n in sizes:
+        bases.append(cursor)
+        cursor = round_up(cursor + n)
+    image = np.empty(max(cursor, 1), dtype=np.uint8)
+    for p, base in zip(prepared, bases):
+        part = image[base : base + p.plan.size]
+        if p.plan._image is None:
+            p.plan._write(part)
+        else:
+            part[:] = p.plan._image
+    kept, member_of, launch_of = [], {}, []
+    for g, pk, base in zip(groups, packs, bases[len(prepared):]):
+        if pk.write(image[base : base + pk.size]):
+            for place, i in enumerate(g):
+                member_of[i] = (len(kept), place)
+            kept.append((pk, base, repeat[g[0]]))
+    members = set(member_of)
+    batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size,
+                    rep and i not in members, p.status == "in_contract", x, run=i not in members)
+             for i, (p, base, rep, x) in enumerate(zip(prepared, bases, repeat, cross))]
+    for pk, base, rep in kept:
+        launch_of.append(len(batch))
+        batch.append(pk.launch(base, rep))
+    if not kept:
+        return image, batch, None
+    return image, batch, Packs([pk for pk, _, _ in kept], launch_of, member_of)
+
+
+__all__ = ["DEFAULT_K", "NoPacking", "POOL", "PREFIX", "PackSpec", "Packs", "ROWS", "Pack", "group", "launches",
+           "pack_key", "refusal", "spec_of"]

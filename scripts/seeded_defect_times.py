@@ -1,0 +1,139 @@
+"""Time to the first finding of seeded one-line defects, with packed launches and without.
+
+usage: python scripts/seeded_defect_times.py [--device cpu|cuda] [--budget S] [--pack on|off|both]
+                                             [--jobs N] [--seed N] [--seed-file FILE] [--only NAME ...]
+                                             [--json FILE] [--out DIR]
+
+Each defect (`DEFECTS`) is one line of a kernel file replaced: the seed's (SGLang 0.5.14's
+`metadata.py`, `--seed-file`, default $KVFUZZ_SEED_PATH or ../shared/seed/metadata_kernels.py
+beside the checkout), whose page-size-1 decode kernel the issue's survivors came from, and
+kvfuzz's builtin kernels of two ops that pack. Each mutant file is fuzzed in contract by a real
+`kvfuzz fuzz` subprocess (`--budget` seconds, no minimizing, `--jobs`), once with packing at the
+device's default (`on`) and once with `--no-pack` (`off`). The unmodified file is fuzzed the same
+way first (per op and mode): a signature it shows (the seed's own defects) kills no mutant. The
+table gives, per defect and mode, whether it was found, the seconds of fuzzing to its first new
+finding (the report's `found_after_s`) and the cases by then (`found_at_case`), and the run's
+cases in all. `--json` writes the rows.
+Decode does not pack (its `cu_seqlens_k` is a running sum over the batch): its rows measure
+the same loop twice, the spread between two runs of one campaign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KERNELS = REPO / "kvfuzz" / "kernels"
+
+# name, op, kernel file ("seed" or a builtin kernel's module name), the function whose text holds
+# the line (None: the file), the line as written, its defective form
+DEFECTS = (
+    ("ps1-mask-le", "decode_metadata", "seed", "_fused_metadata_kernel_ps1_no_swa",
+     "mask = col_offsets < max_seq_pages", "mask = col_offsets <= max_seq_pages"),
+    ("ps1-acc-seq", "decode_metadata", "seed", "_fused_metadata_kernel_ps1_no_swa",
+     "acc += val", "acc += seq"),
+    ("ps1-last-cu", "decode_metadata", "seed", "_fused_metadata_kernel_ps1_no_swa",
+     "tl.store(cu_seqlens_k + B * cu_seqlens_k_stride_0, acc)",
+     "tl.store(cu_seqlens_k + (B - 1) * cu_seqlens_k_stride_0, acc)"),
+    ("ps1-row-stride", "decode_metadata", "seed", "_fused_metadata_kernel_ps1_no_swa",
+     "row_offset = row_idx * req_to_token_stride_0", "row_offset = row_idx * req_to_token_stride_1"),
+    ("fi-skip-cell", "flashinfer_kv_indices", "flashinfer_kv_indices", None,
+     "ids.to(out.dtype.element_ty), mask=mask)", "ids.to(out.dtype.element_ty), mask=mask & (j != 2))"),
+    ("fi-start-late", "flashinfer_kv_indices", "flashinfer_kv_indices", None,
+     "dst = base + j", "dst = base + j + (j >= 1000)"),
+    ("q8-pad-zero", "q8kv8_topk_length", "q8kv8_topk_length", None,
+     "inb = idx >= 0", "inb = idx > 0"),
+)
+
+
+def seed_file() -> Path:
+    env = os.environ.get("KVFUZZ_SEED_PATH")
+    return Path(env) if env else REPO.parent / "shared" / "seed" / "metadata_kernels.py"
+
+
+def mutant(source: Path, function: str | None, old: str, new: str, path: Path) -> Path:
+    """`path`: `source` with the first `old` inside `function` (or the file's only one) replaced; a
+    builtin kernel's relative import of its argument checks made absolute (the copy lives elsewhere)."""
+    text = source.read_text()
+    start = text.index(f"def {function}(") if function else 0
+    at = text.index(old, start)
+    if function is None and text.count(old) != 1:
+        raise SystemExit(f"{source}: {old!r} occurs {text.count(old)} times")
+    text = text[:at] + new + text[at + len(old):]
+    path.write_text(text.replace("from ._args import", "from kvfuzz.kernels._args import"))
+    return path
+
+
+def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, out: Path,
+        known: frozenset = frozenset()) -> dict:
+    report = out / f"{name}-{pack}.json"
+    cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(target), "--op", op, "--device", args.device,
+           "--budget", str(args.budget), "--minimize-budget", "0", "--in-contract-only", "--seed", str(args.seed),
+           "--jobs", str(args.jobs), "--report", str(report), "--corpus", str(out / f"{name}-{pack}-corpus")]
+    cmd += ["--no-pack"] if pack == "off" else []
+    t0 = time.monotonic()
+    with (out / f"{name}-{pack}.log").open("w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    row = {"defect": name, "op": op, "pack": pack, "exit": rc, "wall_s": round(time.monotonic() - t0, 1)}
+    doc = json.loads(report.read_text()) if report.is_file() else None
+    if doc is None:
+        row["error"] = (out / f"{name}-{pack}.log").read_text()[-500:]
+        return row
+    found = [f for f in doc.get("findings", []) if f.get("found_after_s") is not None and f["signature"] not in known]
+    row["signatures"] = sorted(f["signature"] for f in doc.get("findings", []))
+    first = min(found, key=lambda f: f["found_after_s"], default=None)
+    row.update(found=first is not None, cases=sum(s.get("cases", 0) for s in doc.get("ops", {}).values()),
+               first_s=None if first is None else first["found_after_s"],
+               first_case=None if first is None else first.get("found_at_case"),
+               signature=None if first is None else first["signature"])
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--budget", type=float, default=10.0)
+    ap.add_argument("--pack", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed-file", type=Path, default=None)
+    ap.add_argument("--only", nargs="*", default=None, help="defect names (default: all)")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=Path("runs/seeded-defect-times"))
+    args = ap.parse_args()
+    source = args.seed_file or seed_file()
+    if not source.is_file():
+        print(f"seeded_defect_times: no seed file at {source} (--seed-file)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    modes = ("on", "off") if args.pack == "both" else (args.pack,)
+    rows, known = [], {}
+    for name, op, where, function, old, new in DEFECTS:
+        if args.only and name not in args.only:
+            continue
+        src = source if where == "seed" else KERNELS / f"{where}.py"
+        path = mutant(src, function, old, new, args.out / f"{name}.py")
+        for pack in modes:
+            if (where, op, pack) not in known:  # what the unmodified file shows kills no mutant
+                plain_file = mutant(src, function, old, old, args.out / f"unmodified-{where}.py")
+                plain = run(f"unmodified-{where}-{op}", op, plain_file, pack, args, args.out)
+                known[(where, op, pack)] = frozenset(plain.get("signatures", ()))
+            row = run(name, op, path, pack, args, args.out, known[(where, op, pack)])
+            rows.append(row)
+            first = "-" if not row.get("found") else f"{row['first_s']:.1f} s, case {row['first_case']}"
+            print(f"{name:<16}{op:<24}pack {pack:<4}{'found' if row.get('found') else 'missed':<8}{first:<22}"
+                  f"{row.get('cases', '?')} cases  {row.get('signature') or row.get('error', '')}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"device": args.device, "budget_s": args.budget, "jobs": args.jobs,
+                                         "seed": args.seed, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

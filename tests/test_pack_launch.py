@@ -1,0 +1,212 @@
+"""Packed launches (kvfuzz/packing.py): k cases in one launch, each judged as if run alone.
+
+* per packable op, over a seeded stream: each case's verdict from a packed launch is its verdict
+  run alone, on the builtin kernel and on a seeded one-line defect (found in the cases that show
+  it alone, in no neighbour);
+* a stray write past a case's block is that case's out_of_bounds_write, never its neighbour's;
+* a byte that maps to no case loses the pack (its cases are judged alone);
+* the same seed gives the same cases and the same findings with and without packing;
+* ops whose rows interact say why they do not pack.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvfuzz import packing
+from kvfuzz.check import Checker
+from kvfuzz.engines.batch_engine import case_stream, fuzz_op
+from kvfuzz.execute import prepare
+from kvfuzz.ops import records
+from kvfuzz.ops.record import NoPacking, PackSpec
+from kvfuzz.worker import InProcessExecutor
+
+from kv_index_ops import KERNELS, mutant_copy
+
+PACKED = sorted(op for op, r in records().items() if isinstance(r.packing, PackSpec))
+
+
+def stream(op: str, n: int, seed: int = 2, stint: int = 6) -> list:
+    """The first `n` cases that can pack of the op's seeded in-contract stream, a class every
+    `stint` cases (a class whose table repeats one row by stride 0 does not pack)."""
+    spec, out = packing.spec_of(op), []
+    for i, (_, c) in enumerate(case_stream(op, seed, 40 * n, "cpu", in_contract_only=True, stint=stint)):
+        p = prepare(c, i)
+        if packing.refusal(spec, p) is None:
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise AssertionError(f"{op}: fewer than {n} cases that pack")
+
+
+def packed_verdicts(executor, op: str, prepared: list, k: int = 3):
+    """(packs, {case index: verdict}) of the cases run as packed launches (every third repeated)."""
+    repeat = [i % 3 == 0 for i in range(len(prepared))]
+    image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), k)
+    assert packs is not None and packs.packed() >= len(prepared) // 2, "too few cases packed to test"
+    result = executor.run_batch(image, batch)
+    assert result.lost is None
+    outcomes = packs.outcomes(batch, result)
+    checker = Checker(executor, op)
+    return packs, repeat, {i: checker.verdict(prepared[i], o) for i, o in outcomes.items()}
+
+
+def alone(executor, op: str, case, repeats: int):
+    return Checker(executor, op).check(prepare(case), repeats=repeats)
+
+
+def test_the_ops_that_pack_and_those_that_say_why_not():
+    assert {"flashinfer_kv_indices", "chunked_prefix_kv_indices", "flashmla_kv_indices", "trtllm_mha_kv_indices",
+            "q8kv8_topk_length"} <= set(PACKED)
+    for op in ("decode_metadata", "num_kv_splits"):
+        assert isinstance(records()[op].packing, NoPacking) and records()[op].packing.why
+
+
+@pytest.mark.parametrize("op", PACKED)
+def test_each_packed_case_is_judged_as_it_is_alone(op, device):
+    executor = InProcessExecutor("builtin", device)
+    prepared = stream(op, 12)
+    packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
+    for i, v in verdicts.items():
+        again = alone(executor, op, prepared[i].case, 2 if repeat[i] else 1)  # a pack's cases share their flag
+        assert (v.status, v.signatures()) == (again.status, again.signatures()), prepared[i].case.describe()
+        assert v.status == "in_contract" and not v.findings  # the builtin kernel is clean
+
+
+def test_a_seeded_defect_is_found_in_its_own_case_packed_as_alone(tmp_path, device):
+    """Cell 2 of every request left unwritten: the cases with a request of 3 or more tokens show
+    a mismatch, packed and alone alike; their neighbours stay clean."""
+    op = "flashinfer_kv_indices"
+    path = mutant_copy(KERNELS / f"{op}.py", "ids.to(out.dtype.element_ty), mask=mask)",
+                       "ids.to(out.dtype.element_ty), mask=mask & (j != 2))", tmp_path / "mutant.py")
+    executor = InProcessExecutor(str(path), device)
+    prepared = stream(op, 12)
+    packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
+    shown = 0
+    for i, v in verdicts.items():
+        lens = np.asarray(prepared[i].case.values["paged_kernel_lens"])
+        again = alone(executor, op, prepared[i].case, 1)
+        got = {s for s in v.signatures() if ":mismatch:" in s}
+        assert got == {s for s in again.signatures() if ":mismatch:" in s}
+        assert bool(got) == bool((lens >= 3).any()), (lens, got)
+        shown += bool(got)
+    assert 0 < shown < len(verdicts)  # some cases show it, some do not: nothing leaks to a neighbour
+
+
+def _pack_of(op: str, device: str, k: int = 3):
+    executor = InProcessExecutor("builtin", device)
+    prepared = stream(op, k, stint=k)
+    image, batch, packs = packing.launches(prepared, [False] * k, [False] * k, k)
+    assert packs is not None and len(packs) == 1
+    result = executor.run_batch(image, batch)
+    return executor, prepared, batch, packs, result
+
+
+def _write(result, batch, packs, at: int, value: int = 0x5A) -> None:
+    """Write a byte into the first pack's arena after its run, at packed byte `at`."""
+    after = result.afters[0] = result.afters[0].copy()
+    after[batch[packs.launch_of[0]].base + at] = value
+
+
+@pytest.mark.parametrize("where", ["just past its end", "before the next case's block"])
+def test_a_stray_write_past_a_case_is_that_cases_out_of_bounds_write(where, device):
+    op = "flashinfer_kv_indices"
+    executor, prepared, batch, packs, result = _pack_of(op, device)
+    pack = packs.packs[0]
+    first = prepared[0].plan.regions["kv_indices"]
+    w0 = next(w for w in pack._windows if w.member == 0 and w.tensor == "kv_indices")
+    w1 = next(w for w in pack._windows if w.member == 1 and w.tensor == "kv_indices")
+    at = first.start + first.nbytes + w0.shift if where == "just past its end" else w1.lo - 1
+    _write(result, batch, packs, at)
+    outcomes = packs.outcomes(batch, result)
+    checker = Checker(executor, op)
+    sigs = [checker.verdict(prepared[i], outcomes[i]).signatures() for i in range(3)]
+    assert [s for s in sigs[0] if ":out_of_bounds_write:kv_indices:after" in s], sigs
+    assert not sigs[1] and not sigs[2], sigs
+
+
+def test_a_byte_no_case_owns_loses_the_pack(device):
+    """A write that lands, in its case's own arena, on another tensor's elements cannot be judged
+    as that case's run: the pack's cases are run alone."""
+    op = "flashinfer_kv_indices"
+    executor, prepared, batch, packs, result = _pack_of(op, device)
+    pack = packs.packs[0]
+    at = None
+    for w in pack._windows:  # a packed byte whose place in its case's arena is another tensor's element
+        plan = prepared[w.member].plan
+        lo, hi = max(w.lo - w.shift, 0), min(w.hi - w.shift, plan.size)
+        owner = plan.owner[lo:hi]
+        other = np.flatnonzero((owner != -1) & (owner != plan.names.index(w.tensor)))
+        if other.size:
+            at = lo + int(other[0]) + w.shift
+            break
+    assert at is not None
+    _write(result, batch, packs, at)
+    assert packs.outcomes(batch, result) is None
+    verdicts = list(Checker(executor, op).verdicts(prepared, batch, result, packs))
+    assert len(verdicts) == 3 and all(not v.findings for _, _, v in verdicts)
+
+
+def test_the_same_seed_finds_the_same_with_and_without_packing(tmp_path, device):
+    op = "flashinfer_kv_indices"
+    path = mutant_copy(KERNELS / f"{op}.py", "ids.to(out.dtype.element_ty), mask=mask)",
+                       "ids.to(out.dtype.element_ty), mask=mask & (j != 2))", tmp_path / "mutant.py")
+    found = {}
+    for pack in (1, 4):
+        executor = InProcessExecutor(str(path), device)
+        stats, got = fuzz_op(op, executor, seed=5, budget_s=600, max_cases=24, device=device, in_contract_only=True,
+                             rerun_every=3, pack=pack, stint=6)
+        assert stats.cases == 24
+        found[pack] = {s: (f.found_at_case, f.first) for s, f in got.items()}  # where, on which case
+        if pack > 1:
+            assert stats.engine["packed_cases"] > 0 and stats.engine["launches"] < 24
+            assert not stats.engine.get("pack_artefacts")
+        else:
+            assert stats.engine["launches"] == 24 and "packed_cases" not in stats.engine
+    assert found[1] == found[4] and found[1]
+
+
+@pytest.fixture()
+def dry(device):
+    from kvfuzz.specialize import recorder
+
+    rec = recorder()  # the process's recorder: launches are recorded by Triton's rules, not run
+    rec.dry = True
+    yield rec
+    rec.dry = False
+
+
+@pytest.mark.parametrize("op", PACKED)
+def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry):
+    """A packed launch keeps its cases' compile class: launched after the class's cases alone,
+    the packed launches of those cases add no specialisation key (no new kernel variant, so the
+    bound of a campaign's compiles per 1,000 cases holds packed)."""
+    from collections import defaultdict
+
+    import torch
+
+    from kvfuzz.materialize import to_device, views_at
+
+    target = InProcessExecutor("builtin", device).target
+    dev = torch.device(device)
+    alone_keys, packed_keys = defaultdict(set), defaultdict(set)
+    cases = [(k, c) for k, c in case_stream(op, 3, 8 * 24, "cpu", in_contract_only=True, stint=8)]
+    packed = 0
+    for k in sorted({k for k, _ in cases}):
+        prepared = [prepare(c, i) for i, (kk, c) in enumerate(cases) if kk == k]
+        for p in prepared:
+            before = set(dry.keys)
+            target.invoke(op, to_device(p.plan, dev)[1], p.case.scalars)
+            alone_keys[k] |= set(dry.keys) - before
+        image, batch, packs = packing.launches(prepared, [False] * len(prepared), [False] * len(prepared), 4)
+        if packs is None:
+            continue
+        arena = torch.from_numpy(image.copy()).to(dev)
+        for li in packs.launch_of:
+            before = set(dry.keys)
+            target.invoke(op, views_at(arena, batch[li].regions, batch[li].base), batch[li].case.scalars)
+            packed_keys[k] |= set(dry.keys) - before
+            packed += 1
+    assert packed >= 4, "too few packed launches to test"
+    assert {k: keys for k, keys in packed_keys.items() if keys} == {}
