@@ -5,6 +5,10 @@ the width's divisibility), the integer class of the width `topk` and of the row 
 layout: contiguous, padded, offset, or one row repeated by stride 0), and the pointer's
 alignment. A case draws the rows: all pads, full, and trailing pads ending on either side of a
 block's edge, with -1 or other negative pads and 0 as a valid index.
+
+One class in sixteen is a production class (`size: production`): DSA's top-k width 2048 (its
+`index_topk`) over 256 to 1024 query rows (a decode or verify batch past 256; the kernel runs one
+program per row). The interpreter takes a second or two for such a case on the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ WIDTHS = {"512": (512, 1024, 2048), "256": (256, 768, 1280), "128": (128, 384, 6
           "plain": (2, 3, 100, 127, 129, 200, 255, 257, 1000), "one": (1,), "zero": (0,)}
 OUT_OF_CONTRACT = ("int64", "column_stride", "one_d")
 PADS = (-1, -2, -(2**31))
+PROD_WIDTH = 2048  # DSA's index_topk
+PROD_ROWS = (256, 257, 512, 1024)  # s_q of a production batch
 
 
 def block_of(k: int) -> int:
@@ -42,6 +48,16 @@ def topk_class(d: Draw) -> CompileClass:
         "layout:indices": lc,
         "layout:topk_length": layout_class(d, "out", 1, ("contiguous", "offset")),
     }
+    return CompileClass.of(OP, p)
+
+
+def topk_campaign_class(d: Draw) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production batch."""
+    k = topk_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p.update({"size": "production", "width": "production", "block": block_of(PROD_WIDTH), "rows": "production"})
     return CompileClass.of(OP, p)
 
 
@@ -72,8 +88,8 @@ def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
 
 
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
-    K = d.choice(WIDTHS[k["width"]])
-    S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
+    K = PROD_WIDTH if k["width"] == "production" else d.choice(WIDTHS[k["width"]])
+    S = d.choice(PROD_ROWS) if k["rows"] == "production" else d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
     lazy = LazyRng(d.seed())
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
@@ -111,6 +127,10 @@ def topk_features(case: Case) -> set[str]:
     S, K = spec.shape
     block = block_of(K)
     out = {f"path:block{block}"}
+    if S >= 256:
+        out.add("size:production")
+    if S > 256:
+        out.add("bs:past_256")
     if S == 0:
         return out | {"empty"}
     if K == 0:
@@ -152,5 +172,5 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, topk_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
+GENERATOR = OpGenerator(OP, topk_campaign_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
                         all_required_features, class_combinations)
