@@ -1,10 +1,10 @@
 """Production sizes of the metadata ops (draft_extend_metadata, pa_page_table, num_kv_splits,
 q8kv8_topk_length) and swa_spec_page_table's batches past 256: the campaign's class drawer reaches
 them; a hand case per op at a production size, where the builtin kernel, SGLang 0.5.23's and the
-two oracles agree; and seeded one-line defects that only a production size shows (a column index
-wrapping at 32768, a float16 of the longest length, a prefix sum losing its carry past 128 rows, a
-grid capped at 256 rows), in a copy of each builtin, found by a stream of the op's production
-cases."""
+two oracles agree; and seeded one-line defects that only a production size shows (a page count
+or a column index wrapping at 32768, a float16 of the longest length, a prefix sum losing its
+carry past 128 rows, a grid capped at 256 rows), in a copy of each builtin, found by a stream of
+the op's production cases."""
 
 from __future__ import annotations
 
@@ -164,9 +164,10 @@ def test_a_hand_case_at_a_production_size_where_builtin_release_and_oracles_agre
 # seeded one-line defects of each builtin that only a production size shows: (op, old, new, the
 # feature its cases need)
 DEFECTS = {
-    "draft_extend: a column index in int16 (wraps at 32768 pages)": (
-        "draft_extend_metadata", "cols = pid_c * BLOCK + tl.arange(0, BLOCK)",
-        "cols = (pid_c * BLOCK + tl.arange(0, BLOCK)).to(tl.int16)", "size:production"),
+    "draft_extend: a row's live page count in int16 (wraps at 32768 pages)": (
+        "draft_extend_metadata", "live = tl.minimum(tl.maximum((seq_len + (1 << SHIFT) - 1) >> SHIFT, 0), n_cols)",
+        "live = tl.minimum(tl.maximum((seq_len + (1 << SHIFT) - 1) >> SHIFT, 0), n_cols).to(tl.int16)",
+        "size:production"),
     "draft_extend: the prefix sums drop their carry past the first 128 rows": (
         "draft_extend_metadata", "running += tl.sum(v, axis=0)", "running = tl.sum(v, axis=0)", "bs:past_256"),
     "pa_page_table: a column index in int16 (wraps at 32768 tokens)": (
