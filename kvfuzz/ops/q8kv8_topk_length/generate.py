@@ -8,7 +8,9 @@ block's edge, with -1 or other negative pads and 0 as a valid index.
 
 One class in sixteen is a production class (`size: production`): DSA's top-k width 2048 (its
 `index_topk`) over 256 to 1024 query rows (a decode or verify batch past 256; the kernel runs one
-program per row). The interpreter takes a second or two for such a case on the CPU.
+program per row), half the rows a full top-k (a context past 2048 tokens: the backward scan stops
+in its first block), the rest short, scattered or all pads. The interpreter takes one to a few
+seconds for such a case on the CPU (an all-pad row scans all 16 of the builtin's 128-wide blocks).
 """
 
 from __future__ import annotations
@@ -61,10 +63,15 @@ def topk_campaign_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
-    """Fill `row` (K int64 slots)."""
+ROW_KINDS = ("trailing", "all_pad", "full", "scattered")
+# a production batch's rows: mostly a full top-k (contexts past 2048 tokens dominate), some short
+PROD_ROW_KINDS = ("full", "full", "full", "trailing", "scattered", "all_pad")
+
+
+def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray, kinds: tuple[str, ...] = ROW_KINDS) -> None:
+    """Fill `row` (K int64 slots), its kind drawn from `kinds`."""
     pad = d.choice(PADS)
-    kind = d.choice(("trailing", "all_pad", "full", "scattered"))
+    kind = d.choice(kinds)
     if K == 0 or kind == "all_pad":
         row[:] = pad
         return
@@ -94,8 +101,9 @@ def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
     values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
+    kinds = PROD_ROW_KINDS if k["rows"] == "production" else ROW_KINDS
     for i in range(S):
-        _row(d, lazy, K, block, values[i])
+        _row(d, lazy, K, block, values[i], kinds)
     out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)
