@@ -7,6 +7,13 @@ tensor's layout class (`swa_page_table` shares `page_table`'s: SGLang asserts eq
 and the integer class of the batch size, of the table width `W` (SGLang's `max_seq_pages`) and
 of every row length that becomes a stride. A case then draws sizes inside those classes (the
 256-column block's edges, padding rows of length 0, rows longer than the table) and values.
+
+One class in sixteen is a production class (`size: production`): a table of 32768 to 132072
+tokens (W = tokens / page size: 32768 to 132072 columns at page size 1, SGLang's `max_seq_pages`
+for a 128K context) for one to three requests, or a CUDA-graph batch of 257 to 1025 requests
+(SGLang's `cuda_graph_max_bs` past 256; the single prefix-sum program then runs past its first
+blocks) over a table of at most 513 columns. The interpreter runs one program per request and
+block of columns, so such a case takes seconds on the CPU.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ OUTPUTS = ("cache_seqlens_int32", "cu_seqlens_k", "cu_seqlens_q", "page_table", 
 SWA_ONLY = ("full_to_swa_index_mapping", "out_cache_loc", "swa_out_cache_loc")
 TWO_D = ("page_table", "req_to_token")
 MAX_TOKENS = 1 << 14  # tokens per request slot: a case stays small
+# production classes (one in sixteen): a long context for a few requests, or a batch past 256
+PROD_TOKENS = (32768, 65536, 131072, 131072 + 1000)
+PROD_BATCHES = {PLAIN: (257, 300, 1025), DIV16: (512, 1024, 272)}  # B by its integer class
+BATCH_WIDTH = 2 * BLOCK + 1  # a production batch's widest table
 
 
 def draft_extend_class(d: Draw) -> CompileClass:
@@ -56,6 +67,23 @@ def draft_extend_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
+def draft_extend_campaign_class(d: Draw) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size (a
+    long table for one to three requests, or a batch past 256 over a short one)."""
+    k = draft_extend_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p["size"] = "production"
+    p["shape"] = d.choice(("wide", "wide", "batch"))
+    if p["shape"] == "wide":  # W and T in a class that holds a long context
+        p["W"] = d.choice((PLAIN, DIV16)) if p["W"] in (ONE, ZERO) else p["W"]
+        p["T"] = d.choice((PLAIN, DIV16)) if p["T"] == ONE else p["T"]
+    else:
+        p["B"] = d.choice((PLAIN, DIV16))
+    return CompileClass.of(OP, p)
+
+
 def _width(d: Draw, cls: str, cap: int) -> int:
     """The table width W, on the block's edges, inside its integer class and below `cap`."""
     if cls in (ONE, ZERO):
@@ -71,8 +99,12 @@ def _width(d: Draw, cls: str, cap: int) -> int:
 
 def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     ps, swa = k["page_size"], k["swa"]
-    B = 1 if k["B"] == ONE else d.integer(2, 6)
-    W = _width(d, k["W"], MAX_TOKENS // ps)
+    prod = k.get("shape") if k.get("size") == "production" else None  # "wide", "batch" or None
+    if prod == "batch":
+        B, W = d.choice(PROD_BATCHES[k["B"]]), _width(d, k["W"], BATCH_WIDTH)
+    else:
+        B = 1 if k["B"] == ONE else d.integer(2, 6 if prod is None else 3)
+        W = _width(d, k["W"], MAX_TOKENS // ps) if prod is None else fit(d.choice(PROD_TOKENS) // ps, k["W"])
     g = rng(d.seed())
     # each row's live pages: the whole width (or the block edge), a few, none (CUDA-graph padding)
     live_top = d.choice((W, W - 1, min(W, BLOCK - 1), min(W, BLOCK + 1), min(W, 3))) if W else 0
@@ -209,6 +241,7 @@ def draft_extend_features(case: Case) -> set[str]:
     if not isinstance(ps, int) or ps <= 0 or ps & (ps - 1):
         return out | {"bad_page_size"}
     W = case.tensors["page_table"].shape[1] if len(case.tensors["page_table"].shape) == 2 else 0
+    B = case.tensors["cache_seqlens_int32"].shape[0]
     if W == 0:
         out.add("zero_pages")
     lens = case.values.get("seq_lens")
@@ -222,12 +255,18 @@ def draft_extend_features(case: Case) -> set[str]:
             out.add("zero_length")
         if W and longest > W * ps:
             out.add("longer_than_table")
+    if W * ps >= 32768 or B > 256:
+        out.add("size:production")
+    if B > 256:
+        out.add("bs:past_256")
     return out
 
 
 def class_combinations(k: CompileClass) -> set[str]:
     """Each kernel path with each class of the width W (the block's edges 255 and 257 are plain,
     256 divisible by 16), where the page size lets W reach past the block."""
+    if k.get("size") == "production":  # its W is a long context's or a batch's, not the base classes' edges
+        return set()
     if MAX_TOKENS // k["page_size"] <= BLOCK:
         return set()
     return {f"{k['path']}/W={k['W']}"}
@@ -251,5 +290,5 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, draft_extend_class, draft_extend_in_class, draft_extend_violation, OUT_OF_CONTRACT,
+GENERATOR = OpGenerator(OP, draft_extend_campaign_class, draft_extend_in_class, draft_extend_violation, OUT_OF_CONTRACT,
                         draft_extend_features, all_required_features, class_combinations)

@@ -6,6 +6,14 @@ with them their integer classes), `MAX_NUM_SEQ` (a constexpr SGLang derives from
 with the integer class of `num_seq`, the dtype and both pointers' alignment. Cases draw
 `num_seq` inside its class and the lengths. Batches reach past 1024 rows (MAX_NUM_SEQ 1024,
 2048 and 4096), as the triton backend's eager decode launches them.
+
+One class in sixteen is a production class (`size: production`): a decode batch of 256 to 1024
+sequences (MAX_NUM_SEQ 256, 512 and 1024, the CUDA-graph batch sizes past 256) whose longest
+length is a long context's, 32768 to 163840 tokens, at its edges or where `dcc * log2(mx / 64)`
+crosses an integer there (the float step of the split rule). The base classes draw lengths up to
+2^20 too, for any batch; a case of 256 sequences or more whose longest length lies in that range
+counts as production-size wherever it comes from. One program, so a production case costs what
+any other does.
 """
 
 from __future__ import annotations
@@ -24,7 +32,12 @@ OUT_OF_CONTRACT = ("negative_len", "len_overflow", "kv_heads_exceed_heads", "zer
 # num_seq classes: (MAX_NUM_SEQ, Triton's integer class of num_seq), and their edges
 NUM_SEQ = {"small": (1,), "plain": (2, 3, 255), "div16": (256, 16, 32, 64), "over": (257,),
            # batches SGLang's triton backend decodes past 512 rows: MAX_NUM_SEQ 1024, 2048 and 4096
-           "at1024": (1024, 528, 1008), "past1024": (1025, 2047), "at4096": (4096, 2064)}
+           "at1024": (1024, 528, 1008), "past1024": (1025, 2047), "at4096": (4096, 2064),
+           # production classes' batches: MAX_NUM_SEQ 256 (div16) and 512 (div16; "over" is its plain class)
+           "at256": (256,), "at512": (512, 272, 496)}
+# the longest length of a production batch: a long context's edges (log2(mx / 64) is 9 to 11.3)
+PROD_LENS = (32768, 32769, 65535, 65536, 65537, 131072, 131072 + 1000, 163840)
+PROD_RANGE = (32768, 163840)
 
 
 def splits_class(d: Draw) -> CompileClass:
@@ -44,6 +57,17 @@ def splits_class(d: Draw) -> CompileClass:
     }
     if p["uneven_batch"]:
         p["layout:uneven_batch"] = layout_class(d, "out", 1, ("contiguous", "offset"))
+    return CompileClass.of(OP, p)
+
+
+def splits_campaign_class(d: Draw) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production batch."""
+    k = splits_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p["size"] = "production"
+    p["num_seq"] = d.choice(("at256", "over", "at512", "at1024"))
     return CompileClass.of(OP, p)
 
 
@@ -70,9 +94,19 @@ def _max_len(d: Draw, dcc: int) -> int:
     return d.integer(1, 1 << 20)
 
 
+def _prod_max_len(d: Draw, dcc: int) -> int:
+    """max(seq_lens) of a production batch: a long context's edges, or a float step among them."""
+    if d.boolean():
+        return d.choice(PROD_LENS)
+    lo, hi = PROD_RANGE
+    n = d.integer(9 * dcc, int(dcc * np.log2(hi / 64)))  # 64 * 2^(n / dcc) from 32768 to hi
+    return min(max(lo, int(round(64 * 2 ** (n / dcc))) + d.integer(-1, 1)), hi)
+
+
 def splits_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     num_seq = _num_seq(d, k["num_seq"])
-    mx = _max_len(d, k["device_core_count"])
+    dcc = k["device_core_count"]
+    mx = _prod_max_len(d, dcc) if k.get("size") == "production" else _max_len(d, dcc)
     seed = d.seed()
     kind = d.choice(("equal", "ratio_edge", "spread", "zeros"))
     g = rng(seed) if kind != "equal" else None
@@ -126,6 +160,10 @@ def splits_features(case: Case) -> set[str]:
     lens = case.values.get("seq_lens")
     if lens is None or not lens.size:
         return out
+    if isinstance(n, int) and n >= 256 and PROD_RANGE[0] <= int(lens.max()) <= PROD_RANGE[1]:
+        out.add("size:production")
+        if n > 256:
+            out.add("bs:past_256")
     shortest = int(lens.min())
     if shortest == 0:
         out.add("zero_length")
@@ -152,5 +190,5 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, splits_class, splits_in_class, splits_violation, OUT_OF_CONTRACT, splits_features,
+GENERATOR = OpGenerator(OP, splits_campaign_class, splits_in_class, splits_violation, OUT_OF_CONTRACT, splits_features,
                         all_required_features)

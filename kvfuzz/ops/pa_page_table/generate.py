@@ -21,6 +21,14 @@ are any int32 (a gather copies them), 0 and int32's largest among those read. `p
 W (eager), the tightest bound (the largest kv_len), or SGLang's min(max_pf + w, max_len) with a
 ratcheted max_pf. Half the eager-sized classes make the eager call itself (`eager`: both
 outputs None, the wrapper allocates them).
+
+One class in sixteen is a production class (`size: production`): a `req_to_token` of 32768 to
+131329 columns (SGLang's max_context_len for a 128K context) with the windows of production
+models (128 to 32768, or none), one to three requests whose kv_len reaches 131072 (a long
+prefill kept whole, the window after it), at the 32768 and 65536 edges too; or a batch of 257 to
+1024 requests (a CUDA-graph or eager decode batch past 256) over a table of the base widths.
+SGLang's kernel runs one program per request and loops over 256-token blocks, so such a case
+takes about a second to a few seconds under the CPU interpreter.
 """
 
 from __future__ import annotations
@@ -46,6 +54,12 @@ OUT_OF_CONTRACT = ("pool_index_out_of_range", "past_prefill_lens", "past_row", "
                    "negative_len", "negative_prefill", "kv_len_past_width", "kv_len_past_pa_max_len",
                    "pa_max_len_past_width", "pa_max_len_zero", "negative_window")
 ONE_D = ("req_pool_indices", "seq_lens", "prefill_lens", "dst_kv_lens")
+# production classes (one in sixteen): a 128K context's table, or a batch past 256
+PROD_WIDTHS = (32768, 65536, 131072, 131072 + BLOCK + 1)  # C: max_context_len
+PROD_WINDOWS = (128, 512, 1024, 4096, 8192, 32768, INT32_MAX)  # sliding_window_size of production models
+PROD_EDGES = EDGES + (32767, 32768, 32769, 65536, 131072)  # kv_len
+PROD_PREFILL_EDGES = PREFILL_EDGES + (32768, 65536)  # f with a gap: a long prefill, the window after it
+PROD_BATCHES = (257, 512, 1024)
 
 
 def _width(d: Draw, mode: str, C: int) -> int:
@@ -55,6 +69,13 @@ def _width(d: Draw, mode: str, C: int) -> int:
     if mode == "graph":  # (max_bs, max_context_len)[:bs]: req_to_token is a few columns wider than the context
         return max(C - d.choice((0, 4, 7)), 1)
     return C + BLOCK + 1  # "wide": past the row
+
+
+def _prod_width(d: Draw, mode: str, C: int) -> int:
+    """W for a production table of width C: eager pa_max_len at a long context's edges."""
+    if mode == "eager":
+        return d.choice(tuple(dict.fromkeys(min(C, e) for e in (C, 32768, 32769, 65536 + BLOCK))))
+    return _width(d, mode, C)
 
 
 def pa_class(d: Draw) -> CompileClass:
@@ -85,15 +106,35 @@ def pa_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _request(d: Draw, g, w: int, C: int, K: int, edges: bool) -> tuple[int, int]:
+def pa_campaign_class(d: Draw) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production size (a 128K
+    context's table for one to three requests, or a batch past 256 over a base table)."""
+    k = pa_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p["size"] = "production"
+    if d.integer(0, 2):  # a long context
+        p["C"] = C = d.choice(PROD_WIDTHS)
+        p["W"] = _prod_width(d, p["mode"], C)
+        p["window_size"] = d.choice(PROD_WINDOWS)
+        p["bs"] = d.choice(("one", "few"))
+    else:
+        p["bs"] = "past"
+    return CompileClass.of(OP, p)
+
+
+def _request(d: Draw, g, w: int, C: int, K: int, edges: bool, production: bool = False) -> tuple[int, int]:
     """(f, n) of one request whose kv_len = min(n, f + w) is at most K (the row's capacity) and
-    n at most C: kv_len at a block edge or K (`edges`), else small."""
+    n at most C: kv_len at a block edge or K (`edges`; a production class's long-context edges
+    too), else small."""
+    kv_edges, prefill_edges = (PROD_EDGES, PROD_PREFILL_EDGES) if production else (EDGES, PREFILL_EDGES)
     if edges:
-        k = d.one_of(lambda: d.choice([e for e in EDGES if e <= K] or [0]), lambda: K, lambda: d.integer(0, K))
+        k = d.one_of(lambda: d.choice([e for e in kv_edges if e <= K] or [0]), lambda: K, lambda: d.integer(0, K))
     else:
         k = int(g.integers(0, min(K, 40) + 1))
     if d.boolean() and w <= K and w < C:  # a gap: n > f + w, kv_len = f + w
-        seams = [f for f in PREFILL_EDGES if f + w <= K and f + w < C]
+        seams = [f for f in prefill_edges if f + w <= K and f + w < C]
         f = d.one_of(lambda: k - w, lambda: d.choice(seams)) if seams else k - w
         if f >= 0 and f + w < C:
             k = f + w
@@ -123,14 +164,15 @@ def _rows(d: Draw, g, P: int, bs: int) -> tuple[list[int], int]:
 
 def pa_in_class(d: Draw, k: CompileClass) -> Case:
     w, C, W, mode = k["window_size"], k["C"], k["W"], k["mode"]
-    bs = batch_size(d, k, big=24)
-    if k["bs"] == "few" and d.integer(0, 15) == 0:
+    production = k.get("size") == "production"
+    bs = d.choice(PROD_BATCHES) if k["bs"] == "past" else batch_size(d, k, big=24)
+    if k["bs"] == "few" and not production and d.integer(0, 15) == 0:
         bs = 0  # an idle batch: the wrapper launches nothing
     g = rng(d.seed())
     broadcast_table = k["layout:req_to_token"].kind == "broadcast"
     P = 1 if broadcast_table and d.boolean() else max(1, d.choice((bs + 1, bs, bs + d.integer(2, 9))))
     K = min(C, W)
-    reqs = [_request(d, g, w, C, K, bs <= 4 or d.integer(0, 7) == 0) for _ in range(bs)]
+    reqs = [_request(d, g, w, C, K, bs <= 4 or d.integer(0, 7) == 0, production) for _ in range(bs)]
     rows, pad = _rows(d, g, P, bs)
     if k["layout:req_pool_indices"].kind == "broadcast" and bs:
         rows = [rows[0]] * bs  # one row read by every request (laid_out would make it so)
@@ -245,6 +287,8 @@ def pa_features(case: Case) -> set[str]:
         out.add("bs:zero")
     if R >= 17:
         out.add("big_batch")
+    if R > 256:
+        out.add("bs:past_256")
     if R > 1 and out_spec.strides[0] != W:
         out.add("dst:padded_rows")
     if w == 0:
@@ -260,6 +304,8 @@ def pa_features(case: Case) -> set[str]:
     if table is None or len(table.shape) != 2 or len(rows) != len(lens) or len(rows) != R:
         return out
     P, C = table.shape
+    if C >= 32768 or R > 256:
+        out.add("size:production")
     if pf.shape[0] > P:
         out.add("prefill_lens:longer")
     if len(set(rows)) < len(rows):
@@ -337,4 +383,4 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, pa_class, pa_in_class, pa_violation, OUT_OF_CONTRACT, pa_features, all_required_features)
+GENERATOR = OpGenerator(OP, pa_campaign_class, pa_in_class, pa_violation, OUT_OF_CONTRACT, pa_features, all_required_features)

@@ -5,6 +5,12 @@ the width's divisibility), the integer class of the width `topk` and of the row 
 layout: contiguous, padded, offset, or one row repeated by stride 0), and the pointer's
 alignment. A case draws the rows: all pads, full, and trailing pads ending on either side of a
 block's edge, with -1 or other negative pads and 0 as a valid index.
+
+One class in sixteen is a production class (`size: production`): DSA's top-k width 2048 (its
+`index_topk`) over 256 to 1024 query rows (a decode or verify batch past 256; the kernel runs one
+program per row), half the rows a full top-k (a context past 2048 tokens: the backward scan stops
+in its first block), the rest short, scattered or all pads. The interpreter takes one to a few
+seconds for such a case on the CPU (an all-pad row scans all 16 of the builtin's 128-wide blocks).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ WIDTHS = {"512": (512, 1024, 2048), "256": (256, 768, 1280), "128": (128, 384, 6
           "plain": (2, 3, 100, 127, 129, 200, 255, 257, 1000), "one": (1,), "zero": (0,)}
 OUT_OF_CONTRACT = ("int64", "column_stride", "one_d")
 PADS = (-1, -2, -(2**31))
+PROD_WIDTH = 2048  # DSA's index_topk
+PROD_ROWS = (256, 257, 512, 1024)  # s_q of a production batch
 
 
 def block_of(k: int) -> int:
@@ -45,10 +53,25 @@ def topk_class(d: Draw) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
-    """Fill `row` (K int64 slots)."""
+def topk_campaign_class(d: Draw) -> CompileClass:
+    """A class of the campaign: the base class, or one time in sixteen a production batch."""
+    k = topk_class(d)
+    if d.integer(0, 15):
+        return k
+    p = dict(k.items)
+    p.update({"size": "production", "width": "production", "block": block_of(PROD_WIDTH), "rows": "production"})
+    return CompileClass.of(OP, p)
+
+
+ROW_KINDS = ("trailing", "all_pad", "full", "scattered")
+# a production batch's rows: mostly a full top-k (contexts past 2048 tokens dominate), some short
+PROD_ROW_KINDS = ("full", "full", "full", "trailing", "scattered", "all_pad")
+
+
+def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray, kinds: tuple[str, ...] = ROW_KINDS) -> None:
+    """Fill `row` (K int64 slots), its kind drawn from `kinds`."""
     pad = d.choice(PADS)
-    kind = d.choice(("trailing", "all_pad", "full", "scattered"))
+    kind = d.choice(kinds)
     if K == 0 or kind == "all_pad":
         row[:] = pad
         return
@@ -72,14 +95,15 @@ def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray) -> None:
 
 
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
-    K = d.choice(WIDTHS[k["width"]])
-    S = d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
+    K = PROD_WIDTH if k["width"] == "production" else d.choice(WIDTHS[k["width"]])
+    S = d.choice(PROD_ROWS) if k["rows"] == "production" else d.choice((1, 2, 3, 5, 8)) if k["rows"] == "some" else 0
     lazy = LazyRng(d.seed())
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
     values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
+    kinds = PROD_ROW_KINDS if k["rows"] == "production" else ROW_KINDS
     for i in range(S):
-        _row(d, lazy, K, block, values[i])
+        _row(d, lazy, K, block, values[i], kinds)
     out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)
@@ -111,6 +135,10 @@ def topk_features(case: Case) -> set[str]:
     S, K = spec.shape
     block = block_of(K)
     out = {f"path:block{block}"}
+    if S >= 256:
+        out.add("size:production")
+    if S > 256:
+        out.add("bs:past_256")
     if S == 0:
         return out | {"empty"}
     if K == 0:
@@ -152,5 +180,5 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, topk_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
+GENERATOR = OpGenerator(OP, topk_campaign_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
                         all_required_features, class_combinations)

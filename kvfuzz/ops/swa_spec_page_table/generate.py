@@ -10,8 +10,10 @@ top-k > 1 verify passes (5, 8, 16, 64). `LEN_A` is the width of the batch's page
 block edges up to 520, and wider tables (768 to 4097). Production sizes are classes of their
 own, one class in sixteen: `LEN_A` 32768 to 131329 columns (a 128K context in pages of one
 token, and past it), one request or two to three, `R` 1 to 4, the A lengths at the table's end,
-the block edges and the 8192-column multiples; the interpreter launches one program per
-expanded row and 256-column block, so a production case takes a few seconds on the CPU.
+the block edges and the 8192-column multiples; or a batch of 256 to 1024 requests (SGLang's
+verify batches past 256, `bs * R` expanded rows: the grid's first axis) over a table of at most
+257 columns. The interpreter launches one program per expanded row and 256-column block, so a
+production case takes a few seconds on the CPU.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ A_WIDTHS = (8, 1, 0, 255, 256, 257, 300, 513, 520, 768, 1024, 1025, 4097)  # LEN
 REPEATS = (1, 2, 3, 4, 5, 8, 16, 64)  # speculative_num_draft_tokens: chains, then top-k > 1 draft trees
 PROD_A_WIDTHS = (32768, 65536, 131072, 131072 + BLOCK + 1)  # LEN_A of a production context (pages of one token)
 PROD_EDGES = (8191, 8192, 8193, 32768, 65536, 131072)
+PROD_BATCHES = (256, 257, 512, 1024)  # requests of a production batch
+BATCH_A_WIDTHS = (8, 1, 0, 255, 256, 257)  # LEN_A of a production batch: one or two blocks a row
 OUT_OF_CONTRACT = ("dst_too_narrow", "la_past_a", "lb_past_b", "negative_len", "seq_len_b_count", "dst_rows")
 NAMES = ("page_table_dst", "page_table_a", "page_table_b", "seq_len_a", "seq_len_b")
 
@@ -56,6 +60,8 @@ def spec_class(d: Draw) -> CompileClass:
                                            2 if name.startswith("page_table") else 1)
     if production:
         p["size"] = "production"
+        if d.integer(0, 2) == 0:  # a batch past 256 over a short table
+            p["bs"], p["WA"] = "past", d.choice(BATCH_A_WIDTHS)
     return CompileClass.of(OP, p)
 
 
@@ -71,7 +77,7 @@ def _la(d: Draw, WA: int) -> int:
 
 def spec_in_class(d: Draw, k: CompileClass) -> Case:
     R, WA, WB = k["R"], k["WA"], k["WB"]
-    bs = 1 if k["bs"] == ONE else d.integer(2, 3)
+    bs = 1 if k["bs"] == ONE else d.choice(PROD_BATCHES) if k["bs"] == "past" else d.integer(2, 3)
     M = bs * R
     g = rng(d.seed())
     la = np.array([_la(d, WA) for _ in range(bs)], dtype=np.int64)
@@ -163,6 +169,10 @@ def spec_features(case: Case) -> set[str]:
     a = case.tensors.get("page_table_a")
     if a is not None and len(a.shape) == 2 and a.shape[1] > 520:
         out.add("size:production" if a.shape[1] >= 32768 else "len_a:wide")
+    if la_all.size >= 256:
+        out.add("size:production")
+    if la_all.size > 256:
+        out.add("bs:past_256")
     la_row, lb_row = la_all.tolist(), lb_all.tolist()
     for m in range(min(lb_all.size, la_all.size * R)):
         la, lb = la_row[m // R], lb_row[m]
