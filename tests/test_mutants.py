@@ -153,7 +153,8 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runmod.Runner, "_campaign", fake)
     monkeypatch.setattr(runmod.Runner, "variants", lambda self, ops: calls.append("variants") or {})
-    cfg = MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=0, workdir=tmp_path / "w", device="cpu")
+    cfg = MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=0, workdir=tmp_path / "w", device="cpu",
+                        equivalence_cases=0)
     first = run_mutants(cfg)
     assert calls and len(first["mutants"]) == 5
     n = len(calls)
@@ -170,7 +171,7 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
     assert len(calls) - n in (1, 2)  # the mutant, and its confirmation if it survives
     with pytest.raises(BadInput, match="holds another mutants run"):
         run_mutants(MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=1, workdir=tmp_path / "w",
-                                  device="cpu"))
+                                  device="cpu", equivalence_cases=0))
 
 
 def test_a_stopped_run_reports_what_it_judged(tmp_path, monkeypatch, capsys):
