@@ -203,6 +203,19 @@ def test_a_stopped_run_reports_what_it_judged(tmp_path, monkeypatch, capsys):
     assert killed >= 2 and statuses.count("not_run") >= 1 and killed + statuses.count("not_run") == 5, statuses
     assert doc["cut_short"] and doc["ops"]["q8kv8_topk_length"]["killed"] == killed and md.read_text()
     assert f"{killed} of 5 mutants judged" in capsys.readouterr().err
+    # its benchmark record says what it covers: a sample of 5 (of the op's mutants), cut short
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutants_record", REPO / "scripts" / "mutants_record.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(report), "--command", "kvfuzz mutants", "--machine", "m", "--title", "t",
+                        "--order", "1", "--commit", "abc"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    population = doc["ops"]["q8kv8_topk_length"]["population"]
+    assert population > 5 and record["notes"][0].startswith("A sample of 5 mutants per op, drawn by seed 0")
+    assert f"q8kv8_topk_length {population}" in record["notes"][0]
+    assert record["notes"][1].startswith(f"Cut short by ") and f"{killed} of 5 mutants judged" in record["notes"][1]
 
 
 DEAD = "    if BLOCK < 0:  # never: BLOCK is 128\n        length = length + 7\n"

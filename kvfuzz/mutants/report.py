@@ -52,6 +52,7 @@ def build(cfg: MutantsConfig, plans: list[OpPlan], skipped: dict[str, str], refs
     for p in plans:
         mine = [s for s in states if s["op"] == p.op]
         ops[p.op] = tally(mine) | {
+            "population": p.population or len(p.mutants),  # made there; `made` is the sample
             "file": str(p.source), "functions": p.functions, "variant": refs[p.op]["variant"],
             "original_findings": refs[p.op]["signatures"], "original_paths": refs[p.op].get("paths", {}),
             "kernels": {f: tally([s for s in mine if s["function"] == f])
@@ -147,6 +148,25 @@ RECORD_COLUMNS = [
 ]
 
 
+def scope_notes(report: dict) -> list[str]:
+    """What a report covers, said plainly: a sample of K per op (of how many made), a run cut
+    short (the mutants it never judged), the ops without a file to mutate."""
+    ops = report["ops"]
+    totals = report["totals"]
+    judged = sum(t[s] for t in ops.values() for s in STATUSES)
+    out = []
+    if report.get("max_mutants"):
+        made = ", ".join(f"{op} {t.get('population', t['made'])}" for op, t in ops.items())
+        out.append(f"A sample of {report['max_mutants']} mutants per op, drawn by seed {report['seed']}, of those "
+                   f"the operators make ({made}); {report['budget_per_mutant_s']:g} s of fuzzing each.")
+    if report.get("cut_short"):
+        out.append(f"Cut short by {report['cut_short']}: {judged} of {totals['made']} mutants judged; the others "
+                   "(never run, or awaiting their confirmation run) are in no column.")
+    if report.get("skipped"):
+        out.append("No mutants: " + "; ".join(f"{op} ({why_})" for op, why_ in report["skipped"].items()) + ".")
+    return out
+
+
 def benchmark_record(report: dict, command: str, commit: str, machine: str, title: str, order: int) -> dict:
     """A benchmarks/*.json record of a mutants report (scripts/render_performance.py renders it
     into docs/performance.md): one row per op, and each killed mutant's key and cases to kill,
@@ -157,6 +177,8 @@ def benchmark_record(report: dict, command: str, commit: str, machine: str, titl
     return {"order": order, "title": title, "command": command, "kvfuzz_commit": commit,
             "versions": {k: versions.get(k, "?") for k in ("torch", "triton", "numpy")}, "machine": machine,
             "columns": RECORD_COLUMNS, "rows": rows,
-            "notes": [f"{m['op']} `{m['diff']}` ({why(m) or m['status'].replace('_', ' ')})"
-                      for _, group in not_killed(report["mutants"]) for m in group],
+            "notes": scope_notes(report) + [
+                f"{m['op']} `{m['diff']}` ({why(m) or m['status'].replace('_', ' ')}"
+                + (f": {_because(m)}" if why(m) in ("out of reach", "outside contract") else "") + ")"
+                for _, group in not_killed(report["mutants"]) for m in group],
             "killed": {m["key"]: m.get("found_at_case") for m in report["mutants"] if m["status"] == KILLED}}

@@ -93,6 +93,7 @@ class OpPlan:
     source: Path  # the original kernel file
     functions: list[str]
     mutants: list[Mutant]
+    population: int = 0  # mutants the operators made there, before `--max-mutants` drew its sample
 
 
 def plan(cfg: MutantsConfig) -> tuple[list[OpPlan], dict[str, str]]:
@@ -121,13 +122,14 @@ def plan(cfg: MutantsConfig) -> tuple[list[OpPlan], dict[str, str]]:
                                f"it reaches {', '.join(functions)}")
             functions, constants = [f for f in functions if f in cfg.functions], []
         mutants = find_mutants(source, path.name, functions, constants, cfg.validation or not cfg.in_contract_only)
+        population = len(mutants)
         if cfg.max_mutants is not None and len(mutants) > cfg.max_mutants:
             chosen = set(random.Random(f"{cfg.seed}:{op}").sample(range(len(mutants)), cfg.max_mutants))
             mutants = [m for i, m in enumerate(mutants) if i in chosen]
         if not mutants:
             skipped[op] = f"no mutant in {', '.join(functions)}"
             continue
-        plans.append(OpPlan(op, path, functions, mutants))
+        plans.append(OpPlan(op, path, functions, mutants, population))
     if not plans:
         raise BadInput(f"target {cfg.target}: nothing to mutate ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
     return plans, skipped
