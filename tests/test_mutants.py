@@ -224,7 +224,8 @@ DEAD = "    if BLOCK < 0:  # never: BLOCK is 128\n        length = length + 7\n"
 @pytest.mark.slow
 def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path):
     """Two mutants of the builtin q8kv8_topk_length (a copy with a dead branch added): its store
-    dropped (killed) and the dead branch's condition flipped (BLOCK <= 0: equivalent)."""
+    dropped (killed) and the dead branch's condition flipped (BLOCK <= 0: shown equivalent
+    beside the original)."""
     folder = tmp_path / "k"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
@@ -234,13 +235,14 @@ def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path)
     (folder / "q8kv8_topk_length.py").write_text(text.replace(anchor, DEAD + anchor))
     cfg = MutantsConfig(target=str(folder / "q8kv8_topk_length.py"), ops=["q8kv8_topk_length"],
                         functions=["_topk_length_kernel"], budget_s=2.0, confirm_factor=1.5, jobs=2, device="cpu",
-                        workdir=tmp_path / "w")
+                        equivalence_cases=32, workdir=tmp_path / "w")
     dead = (folder / "q8kv8_topk_length.py").read_text().splitlines().index(DEAD.splitlines()[0]) + 1
     report = run_mutants(cfg, select=lambda m: m.operator == "drop_store" or (m.operator, m.line) == ("cmp_flip", dead))
     by_op = {m["operator"]: m for m in report["mutants"]}
     assert set(by_op) == {"drop_store", "cmp_flip"}, report["mutants"]
     assert by_op["drop_store"]["status"] == "killed" and by_op["drop_store"]["time_to_kill_s"] < 2.0
-    assert by_op["cmp_flip"]["status"] == "likely_equivalent", by_op["cmp_flip"]
+    assert by_op["cmp_flip"]["status"] == "equivalent", by_op["cmp_flip"]
+    assert by_op["cmp_flip"]["evidence"].startswith("byte-identical arenas and errors on 32 cases")
     assert report["ops"]["q8kv8_topk_length"]["kill_rate"] == 1.0
     assert exit_status(report) == 0
     json.dumps(report)

@@ -58,7 +58,8 @@ def test_the_input_a_line_is_about():
 
 def test_the_fourth_phase_gives_every_survivor_a_reason(tmp_path, monkeypatch):
     """Campaigns faked: two mutants survive everything, one is killed only by its confirmation
-    run; the equivalence runs (faked) say equivalent and out of reach."""
+    run; the static rule shows one equivalent, the equivalence run (faked) says the other is
+    out of reach."""
     def campaign(self, folder, target, op, budget, seed, variant, reference, stop):
         if not stop:
             return 0, {"findings": [], "ops": {op: {"cases": 5, "contract_variant": "default"}}}, ""
@@ -72,7 +73,7 @@ def test_the_fourth_phase_gives_every_survivor_a_reason(tmp_path, monkeypatch):
     def spawn(self, folder, args, limit):
         job = json.loads((folder / "job.json").read_text())
         spawned.append(job["mutant"])
-        why = "equivalent" if "drop_stride" in job["mutant"] else "out of reach"
+        why = "out of reach"
         (folder / "verdict.json").write_text(json.dumps({"why": why, "evidence": "e", "cases": 9, "in_contract": 7,
                                                          "out_of_contract": 2, "paths": {}}))
         return 0, ""
@@ -86,10 +87,56 @@ def test_the_fourth_phase_gives_every_survivor_a_reason(tmp_path, monkeypatch):
     whys = {(m["operator"], m["status"], m.get("why")) for m in report["mutants"]}
     assert ("drop_store", "survived", "slow") in whys, whys
     assert ("drop_stride", "equivalent", "equivalent") in whys, whys
-    assert all(m.get("why") for m in report["mutants"]) and len(spawned) == len(report["mutants"]) - 1
+    # the dropped stride of the wrapper's own 1-D result: shown by the static rule, no stream run
+    assert next(m for m in report["mutants"] if m["operator"] == "drop_stride")["evidence"].startswith("static: ")
+    assert all(m.get("why") for m in report["mutants"]) and len(spawned) == 1
+    assert ("cmp_flip", "survived", "out of reach") in whys, whys
     t = report["ops"][OP]
     assert t["equivalent"] == 1 and t["kill_rate"] == 0.0
     text = "\n".join(summary_lines(report)) + markdown(report)
     assert "Equivalent" in text and "Killed only after the budget" in text
     run_mutants(cfg, select=keep)  # resumed: nothing explained again
-    assert len(spawned) == len(report["mutants"]) - 1
+    assert len(spawned) == 1
+
+
+STATIC = b'''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _k(x, x_s, y, y_s, out, out_s, tmp, tmp_s, n):
+    i = tl.program_id(0)
+    v = tl.load(x + i * x_s) + tl.load(y + i * y_s)
+    tl.store(tmp + i * tmp_s, v)
+    tl.store(out + i * out_s, v)
+
+
+def entry(x, y, out, n):
+    x = x.contiguous()
+    x_s = x.stride(0)
+    (rows,) = y.shape
+    tmp = torch.empty(rows, dtype=torch.int32)
+    if out is None:
+        out = torch.empty(n)
+    _k[(n,)](x, x_s, y, y.stride(0), out, out.stride(0), tmp, tmp.stride(0), n)
+'''
+
+
+def test_a_static_rule_shows_a_dropped_unit_stride_equivalent():
+    """x is made contiguous (its last stride, by the contract's rank), tmp is the wrapper's own
+    1-D allocation: equivalent. y is the caller's, out the caller's unless None: not shown."""
+    from kvfuzz.mutants import find_mutants
+    from kvfuzz.mutants.equivalence import static_equivalent
+
+    shown = {}
+    for m in find_mutants(STATIC, "k.py", ["_k", "entry"]):
+        if m.operator == "drop_stride":
+            name = m.original.split("*")[-1].strip()
+            shown[name] = static_equivalent(STATIC, m, {"x": 1, "y": 1, "out": 1})
+    assert set(shown) == {"x_s", "y_s", "tmp_s", "out_s"}, shown
+    assert "`x` is made contiguous (L15)" in shown["x_s"] and "`x_s` from L16" in shown["x_s"]
+    assert "`tmp` is the 1-D `torch.empty` the wrapper allocates (L18)" in shown["tmp_s"]
+    assert shown["y_s"] is None and shown["out_s"] is None
+    assert static_equivalent(STATIC, next(m for m in find_mutants(STATIC, "k.py", ["_k"])
+                                          if m.operator == "drop_stride" and "x_s" in m.original), {}) is None
