@@ -75,7 +75,7 @@ def compare(original, mutant, op: str, variant: str | None, seed: int, n: int, d
             continue
         mine, theirs = judge(case, b).signatures(), judge(case, a).signatures()
         if mine and killing(mine, "in contract", set(theirs)):
-            return {"why": "out of reach", "cases": ran, **counts, "paths": paths,
+            return {"why": "out of reach", "cases": ran, **counts, "paths": paths, "path": path,
                     "evidence": f"case {i} of the seeded stream (seed {seed}) kills it ({mine[0]}): "
                                 f"{case.describe()}; the campaigns made none like it in their budget"}
         free = free or {"case": i, "describe": case.describe()}

@@ -305,6 +305,10 @@ class Runner:
             got = json.loads(out.read_text())
             why = got["why"]
             if why == "out of reach":
+                took = (state.get("confirmation") or state).get("paths") or {}
+                if got.get("path") and took and got["path"] not in took:
+                    got["evidence"] += (f"; that case is on kernel path {got['path']}, which its campaigns never took "
+                                        f"(they took {', '.join(took)})")
                 dim = dimension(state["diff"])
                 got["evidence"] += f"; the line is about {dim}" if dim else ""
             state = state | {"why": why, "evidence": got["evidence"], "equivalence": {
