@@ -172,51 +172,72 @@ class Guard:
         return errors
 
 
+class _Hooks:
+    """What one target module's namespace is patched with during a watched call, built once:
+    a torch proxy and guarded allocators that record into `watched` (set per call), and which
+    of the namespace's names to replace."""
+
+    def __init__(self, namespace: dict) -> None:
+        import torch
+
+        self.namespace = namespace
+        self.watched: Watched | None = None
+        originals = {name: getattr(torch, name) for name in FUNCTIONS}
+        self.functions = {name: self._function(torch, name, fn) for name, fn in originals.items()}
+        proxy = _TorchProxy(torch, self.functions)
+        by_identity = {id(fn): self.functions[name] for name, fn in originals.items()}
+        self.replace = {name: proxy if value is torch else by_identity[id(value)]
+                        for name, value in namespace.items() if value is torch or id(value) in by_identity}
+        # the Tensor.new_* methods only where the module's code names them (patching the class costs)
+        used = {n for v in namespace.values() for n in getattr(getattr(v, "__code__", None), "co_names", ())}
+        self.methods = {name: self._method(torch, name, getattr(torch.Tensor, name)) for name in METHODS
+                        if name in used}
+
+    def _record(self, torch, made, made_by: str):
+        a = _guarded(torch, made, made_by, self.watched)
+        self.watched.allocations.append(a)
+        return a.tensor
+
+    def _function(self, torch, name: str, original):
+        def guarded(*args, **kwargs):
+            made = original(*args, **kwargs)
+            if self.watched is None or "out" in kwargs or not isinstance(made, torch.Tensor) or made.is_sparse:
+                return made
+            return self._record(torch, made, f"torch.{name} at {_where(2)}")
+        return guarded
+
+    def _method(self, torch, name: str, original):
+        namespace = self.namespace
+
+        def guarded(tensor, *args, **kwargs):
+            made = original(tensor, *args, **kwargs)
+            if self.watched is None or sys._getframe(1).f_globals is not namespace:  # the module's own calls only
+                return made
+            return self._record(torch, made, f"Tensor.{name} at {_where(2)}")
+        return guarded
+
+
+_HOOKS: dict[int, _Hooks] = {}  # id(namespace) -> its hooks
+
+
 @contextmanager
 def _patched(namespace: dict, watched: Watched) -> Iterator[None]:
     import torch
 
-    def guard_of(name: str, original):
-        def guarded(*args, **kwargs):
-            made = original(*args, **kwargs)
-            if "out" in kwargs or not isinstance(made, torch.Tensor) or made.is_sparse:
-                return made
-            a = _guarded(torch, made, f"torch.{name} at {_where(2)}", watched)
-            watched.allocations.append(a)
-            return a.tensor
-        return guarded
-
-    functions = {name: guard_of(name, getattr(torch, name)) for name in FUNCTIONS}
-    proxy = _TorchProxy(torch, functions)
-    saved = {}
-    for name, value in list(namespace.items()):
-        if value is torch:
-            saved[name] = value
-            namespace[name] = proxy
-        else:
-            for fn in FUNCTIONS:
-                if value is getattr(torch, fn):
-                    saved[name] = value
-                    namespace[name] = functions[fn]
-    methods = {}
-
-    def method_of(name: str, original):
-        def guarded(self, *args, **kwargs):
-            if sys._getframe(1).f_globals is not namespace:  # only the target module's own calls
-                return original(self, *args, **kwargs)
-            made = original(self, *args, **kwargs)
-            a = _guarded(torch, made, f"Tensor.{name} at {_where(2)}", watched)
-            watched.allocations.append(a)
-            return a.tensor
-        return guarded
-
-    for name in METHODS:
-        methods[name] = getattr(torch.Tensor, name)
-        setattr(torch.Tensor, name, method_of(name, methods[name]))
+    hooks = _HOOKS.get(id(namespace))
+    if hooks is None or hooks.namespace is not namespace:
+        hooks = _HOOKS[id(namespace)] = _Hooks(namespace)
+    saved = {name: namespace[name] for name in hooks.replace if name in namespace}
+    originals = {name: getattr(torch.Tensor, name) for name in hooks.methods}
+    hooks.watched = watched
+    namespace.update({name: hooks.replace[name] for name in saved})
+    for name, method in hooks.methods.items():
+        setattr(torch.Tensor, name, method)
     try:
         yield
     finally:
-        for name, original in methods.items():
+        hooks.watched = None
+        for name, original in originals.items():
             setattr(torch.Tensor, name, original)
         namespace.update(saved)
 
