@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--confirm-factor", type=float, default=3.0, metavar="X",
                     help="a survivor is fuzzed again for X times the budget on the next seed; still alive, it is "
                     "likely equivalent (default 3; 0: no confirmation run)")
+    mu.add_argument("--equivalence-cases", type=int, default=256, metavar="N",
+                    help="a mutant not killed runs beside the original on N seeded cases, in and out of contract: "
+                    "equivalent, outside the contract or out of reach (default 256; 0: not run)")
     mu.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="campaigns at once, each its own process (on CUDA one GPU each, in turn)")
     mu.add_argument("--seed", type=int, default=0, help="the mutant sample and every campaign's seed (default 0)")
@@ -521,7 +524,8 @@ def mutants_config(args):
                          budget_s=args.budget_per_mutant, jobs=args.jobs, seed=args.seed,
                          max_mutants=args.max_mutants, confirm_factor=args.confirm_factor, device=args.device,
                          in_contract_only=not args.out_of_contract, validation=args.out_of_contract,
-                         case_timeout_s=args.case_timeout, workdir=args.resume)
+                         case_timeout_s=args.case_timeout, equivalence_cases=args.equivalence_cases,
+                         workdir=args.resume)
 
 
 def cmd_mutants(args) -> int:

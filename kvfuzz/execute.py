@@ -36,6 +36,7 @@ from .faults import CUDA_FAULT, is_device_fault, one_line
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 from .rerun_schedule import run_schedule
+from .wrapper_alloc import OVERRUN, Guard
 
 ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, never a finding)
@@ -113,9 +114,14 @@ def _error_of(exc: BaseException, device: str) -> tuple[str, str]:
 def _call(target, case: Case, views, device: str, run: RunResult) -> bool:
     """Call the target and synchronise; record an error in `run`. False if the device faulted."""
     t0 = time.perf_counter()
+    guard = Guard(target)  # the buffers the wrapper allocates itself: guarded (wrapper_alloc.py)
     try:
-        target.invoke(case.op, views, case.scalars, case.meta.get("as_called"))
+        with guard.watch(case.op, views):
+            target.invoke(case.op, views, case.scalars, case.meta.get("as_called"))
         _sync(device)
+        overrun = guard.settle().get(None)
+        if overrun is not None:
+            run.error, run.error_type = overrun, OVERRUN
     except Exception as exc:  # the target's exception is data here, judged later
         run.error, run.error_type = _error_of(exc, device)
         run.detail = "".join(traceback.format_exception(exc)[-3:])
@@ -240,6 +246,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     import torch
 
     dev = torch_device(device)
+    guard = Guard(target)  # the buffers the wrapper allocates itself: guarded (wrapper_alloc.py)
     contract_of = {b.case.op: CONTRACTS[b.case.op] for b in batch}
     stages = {"transfer": 0.0, "views": 0.0, "launch": 0.0, "torch_oracle": 0.0, "synchronise": 0.0}
     host = torch.from_numpy(image)
@@ -286,7 +293,8 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
                 continue
             t0 = time.perf_counter()
             try:
-                target.invoke(b.case.op, views[i], b.case.scalars, b.case.meta.get("as_called"))
+                with guard.watch(b.case.op, views[i], (len(errors), i)):  # (pass, case)
+                    target.invoke(b.case.op, views[i], b.case.scalars, b.case.meta.get("as_called"))
             except Exception as exc:
                 error, kind = _error_of(exc, device)
                 if kind == CUDA_FAULT:
@@ -310,6 +318,8 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     try:
         t0 = time.perf_counter()
         _sync(device)
+        for (pass_, i), line in guard.settle().items():  # a store past a wrapper's scratch buffer
+            errors[pass_][i] = errors[pass_][i] or (line, OVERRUN, "")
         t1 = time.perf_counter()
         if in_place:
             afters = [None, None]  # the kernels ran in the sections

@@ -153,7 +153,8 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runmod.Runner, "_campaign", fake)
     monkeypatch.setattr(runmod.Runner, "variants", lambda self, ops: calls.append("variants") or {})
-    cfg = MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=0, workdir=tmp_path / "w", device="cpu")
+    cfg = MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=0, workdir=tmp_path / "w", device="cpu",
+                        equivalence_cases=0)
     first = run_mutants(cfg)
     assert calls and len(first["mutants"]) == 5
     n = len(calls)
@@ -170,7 +171,7 @@ def test_a_resumed_run_skips_finished_mutants(tmp_path, monkeypatch):
     assert len(calls) - n in (1, 2)  # the mutant, and its confirmation if it survives
     with pytest.raises(BadInput, match="holds another mutants run"):
         run_mutants(MutantsConfig(ops=["q8kv8_topk_length"], max_mutants=5, seed=1, workdir=tmp_path / "w",
-                                  device="cpu"))
+                                  device="cpu", equivalence_cases=0))
 
 
 def test_a_stopped_run_reports_what_it_judged(tmp_path, monkeypatch, capsys):
@@ -202,6 +203,19 @@ def test_a_stopped_run_reports_what_it_judged(tmp_path, monkeypatch, capsys):
     assert killed >= 2 and statuses.count("not_run") >= 1 and killed + statuses.count("not_run") == 5, statuses
     assert doc["cut_short"] and doc["ops"]["q8kv8_topk_length"]["killed"] == killed and md.read_text()
     assert f"{killed} of 5 mutants judged" in capsys.readouterr().err
+    # its benchmark record says what it covers: a sample of 5 (of the op's mutants), cut short
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mutants_record", REPO / "scripts" / "mutants_record.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(report), "--command", "kvfuzz mutants", "--machine", "m", "--title", "t",
+                        "--order", "1", "--commit", "abc"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    population = doc["ops"]["q8kv8_topk_length"]["population"]
+    assert population > 5 and record["notes"][0].startswith("A sample of 5 mutants per op, drawn by seed 0")
+    assert f"q8kv8_topk_length {population}" in record["notes"][0]
+    assert record["notes"][1].startswith(f"Cut short by ") and f"{killed} of 5 mutants judged" in record["notes"][1]
 
 
 DEAD = "    if BLOCK < 0:  # never: BLOCK is 128\n        length = length + 7\n"
@@ -210,7 +224,8 @@ DEAD = "    if BLOCK < 0:  # never: BLOCK is 128\n        length = length + 7\n"
 @pytest.mark.slow
 def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path):
     """Two mutants of the builtin q8kv8_topk_length (a copy with a dead branch added): its store
-    dropped (killed) and the dead branch's condition flipped (BLOCK <= 0: equivalent)."""
+    dropped (killed) and the dead branch's condition flipped (BLOCK <= 0: shown equivalent
+    beside the original)."""
     folder = tmp_path / "k"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
@@ -220,13 +235,14 @@ def test_a_real_run_kills_a_real_mutant_and_an_equivalent_one_survives(tmp_path)
     (folder / "q8kv8_topk_length.py").write_text(text.replace(anchor, DEAD + anchor))
     cfg = MutantsConfig(target=str(folder / "q8kv8_topk_length.py"), ops=["q8kv8_topk_length"],
                         functions=["_topk_length_kernel"], budget_s=2.0, confirm_factor=1.5, jobs=2, device="cpu",
-                        workdir=tmp_path / "w")
+                        equivalence_cases=32, workdir=tmp_path / "w")
     dead = (folder / "q8kv8_topk_length.py").read_text().splitlines().index(DEAD.splitlines()[0]) + 1
     report = run_mutants(cfg, select=lambda m: m.operator == "drop_store" or (m.operator, m.line) == ("cmp_flip", dead))
     by_op = {m["operator"]: m for m in report["mutants"]}
     assert set(by_op) == {"drop_store", "cmp_flip"}, report["mutants"]
     assert by_op["drop_store"]["status"] == "killed" and by_op["drop_store"]["time_to_kill_s"] < 2.0
-    assert by_op["cmp_flip"]["status"] == "likely_equivalent", by_op["cmp_flip"]
+    assert by_op["cmp_flip"]["status"] == "equivalent", by_op["cmp_flip"]
+    assert by_op["cmp_flip"]["evidence"].startswith("byte-identical arenas and errors on 32 cases")
     assert report["ops"]["q8kv8_topk_length"]["kill_rate"] == 1.0
     assert exit_status(report) == 0
     json.dumps(report)

@@ -1,6 +1,7 @@
 """One mutant's campaign, in a process of its own: `python -m kvfuzz.mutants.one JOB.json`
 (`--variants SPEC DEVICE OP...` prints the contract variant the original target is judged by,
-per op, as JSON: the variant every copy of its file is then held to).
+per op, as JSON: the variant every copy of its file is then held to; `--equivalence JOB.json`
+runs a survivor beside the original, equivalence.py).
 
 The campaign is `run_campaign` on the mutant's kernel file with the options a campaign on that
 file would take (`campaign` in the job). It stops at its first confirmed in-contract finding
@@ -66,6 +67,10 @@ def main(argv: list[str]) -> int:
         if argv[0] == "--variants":  # --variants SPEC DEVICE OP...: the JSON on stdout
             print(json.dumps(variants(argv[1], argv[2], argv[3:])))
             return 0
+        if argv[0] == "--equivalence":  # --equivalence JOB.json: a survivor beside the original
+            from .equivalence import main_equivalence
+
+            return main_equivalence(argv[1])
         job = json.loads(Path(argv[0]).read_text())
         cfg = CampaignConfig(**{k: Path(v) if k in ("corpus", "report") else v for k, v in job["campaign"].items()})
         status = _stopper(Path(cfg.corpus), set(job["reference"])) if job.get("stop_at_kill") else None

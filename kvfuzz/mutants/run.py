@@ -37,10 +37,13 @@ from statistics import median
 from .. import spawn
 from ..errors import BadInput
 from ..ops import CONTRACTS, record
+from .equivalence import dimension, static_equivalent
 from .operators import Mutant, find_mutants
 from .reach import kernel_file, reached
 
 KILLED, SURVIVED, EQUIVALENT, STILLBORN, ERROR = "killed", "survived", "likely_equivalent", "stillborn", "error"
+# a survivor's reason (phase 4, equivalence.py), as a status: neither counts in the kill rate
+SHOWN_EQUIVALENT, OUTSIDE = "equivalent", "outside_contract"
 # a crash whose exception is one of these is the kernel failing to compile (the interpreter
 # wraps what the compiler would reject): the mutant is stillborn, not killed
 COMPILE_ERRORS = ("CompilationError", "InterpreterError")
@@ -60,6 +63,7 @@ class MutantsConfig:
     in_contract_only: bool = True
     validation: bool = False  # also mutate `if ...: raise` conditions (argument checks)
     case_timeout_s: float = 60.0  # each campaign's hang limit (a mutant that loops forever is killed by it)
+    equivalence_cases: int = 256  # a survivor beside the original on this many seeded cases (0: no such run)
     workdir: Path | None = None  # --resume DIR; None: a temporary folder
 
     def validate(self) -> None:
@@ -73,6 +77,8 @@ class MutantsConfig:
             raise BadInput(f"--max-mutants must be >= 1, got {self.max_mutants}")
         if self.case_timeout_s <= 0:
             raise BadInput(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s:g}")
+        if self.equivalence_cases < 0:
+            raise BadInput(f"--equivalence-cases must be >= 0, got {self.equivalence_cases}")
         if self.confirm_factor != 0 and self.confirm_factor < 1:
             raise BadInput(f"--confirm-factor must be 0 (no confirmation run) or >= 1, got {self.confirm_factor:g}")
 
@@ -87,6 +93,7 @@ class OpPlan:
     source: Path  # the original kernel file
     functions: list[str]
     mutants: list[Mutant]
+    population: int = 0  # mutants the operators made there, before `--max-mutants` drew its sample
 
 
 def plan(cfg: MutantsConfig) -> tuple[list[OpPlan], dict[str, str]]:
@@ -115,13 +122,14 @@ def plan(cfg: MutantsConfig) -> tuple[list[OpPlan], dict[str, str]]:
                                f"it reaches {', '.join(functions)}")
             functions, constants = [f for f in functions if f in cfg.functions], []
         mutants = find_mutants(source, path.name, functions, constants, cfg.validation or not cfg.in_contract_only)
+        population = len(mutants)
         if cfg.max_mutants is not None and len(mutants) > cfg.max_mutants:
             chosen = set(random.Random(f"{cfg.seed}:{op}").sample(range(len(mutants)), cfg.max_mutants))
             mutants = [m for i, m in enumerate(mutants) if i in chosen]
         if not mutants:
             skipped[op] = f"no mutant in {', '.join(functions)}"
             continue
-        plans.append(OpPlan(op, path, functions, mutants))
+        plans.append(OpPlan(op, path, functions, mutants, population))
     if not plans:
         raise BadInput(f"target {cfg.target}: nothing to mutate ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})")
     return plans, skipped
@@ -158,8 +166,6 @@ class Runner:
     def _campaign(self, folder: Path, target: str, op: str, budget: float, seed: int, variant: str | None,
                   reference: list[str], stop: bool) -> tuple[int, dict | None, str]:
         """One campaign in a subprocess: (exit status, its report or None, its stderr's last line)."""
-        from ..jobs import shard_env
-
         folder.mkdir(parents=True, exist_ok=True)
         corpus = folder / "corpus"
         shutil.rmtree(corpus, ignore_errors=True)
@@ -171,19 +177,29 @@ class Runner:
                             "case_timeout_s": self.cfg.case_timeout_s},
                "reference": reference, "stop_at_kill": stop}
         (folder / "job.json").write_text(json.dumps(job, indent=1))
+        # a campaign has its own case timeout: past this limit it is kvfuzz stuck
+        rc, last = self._spawn(folder, [str(folder / "job.json")], max(600.0, 30 * budget))
+        doc = json.loads(report.read_text()) if report.is_file() else None
+        return rc, doc, last
+
+    def _spawn(self, folder: Path, args: list[str], limit: float) -> tuple[int, str]:
+        """`python -m kvfuzz.mutants.one ARGS` on a free slot (its GPU), output in folder/log.txt:
+        (exit status, the output's last line); killed past `limit` seconds (exit -9)."""
+        from ..jobs import shard_env
+
         with self.lock:
             if self.stopping:
                 raise KeyboardInterrupt
             slot = self.slots.pop()
             # a session of its own: the terminal's Ctrl-C reaches this process, which stops it
             log = open(folder / "log.txt", "w")
-            proc = subprocess.Popen(spawn.command("kvfuzz.mutants.one", str(folder / "job.json")),
+            proc = subprocess.Popen(spawn.command("kvfuzz.mutants.one", *args),
                                     env=spawn.environment(shard_env(slot, self.device, self.gpus)),
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self.running.add(proc)
         try:
-            rc = proc.wait(timeout=max(600.0, 30 * budget))
-        except subprocess.TimeoutExpired:  # a campaign has its own case timeout: this is kvfuzz stuck
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
         finally:
@@ -194,8 +210,7 @@ class Runner:
         if self.stopping:
             raise KeyboardInterrupt
         lines = (folder / "log.txt").read_text(errors="replace").strip().splitlines()
-        doc = json.loads(report.read_text()) if report.is_file() else None
-        return rc, doc, lines[-1] if lines else ""
+        return rc, lines[-1] if lines else ""
 
     def variants(self, ops: list[str]) -> dict[str, str]:
         """op -> the contract variant the original target is judged by (looked up in a process
@@ -258,6 +273,47 @@ class Runner:
                              f"{self.cfg.seed + 1} either"}
         else:
             state = state | {"status": got["status"], "confirmation": got, "reason": got.get("reason")}
+        _write_state(folder, state)
+        return state
+
+    def explain(self, p: OpPlan, state: dict, ref: dict) -> dict:
+        """Why a survivor was not killed (equivalence.py): the mutant beside the unmutated copy
+        on `equivalence_cases` seeded cases, in and out of contract; resumable like the rest."""
+        folder = self.dir / p.op / state["key"]
+        if state.get("why"):
+            return state
+        ranks = {a.name: len(a.shape.split(",")) for a in record(p.op).contract.args}
+        shown = static_equivalent(p.source.read_bytes(), _mutant_of(p, state["key"]), ranks)
+        if shown:
+            state = state | {"why": "equivalent", "evidence": shown, "status": SHOWN_EQUIVALENT}
+            _write_state(folder, state)
+            return state
+        work = folder / "equivalence"
+        work.mkdir(parents=True, exist_ok=True)
+        out = work / "verdict.json"
+        out.unlink(missing_ok=True)
+        seconds = self.cfg.budget_s * max(self.cfg.confirm_factor, 1.0) * 2
+        job = {"original": str(self.dir / p.op / "reference" / "src" / p.source.name),
+               "mutant": str(folder / "src" / p.source.name), "op": p.op, "variant": ref["variant"],
+               "seed": self.cfg.seed + 1, "cases": self.cfg.equivalence_cases, "seconds": seconds,
+               "device": self.device, "out": str(out)}
+        (work / "job.json").write_text(json.dumps(job, indent=1))
+        rc, last = self._spawn(work, ["--equivalence", str(work / "job.json")], seconds + 300)
+        if rc != 0 or not out.is_file():
+            state = state | {"why": "unknown", "evidence": f"the equivalence run failed (exit {rc}): {last}"}
+        else:
+            got = json.loads(out.read_text())
+            why = got["why"]
+            if why == "out of reach":
+                took = (state.get("confirmation") or state).get("paths") or {}
+                if got.get("path") and took and got["path"] not in took:
+                    got["evidence"] += (f"; that case is on kernel path {got['path']}, which its campaigns never took "
+                                        f"(they took {', '.join(took)})")
+                dim = dimension(state["diff"])
+                got["evidence"] += f"; the line is about {dim}" if dim else ""
+            state = state | {"why": why, "evidence": got["evidence"], "equivalence": {
+                k: got[k] for k in ("cases", "in_contract", "out_of_contract", "paths")},
+                "status": {"equivalent": SHOWN_EQUIVALENT, "outside contract": OUTSIDE}.get(why, SURVIVED)}
         _write_state(folder, state)
         return state
 
@@ -403,6 +459,14 @@ def run_mutants(cfg: MutantsConfig, say=lambda line: None, select=None) -> dict:
             say(f"{len(pending)} survivor(s): confirmation runs of {cfg.budget_s * cfg.confirm_factor:g} s")
             confirmed = iter(runner.pool(runner.confirm, pending))
             states = [next(confirmed) if s["status"] == "unconfirmed" else s for s in states]
+        states = [_settled_why(s) for s in states]
+        unexplained = [(by_op[s["op"]], s, refs[s["op"]]) for s in states
+                       if s["status"] in (SURVIVED, EQUIVALENT) and not s.get("why")]
+        if unexplained and cfg.equivalence_cases:
+            say(f"{len(unexplained)} mutant(s) not killed: each beside the original on {cfg.equivalence_cases} "
+                "seeded cases, in and out of contract")
+            explained = {s["key"]: s for s in runner.pool(runner.explain, unexplained)}
+            states = [explained.get(s["key"], s) if s["status"] in (SURVIVED, EQUIVALENT) else s for s in states]
         return build(cfg, plans, skipped, refs, states, runner.device)
     except KeyboardInterrupt:
         # SIGINT, SIGTERM: what finished is kept, a report of it is not lost (the running
@@ -433,6 +497,22 @@ class CutShort(KeyboardInterrupt):
     def __init__(self, report: dict) -> None:
         super().__init__("cut short")
         self.report = report
+
+
+def _mutant_of(p: OpPlan, key: str) -> Mutant:
+    return next(m for m in p.mutants if m.key == key)
+
+
+def _settled_why(s: dict) -> dict:
+    """A not-killed mutant whose campaigns already say why: killed by its confirmation run only
+    (`slow`), or killed only by out-of-contract cases (`outside contract`, with --out-of-contract)."""
+    if s["status"] != SURVIVED or s.get("why"):
+        return s
+    if (s.get("confirmation") or {}).get("status") == KILLED:
+        return s | {"why": "slow", "evidence": s["reason"]}
+    if (s.get("reason") or "").startswith("killed only out of contract"):
+        return s | {"why": "outside contract", "evidence": s["reason"], "status": OUTSIDE}
+    return s
 
 
 def _verdict(state: dict) -> str:
