@@ -131,7 +131,8 @@ def traced(saved: SavedCase, spec: str, verdict: Verdict, shown: dict[str, int],
     attribution, why = attribute_isolated(saved.case, spec)
     sig = saved.finding.signature if saved.finding is not None else "-:-:mismatch:-:-"
     site = site_meta(sig, attribution, why)
-    read = attribution.sites.get("stray_read") if attribution is not None else None
+    # a guarded trace stopped at its first wild access (the run died unguarded): the crash's site, not a read to add
+    read = attribution.sites.get("stray_read") if attribution is not None and not attribution.guarded else None
     if read is not None:
         from .sites.site import where
 

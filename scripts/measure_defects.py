@@ -7,8 +7,8 @@ usage: python scripts/measure_defects.py [--release X.Y.Z] [--op OP ...] [--devi
 The defects are scripts/seeded_release_runs.py's `DEFECTS` (the release's `kv_indices.py`, one line
 each). Each mutant is fuzzed in contract by a real `kvfuzz fuzz` subprocess with `--report`. Per
 run the table gives the signatures the run's findings carry (the symptoms, what kvfuzz reported
-one by one without sites), the findings (saved cases) and the defects (the report's `defects`),
-and the defect keys (statement, kind). A mutation keeps every line number, so two runs whose
+one by one without sites), the findings (saved cases), the defects (the report's `defects`),
+the findings saved without a site, and the defect keys (statement, kind, inputs). A mutation keeps every line number, so two runs whose
 defects share a key are two seeded defects on different lines the grouping rule would merge if
 both were in one file: the last lines list them.
 """
@@ -62,11 +62,11 @@ def main() -> int:
     with ThreadPoolExecutor(args.parallel) as pool:
         rows = list(pool.map(lambda r: measure(*r, args, args.out, seeded), runs))
     (args.out / "defects.json").write_text(json.dumps(rows, indent=1))
-    print("| seeded defect | op | symptoms (signatures) | findings (cases) | defects | defect keys |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| seeded defect | op | symptoms (signatures) | findings (cases) | defects | without a site | defect keys |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['run']} | {r['op']} | {r.get('symptoms', '-')} | {r.get('findings', '-')} | "
-              f"{r.get('defects', '-')} | {'; '.join(r.get('keys', [])) or '-'} |")
+              f"{r.get('defects', '-')} | {len(r.get('no_site', []))} | {'; '.join(r.get('keys', [])) or '-'} |")
     found = [r for r in rows if r.get("symptoms")]
     one = [r for r in found if r["defects"] == 1]
     print(f"{len(one)} of {len(found)} seeded defects found are one defect each")

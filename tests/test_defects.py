@@ -56,8 +56,8 @@ def test_defects_on_different_lines_or_of_another_kind_or_without_a_site_stay_ap
     assert [len(d["symptoms"]) for d in ds] == [1, 1, 1, 1, 1]
     assert ds[0]["defect"] == "fi at kv_indices.py:44 (value)" and ds[1]["defect"] == "fi at kv_indices.py:44 (place)"
     assert ds[3]["defect"] == "fi:start:crash:-:SIGSEGV (no site)"
-    assert defect_key("fi", site("wrong_value", load=LOAD)) == ("fi", "kv_indices.py", 44, "place")  # copied
-    assert defect_key("fi", dict(LOAD, what="stray_read", says="r")) == ("fi", "kv_indices.py", 37, "place")
+    assert defect_key("fi", site("wrong_value", load=LOAD)) == ("fi", "kv_indices.py", 44, "place", ())  # copied
+    assert defect_key("fi", dict(LOAD, what="stray_read", says="r")) == ("fi", "kv_indices.py", 37, "place", ())
 
 
 def test_junit_counts_defects_first_and_lists_symptoms_under_each():
@@ -128,6 +128,6 @@ def test_an_exception_attributing_a_site_ends_that_stage_only(monkeypatch):
     x = _saved("flashinfer_kv_indices:start:out_of_bounds_write:kv_indices:after", None, 3)
     pipe._attribute(x.found, x.case, None)
     assert pipe.sites == {} and [e["stage"] for e in pipe.internal_errors] == ["site"]
-    crash = _saved("flashinfer_kv_indices:start:crash:-:SIGSEGV", None, 3)
-    pipe._attribute(crash.found, crash.case, None)  # no statement to name: nothing run, said so
-    assert pipe.sites["flashinfer_kv_indices:start:crash:-:SIGSEGV"]["none"].startswith("a crash")
+    refused = _saved("flashinfer_kv_indices:start:invalid_accepted:-:-", None, 3)
+    pipe._attribute(refused.found, refused.case, None)  # no statement to name: nothing run, said so
+    assert pipe.sites["flashinfer_kv_indices:start:invalid_accepted:-:-"]["none"].startswith("a run it must refuse")

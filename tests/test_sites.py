@@ -102,8 +102,9 @@ def test_a_cell_nobody_writes_is_a_lost_write_at_the_store_nearest_it(tmp_path):
     assert lost.says == "never writes kv_indices[2] (expected 102)"
 
 
-def test_a_crash_kind_has_no_site_and_says_why():
-    assert site_meta("op:p:crash:-:SIGSEGV", None) == {"none": "a crash, hang or GPU fault: no statement to name"}
+def test_a_kind_with_no_statement_has_no_site_and_says_why():
+    assert site_meta("op:p:invalid_accepted:-:-", None) == {"none": "a run it must refuse: no statement to name"}
+    assert site_meta("op:p:crash:-:SIGSEGV", None, "attribution timed out") == {"none": "attribution timed out"}
     assert site_line({"site": {"none": "x"}}) == "no site: x"
     assert site_line({}) == ""
 

@@ -16,6 +16,13 @@ each kind of wrong is kept, with its statement:
   a cell the contract leaves alone, to an input.
 * `stray_read`: a load outside every tensor argument's elements.
 * `overlap`: a cell two programs wrote with different values (on a GPU, either may be left).
+* `fault`: the first load or store (in the interpreter's order) with an address outside every
+  tensor argument of its launch: where a crash or GPU fault of the case faults. A run whose wild
+  access would kill the interpreter is traced guarded (trace.py): it stops before that access.
+
+Besides the sites: `reads`, every load statement that read outside the tensors (a wrong read may
+decide a store's address or mask without its value being stored), and `static`, per output the
+one `tl.store` statement of the kernels that ran that writes it (static.py), where there is one.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from ..places import region_of_byte
 from .site import Site
 from .trace import Access, Arg, Trace, Tracer
 
-ORDER = ("wrong_value", "lost_write", "stray_write", "untouched_write", "input_write", "stray_read", "overlap")
+ORDER = ("wrong_value", "lost_write", "stray_write", "untouched_write", "input_write", "stray_read", "overlap",
+         "fault")
 
 
 @dataclass
@@ -40,25 +48,32 @@ class Attribution:
     sites: dict[str, Site] = field(default_factory=dict)  # what -> the first such site
     error: str | None = None  # the target raised (the trace holds what ran before)
     truncated: bool = False
+    guarded: bool = False  # traced guarded: the run stopped before its first access outside the tensors
+    reads: list[dict] = field(default_factory=list)  # load statements that read outside: {file, line, text}
+    static: dict[str, Site] = field(default_factory=dict)  # output -> the only store statement writing it
+    depends: list[str] | None = None  # the inputs the case's broken precondition names ([]: in contract)
 
     def to_json(self) -> dict:
         return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
-                "truncated": self.truncated}
+                "truncated": self.truncated, "guarded": self.guarded, "reads": list(self.reads),
+                "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends}
 
     @classmethod
     def from_json(cls, d: dict) -> "Attribution":
         return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
-                   bool(d.get("truncated")))
+                   bool(d.get("truncated")), bool(d.get("guarded")), list(d.get("reads", ())),
+                   {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"))
 
 
-def run_traced(target, case: Case, plan: Plan) -> tuple[Trace, np.ndarray, int, str | None]:
+def run_traced(target, case: Case, plan: Plan, guard: bool = False) -> tuple[Trace, np.ndarray, int, str | None]:
     """(trace, the arena's bytes after the run, the arena's address, the error raised or None):
-    `case` run once on the CPU from its image."""
+    `case` run once on the CPU from its image; `guard`: stopped before its first access outside
+    every tensor argument of its launch (`trace.stopped`)."""
     from ..materialize import to_device
 
     arena, views = to_device(plan, "cpu")
     error = None
-    with Tracer() as tracer:
+    with Tracer(guard=guard) as tracer:
         try:
             target.invoke(case.op, views, case.scalars)
         except Exception as exc:  # what ran before it is still attributed
@@ -152,7 +167,12 @@ def _arg_place(args: list[Arg], addr: int) -> tuple[Arg | None, str, str]:
     argument's elements."""
     best, out = None, (None, "outside", "outside every tensor argument")
     for a in args:
-        if a.numel == 0:
+        if a.numel == 0:  # no elements: any access near its pointer is past its end
+            d = abs(addr - a.ptr)
+            n = max(addr - a.ptr, 0) // a.itemsize + 1
+            w = f"{n} element{'s' if n > 1 else ''} past the end of {a.name} (it has no elements)"
+            if best is None or d < best:
+                best, out = d, (a, "after", w)
             continue
         if addr >= a.hi:
             d, place = addr - a.hi, "after"
@@ -178,8 +198,8 @@ def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
         name, _ = arena.place(arg.ptr)
         if name is not None:
             return name
-    same = [n for n in names if case.tensors[n].numel == arg.numel
-            and arena.plan.regions[n].itemsize == arg.itemsize]
+    same = [n for n in names if n in case.tensors and n in arena.plan.regions
+            and case.tensors[n].numel == arg.numel and arena.plan.regions[n].itemsize == arg.itemsize]
     return same[0] if len(same) == 1 else arg.name
 
 
@@ -207,27 +227,32 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     sites = out.sites
     last_store: dict[int, tuple[Access, int, object]] = {}  # address -> (store, lane, value)
     writers: dict[int, tuple[tuple, object]] = {}  # address -> (program, value) of its first writer
+    inputs = [n for n in case.tensors if n not in outputs]
     for a in trace.accesses:
         launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
         args = launch.args if launch is not None else []
-        if a.op == "load":
-            if "stray_read" in sites or not args:
-                continue
-            ok = np.zeros(a.addrs.shape, dtype=bool)
-            for arg in args:
-                ok |= arg.holds(a.addrs)
-            if not ok.all():
-                addr = int(a.addrs[np.flatnonzero(~ok)[0]])
-                arg, place, words = _arg_place(args, addr)
-                inputs = [n for n in case.tensors if n not in outputs]
-                sites["stray_read"] = dataclasses.replace(
-                    _site(a, "stray_read", f"reads {words}"), tensor=_case_tensor(arena, case, arg, inputs),
-                    place=place)
-            continue
-        places = arena.places(a.addrs)  # per lane: (owner index or NOBODY, cell), or (None, -1) outside it
-        held = np.zeros(a.addrs.shape, dtype=bool)  # per lane outside the arena: in a tensor argument
+        held = np.zeros(a.addrs.shape, dtype=bool)  # per lane: in a tensor argument of the launch
         for arg in args:
             held |= arg.holds(a.addrs)
+        if args and not held.all():
+            addr = int(a.addrs[np.flatnonzero(~held)[0]])
+            arg, place, words = _arg_place(args, addr)
+            tensor = _case_tensor(arena, case, arg, inputs if a.op == "load" else outputs)
+            if "fault" not in sites:
+                verb = "reading" if a.op == "load" else "writing"
+                sites["fault"] = dataclasses.replace(
+                    _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
+                    tensor=tensor, place=place)
+            if a.op == "load":
+                read = {"file": a.file, "line": a.line, "text": _text(a.file, a.line)}
+                if read not in out.reads:
+                    out.reads.append(read)
+                if "stray_read" not in sites:
+                    sites["stray_read"] = dataclasses.replace(_site(a, "stray_read", f"reads {words}"),
+                                                              tensor=tensor, place=place)
+        if a.op == "load":
+            continue
+        places = arena.places(a.addrs)  # per lane: (owner index or NOBODY, cell), or (None, -1) outside it
         for i, (lane, addr, value) in enumerate(zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist())):
             prev = writers.get(addr)
             if prev is None:
@@ -268,6 +293,31 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                         tensor=_case_tensor(arena, case, arg, outputs), place=place)
     if cells is not None and accepted:
         _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
+    out.static = _static(case, arena, trace, outputs)
+    return out
+
+
+def _static(case: Case, arena: "_Arena", trace: Trace, outputs: tuple[str, ...]) -> dict[str, Site]:
+    """Per output: the one `tl.store` statement, in the source of the kernels that were given it,
+    whose pointer derives from its parameter (static.py); none where there are several or none."""
+    from .static import stores_through
+
+    found: dict[str, set[tuple]] = {}
+    for launch in trace.launches:
+        for arg in launch.args:
+            name = _case_tensor(arena, case, arg, outputs)
+            if name not in outputs or not launch.file:
+                continue
+            lines = stores_through(launch.file, launch.kernel, launch.line, arg.name)
+            found.setdefault(name, set()).update((launch.kernel, launch.file, n) for n in lines)
+            if not lines:
+                found[name].add(("?", "?", 0))  # given it, no store seen through it: ambiguous
+    out = {}
+    for name, stores in found.items():
+        if len(stores) == 1 and next(iter(stores))[2]:
+            kernel, file, line = next(iter(stores))
+            out[name] = Site(kernel, file, line, "tl.store", _text(file, line), "wrong_value",
+                             f"is the only `tl.store` to {name} in {kernel}")
     return out
 
 

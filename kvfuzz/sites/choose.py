@@ -1,14 +1,24 @@
 """Which of a case's sites (attribute.py) a finding stands on, by the finding's kind.
 
-A finding whose kind no statement explains (a crash, a hang, a GPU fault, a run that must have
-been refused, the oracles disagreeing) has no site; neither has one whose wrong the
-interpreter's run does not show (the cells are right there). `meta["site"]` says why then.
+* A crash or GPU fault stands on the case's `fault`: its first access outside every tensor of
+  its launch ("faults, reading 3 elements past the end of req_to_token").
+* A finding whose wrong the interpreter's run does not show (a value only the compiled kernel
+  computes wrong) stands on the static site of its tensor where there is one: the only
+  `tl.store` that writes it (`"static": true`).
+* Every site also carries `depends` (the inputs the case's broken precondition names, [] in
+  contract) and `reads` (the load statements of the case that read outside their tensors, other
+  than the site itself): the grouping rule uses both (defects.py).
+
+A finding whose kind no statement explains (a run that must have been refused, the oracles
+disagreeing), a crash whose run makes no access outside its tensors, and one with neither a
+dynamic nor a static site have `{"none": why}`.
 """
 
 from __future__ import annotations
 
 from ..findings import defect_kind
 from .attribute import Attribution
+from .site import Site
 
 # finding kind -> the kinds of wrong that explain it, the likeliest first
 CHOICE = {
@@ -19,9 +29,12 @@ CHOICE = {
     "out_of_bounds_read": ("stray_read",),
     "nondeterministic": ("stray_read", "overlap", "stray_write"),
     "backend_divergence": ("stray_read", "overlap", "wrong_value", "lost_write", "stray_write", "untouched_write"),
+    "crash": ("fault",),
 }
+# what a static site stands for, by finding kind: a wrong value the one store wrote, a stray write
+STATIC = {"mismatch": "wrong_value", "backend_divergence": "wrong_value", "nondeterministic": "wrong_value",
+          "out_of_bounds_write": "stray_write", "untouched_write": "untouched_write"}
 NO_SITE = {
-    "crash": "a crash, hang or GPU fault: no statement to name",
     "invalid_accepted": "a run it must refuse: no statement to name",
     "oracle_disagreement": "the oracles disagree: not the kernel's statement",
 }
@@ -38,9 +51,30 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
     for what in CHOICE.get(kind, ()):
         site = attribution.sites.get(what)
         if site is not None:
-            return dict(site.to_json(), **_root(site, attribution))
+            return dict(site.to_json(), **_root(site, attribution), **_context(site, attribution))
+    if kind == "crash":
+        error = f" (it raises {attribution.error})" if attribution.error else ""
+        return {"none": f"the interpreter's run makes no access outside its launch's tensors{error}: "
+                        "the crash is not a wild load or store"}
+    tensor = signature.split(":")[3] if signature.count(":") >= 4 else "-"
+    static = attribution.static.get(tensor)
+    if static is not None and kind in STATIC:
+        shows = ", ".join(attribution.sites) or "nothing wrong"
+        site = Site.from_json(dict(static.to_json(), what=STATIC[kind],
+                                   says=f"{static.says} (a static site: the interpreter's run shows no "
+                                        f"{kind.replace('_', ' ')}, {shows})"))
+        return dict(site.to_json(), static=True, **_context(site, attribution))
     seen = ", ".join(attribution.sites) or "nothing wrong"
-    return {"none": f"the interpreter's run shows no {kind.replace('_', ' ')} ({seen})"}
+    why = "" if tensor == "-" else f"; {tensor} has no single `tl.store` to name statically"
+    return {"none": f"the interpreter's run shows no {kind.replace('_', ' ')} ({seen}){why}"}
+
+
+def _context(site, attribution: Attribution) -> dict:
+    """What the grouping rule reads beside the site: the inputs the case depends on, and the
+    case's reads outside their tensors other than the site's own statement."""
+    reads = [r for r in attribution.reads if (r["file"], r["line"]) != (site.file, site.line)]
+    out = {} if attribution.depends is None else {"depends": list(attribution.depends)}
+    return dict(out, reads=reads) if reads else out
 
 
 def _root(site, attribution: Attribution) -> dict:

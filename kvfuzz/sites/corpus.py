@@ -33,10 +33,11 @@ def case_dirs(roots: list[Path]) -> list[Path]:
 
 
 def needs_site(meta_site: dict | None, signature: str) -> bool:
-    """Whether a saved case's site is worth attributing again: none recorded, or none for a
-    reason other than its kind (a crash has no statement to name, on any host)."""
+    """Whether a saved case's site is worth attributing again: none recorded, one recorded without
+    the inputs its case depends on (`depends`, which the grouping rule reads), or none for a
+    reason other than its kind (a run it must have refused has no statement to name, on any host)."""
     if meta_site and "none" not in meta_site:
-        return False
+        return "depends" not in meta_site
     return site_meta(signature, None).get("none") not in NO_SITE.values()
 
 

@@ -1,17 +1,22 @@
 """One defect, many symptoms: findings with the same site are one defect.
 
-A finding's defect is keyed by its op, the statement at its root and the kind of wrong there:
+A finding's defect is keyed by its op, the statement at its root, the kind of wrong there and
+the inputs it depends on:
 
 * the root is the statement itself; for a stray read whose value a store of the same case wrote
   out, that store (a mask that lets a load and its store both run one element too far is one
-  defect);
+  defect); and, across a run's findings, for a finding whose stored value came from a load, or
+  whose case read outside its tensors at a load, that load where it is itself the site of
+  another finding of the run (one wrong read showing at several stores is one defect);
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
-  from a wrong place) or "value" (a value computed wrong), `Site.kind`.
+  from a wrong place) or "value" (a value computed wrong), `Site.kind`;
+* the inputs are those the case's broken precondition names, none in contract (`depends`).
 
 So two defects that share a statement (a kernel with one store) stay apart when one puts values
-in the wrong place and the other computes wrong values, or when their values come from different
-loads (different inputs). Findings with no site (crashes, hangs, GPU faults, a run it must have
-refused, no attribution) are each their own defect, as their signature and case say.
+in the wrong place and the other computes wrong values, or when one shows in contract and the
+other only on an input outside it, or on another broken precondition. Findings with no site
+(a run it must have refused, no attribution) are each their own defect, as their signature and
+case say.
 """
 
 from __future__ import annotations
@@ -22,22 +27,56 @@ from typing import Any, Iterable, Mapping
 from .site import Site, site_of
 
 
+def _depends(site: Mapping[str, Any] | Site | None) -> tuple[str, ...]:
+    d = site.get("depends") if isinstance(site, Mapping) else None
+    return tuple(sorted(d)) if d else ()
+
+
 def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
-    """(op, file, line, kind) of the statement at a finding's root, or None without a site."""
+    """(op, file, line, kind, depends) of the statement at a finding's root, or None without a
+    site; `depends`: the inputs its case's broken precondition names, () in contract."""
     s = site if isinstance(site, Site) else site_of({"site": site}) if site else None
     if s is None:
         return None
     if s.root is not None:
-        return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind
-    return op, os.path.basename(s.file), s.line, s.kind
+        return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
+    return op, os.path.basename(s.file), s.line, s.kind, _depends(site)
+
+
+def root_keys(findings: list[dict]) -> list[tuple | None]:
+    """Each finding's defect key with the run's loads taken as roots: a finding whose stored value
+    came from a load (`load`) or whose case read outside its tensors at a load (`reads`) is keyed
+    at that load's, where another finding of the run with the same op and inputs is keyed at the
+    load itself (its own site, a stray read or a fault). Else its own `defect_key`."""
+    keys = [defect_key(_op(f), f.get("site")) for f in findings]
+    at_load = {(k[0], k[1], k[2], k[4]): k for k, f in zip(keys, findings)
+               if k is not None and (f.get("site") or {}).get("op") == "tl.load" and not (f.get("site") or {}).get("root")}
+    out = []
+    for k, f in zip(keys, findings):
+        site = f.get("site") or {}
+        if k is not None and site.get("op") == "tl.store":
+            loads = ([site["load"]] if site.get("load") else []) + list(site.get("reads") or ())
+            for load in loads:
+                hit = at_load.get((k[0], os.path.basename(str(load["file"])), int(load["line"]), k[4]))
+                if hit is not None:
+                    k = hit
+                    break
+        out.append(k)
+    return out
+
+
+def _op(f: dict) -> str:
+    return f.get("op") or f["signature"].split(":")[0]
 
 
 def defect_name(key: tuple | None, site: Mapping[str, Any] | None = None) -> str:
-    """How a report names a defect: "flashinfer_kv_indices at kv_indices.py:44 (place)"."""
+    """How a report names a defect: "flashinfer_kv_indices at kv_indices.py:44 (place)", with the
+    inputs an out-of-contract one depends on: "... (place; out of contract: page_table)"."""
     if key is None:
         return "no site"
-    op, file, line, kind = key
-    return f"{op} at {file}:{line} ({kind})"
+    op, file, line, kind = key[:4]
+    depends = key[4] if len(key) > 4 else ()
+    return f"{op} at {file}:{line} ({kind}{'; out of contract: ' + ', '.join(depends) if depends else ''})"
 
 
 def group(items: Iterable[Any], key) -> list[list[Any]]:
@@ -57,18 +96,17 @@ def defects_of(findings: list[dict]) -> list[dict]:
     from ..findings import kind_of
     from .site import site_line
 
-    def op(f: dict) -> str:
-        return f.get("op") or f["signature"].split(":")[0]
-
+    keys = dict(zip(map(id, findings), root_keys(findings)))
     out = []
-    for g in group(findings, lambda f: defect_key(op(f), f.get("site"))):
-        key = defect_key(op(g[0]), g[0].get("site"))
-        site = g[0].get("site") if key is not None else None
+    for g in group(findings, lambda f: keys[id(f)]):
+        key = keys[id(g[0])]
+        at = next((f for f in g if key is not None and defect_key(_op(f), f.get("site")) == key), g[0])
+        site = at.get("site") if key is not None else None
         out.append({
             "defect": defect_name(key) if key else f"{g[0]['signature']} (no site)",
-            "op": op(g[0]),
+            "op": _op(g[0]),
             "site": site,
-            "site_line": site_line({"site": g[0].get("site")}) if g[0].get("site") else "",
+            "site_line": site_line({"site": at.get("site")}) if at.get("site") else "no site: not attributed",
             "new": any(f.get("new", True) for f in g),
             "findings": [f["signature"] for f in g],
             "symptoms": [{"signature": s, "kind": kind_of(s), "path": s.split(":")[1], "contract": f.get("contract"),
@@ -78,7 +116,7 @@ def defects_of(findings: list[dict]) -> list[dict]:
     return out
 
 
-__all__ = ["defect_key", "defect_name", "defects_of", "group"]
+__all__ = ["defect_key", "defect_name", "defects_of", "group", "root_keys"]
 
 
 def header(n: int, defect: dict) -> str:

@@ -60,6 +60,8 @@ class Arg:
 class Launch:
     kernel: str
     args: list[Arg]
+    file: str = ""  # the kernel's source file and the line of its `def`
+    line: int = 0
 
 
 @dataclass
@@ -78,7 +80,6 @@ class Access:
     values: np.ndarray  # the value loaded or stored, one per active lane
     itemsize: int
     width: int  # lanes of the access, active or not (1: a scalar access)
-    width: int  # lanes of the access, active or not (1: a scalar access)
 
 
 @dataclass
@@ -88,6 +89,12 @@ class Trace:
     lanes: int = 0
     truncated: bool = False
     failed: str | None = None  # the tracer's own exception (kvfuzz's, never the target's): nothing to attribute
+    stopped: Access | None = None  # guarded: the access the run stopped before (outside every tensor argument)
+
+
+class Stopped(Exception):
+    """Raised by a guarded tracer instead of making an access outside every tensor argument of
+    its launch (one that may kill the interpreter: a wild read or write)."""
 
 
 def _arg(name: str, t) -> Arg | None:
@@ -107,9 +114,13 @@ def _arg(name: str, t) -> Arg | None:
 
 class Tracer:
     """`with Tracer() as t:` records every launch, load and store of kernels run under the
-    interpreter in this process into `t.trace`."""
+    interpreter in this process into `t.trace`. `Tracer(guard=True)` checks each access's
+    active addresses before it is made and stops the run (`Stopped`, `trace.stopped`) at the
+    first one outside every tensor argument of its launch, so a wild access cannot kill the
+    interpreter."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: bool = False) -> None:
+        self.guard = guard
         self.trace = Trace()
         self._saved: list[tuple[object, str, object]] = []
         self._launch = -1
@@ -129,11 +140,13 @@ class Tracer:
             return (f.f_code.co_name, f.f_code.co_filename, f.f_lineno) if f is not None else ("?", "?", 0)
 
         def create_masked_load(self, ptrs, mask, other, *rest, **kw):
+            tracer._check("load", self, ptrs, mask, site)
             ret = load(self, ptrs, mask, other, *rest, **kw)
             tracer._guarded("load", self, ptrs, mask, lambda: ret.data, site)
             return ret
 
         def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+            tracer._check("store", self, ptrs, mask, site, lambda: value.data)
             tracer._guarded("store", self, ptrs, mask, lambda: value.data, site)
             return store(self, ptrs, value, mask, *rest, **kw)
 
@@ -147,7 +160,9 @@ class Tracer:
             except Exception as exc:  # kvfuzz's own: the run goes on, untraced
                 tracer.trace.failed = tracer.trace.failed or f"{type(exc).__name__}: {exc}"
                 tensors = []
-            tracer.trace.launches.append(Launch(self.fn.__name__, tensors))
+            code = getattr(self.fn, "__code__", None)
+            tracer.trace.launches.append(Launch(self.fn.__name__, tensors, getattr(code, "co_filename", ""),
+                                                getattr(code, "co_firstlineno", 0)))
             tracer._launch = len(tracer.trace.launches) - 1
             return call(self, *args, **kwargs)
 
@@ -162,6 +177,27 @@ class Tracer:
         for owner, name, old in reversed(self._saved):
             setattr(owner, name, old)
         self._saved.clear()
+
+    def _check(self, op: str, builder, ptrs, mask, site, values=None) -> None:
+        """Guarded: `Stopped` before an access with an active lane outside every tensor argument
+        of its launch (recorded as the trace's last access and `trace.stopped`)."""
+        if not self.guard or self.trace.stopped is not None:
+            return
+        launch = self.trace.launches[self._launch] if 0 <= self._launch < len(self.trace.launches) else None
+        if launch is None or not launch.args:
+            return
+        addrs = np.asarray(ptrs.data).reshape(-1).astype(np.uint64)
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).reshape(-1)
+        ok = np.zeros(addrs.shape, dtype=bool)
+        for arg in launch.args:
+            ok |= arg.holds(addrs)
+        if (ok | ~active).all():
+            return
+        fill = (lambda: values()) if values is not None else (lambda: np.zeros(np.shape(ptrs.data), dtype=np.int64))
+        n = len(self.trace.accesses)
+        self._guarded(op, builder, ptrs, mask, fill, site)
+        self.trace.stopped = self.trace.accesses[-1] if len(self.trace.accesses) > n else None
+        raise Stopped(f"{op} outside every tensor argument")
 
     def _guarded(self, op: str, builder, ptrs, mask, values, site) -> None:
         """`_record`, where an exception of the tracer's own is kept in `trace.failed` and never
