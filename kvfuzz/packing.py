@@ -54,7 +54,7 @@ from .materialize import CANARY_BYTE, GUARD_MAX, GUARD_MIN, NOBODY, Layout, refi
 from .ops.record import POOL, PREFIX, ROWS, NoPacking, PackSpec
 from .places import round_up
 
-DEFAULT_K = {"cpu": 8, "cuda": 16}  # cases per packed launch (--pack K)
+DEFAULT_K = {"cpu": 8, "cuda": 16}  # cases per packed launch in `kvfuzz bench`'s packed pass
 
 
 def spec_of(op: str) -> PackSpec | None:
@@ -310,6 +310,15 @@ def group(spec: PackSpec, prepared: list[Prepared], repeat: list[bool], cross: l
     return sorted(out)
 
 
+def _written(pk: "Pack", part: np.ndarray) -> bool:
+    """Whether a pack's image could be written; one that cannot (or raises on a layout the pack
+    spec did not foresee) is dropped, and its cases launch alone: packing never costs a case."""
+    try:
+        return bool(pk.write(part))
+    except Exception:
+        return False
+
+
 def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int) -> tuple:
     """(image, launches, packs) of a batch: every case's own image and launch (a packed case's
     launch computes its torch oracle only), then one launch per pack. `packs` is None where
@@ -321,7 +330,13 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
     if not groups:
         image, batch = plain(prepared, repeat, cross)
         return image, batch, None
-    packs = [Pack(spec, [prepared[i] for i in g]) for g in groups]
+    try:
+        packs = [Pack(spec, [prepared[i] for i in g]) for g in groups]
+    except Exception:  # a layout the pack spec did not foresee: these cases run alone, as unpacked
+        packs, groups = [], []
+    if not groups:
+        image, batch = plain(prepared, repeat, cross)
+        return image, batch, None
     sizes = [p.plan.size for p in prepared] + [pk.size for pk in packs]
     bases, cursor = [], 0
     for n in sizes:
@@ -336,7 +351,7 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
             part[:] = p.plan._image
     kept, member_of, launch_of = [], {}, []
     for g, pk, base in zip(groups, packs, bases[len(prepared):]):
-        if pk.write(image[base : base + pk.size]):
+        if _written(pk, image[base : base + pk.size]):
             for place, i in enumerate(g):
                 member_of[i] = (len(kept), place)
             kept.append((pk, base, repeat[g[0]]))

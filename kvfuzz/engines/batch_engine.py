@@ -15,7 +15,7 @@
 * Out of contract: one stint in five applies one kind of contract violation to all its
   cases (`OpGenerator.stint`), so a violation that changes what a kernel specialises on
   costs one variant.
-* Packed launches (`pack`, default `packing.DEFAULT_K` per device): in-contract cases of one
+* Packed launches (`pack`, `--pack K`; off by default): in-contract cases of one
   class share a launch, k at a time, where the op's record says how (kvfuzz/packing.py); each
   is judged on its own arena, and a finding of a packed case counts only once the case alone
   shows it (else it is a packing artefact).
@@ -282,11 +282,11 @@ def sized(classes: list, sizes: str | None) -> list:
 
 
 def pack_size(o: EngineOptions, executor) -> int:
-    """Cases per packed launch: `o.pack` (0 or 1: none), else the device's default; none beside a
+    """Cases per packed launch: `o.pack` (None, 0 or 1: none); none beside a
     cross-check or a baseline (they run each case's own launch on a second worker)."""
     if o.cross_every or hasattr(executor, "primary"):  # cross.CrossExecutor, baseline.BaselineExecutor
         return 1
-    return packing.DEFAULT_K.get(o.device, 8) if o.pack is None else o.pack
+    return 1 if o.pack is None else o.pack  # packing is opt-in: it does not pay yet (docs/performance.md)
 
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",
