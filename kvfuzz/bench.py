@@ -91,8 +91,9 @@ def _checked(op: str, target: str, device: str, seed: int, budget_s: float, max_
     passes' stats, bare calls per second) of the campaign loop over the op's case stream (its
     classes of `sizes` only) in one worker: the first pass, packed, compiles (or loads) what it
     meets; then `rounds` times a pass over the same cases unpacked (`--pack 1`), one packed
-    (`pack`; None: the device's default), warm, and right after them a bare pass over them in
-    this process (0 for the bare figure with no rounds)."""
+    (`pack`; None: `packing.DEFAULT_K` for the device), warm, and right after them a bare pass
+    over them in this process (0 for the bare figure with no rounds)."""
+    pack = DEFAULT_K.get(device, 8) if pack is None else pack  # a campaign's default packs nothing
     executor = _executor(target, device, isolate, baseline)
     try:
         keys = set(executor.launch_keys)
@@ -299,6 +300,7 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     if pack is not None and pack < 1:
         raise BadInput(f"--pack must be >= 1, got {pack}")
     device = devmod.select(device)
+    pack = DEFAULT_K.get(device, 8) if pack is None else pack  # the packed passes pack (a campaign does not)
     from .targets import load_target, variant_for
 
     loaded = load_target(target, device)
