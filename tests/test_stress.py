@@ -143,7 +143,7 @@ def test_in_contract_only_keeps_a_defect_a_stress_case_showed_first(tmp_path, mo
     contract = CONTRACTS["flashmla_kv_indices"]
     monkeypatch.setitem(contract.__dict__, "stress", first_case_only)
     add = base.OpRun.add
-    monkeypatch.setattr(base.OpRun, "add", lambda self, f, case: sinks.append(f.signature) or add(self, f, case))
+    monkeypatch.setattr(base.OpRun, "add", lambda self, f, case, sink=True: sinks.append(f.signature) or add(self, f, case, sink))
     old = "pages = (tl.maximum(n, 0) + PS - 1) // PS"
     path = tmp_path / "rounded_down.py"
     src = KERNEL.read_text()
