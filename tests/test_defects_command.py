@@ -33,7 +33,7 @@ def test_a_case_saved_without_a_site_gets_one_and_keeps_it(tmp_path, capsys):
     assert len(doc["defects"]) == 1 and doc["defects"][0]["findings"] == [doc["findings"][0]["signature"]]
     # a kept site is not attributed again: the same listing, nothing run
     assert main(["defects", str(corpus / CASE.name)]) == 0
-    assert "DEFECT 1: decode_metadata at metadata_kernels.py:" in capsys.readouterr().out
+    assert f"DEFECT 1: decode_metadata at {seed.name}:" in capsys.readouterr().out
 
 
 def test_no_saved_case_is_one_line_and_exit_2(tmp_path, capsys):
