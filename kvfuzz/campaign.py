@@ -42,6 +42,7 @@ from .ops import CONTRACTS, contract_label, contract_status, get_contract
 from .outcome import op_status
 from .pipeline import Flaky, FindingPipeline, Saved
 from .plan import Plan
+from .strategies.feature_filter import feature_filter
 from .progress import OpProgress, lines_to
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
 
@@ -79,6 +80,7 @@ class CampaignConfig:
     baseline: str | None = None  # a second target every case also runs on: regressions, fixes, changes
     sites: bool = True  # each saved finding's defect site, attributed under the interpreter (kvfuzz/sites)
     call_sites: Path | None = None  # call sites to check besides a release's own (callsites/launch.py)
+    features: tuple[str, ...] = ()  # --feature: only cases with a feature fully matching one of these
 
     def validate(self) -> None:
         for op in self.ops:
@@ -111,6 +113,9 @@ class CampaignConfig:
         why = engine_class(self.engine).missing()
         if why:
             raise BadInput(why)
+        if self.features and self.engine != "batch":  # the filter acts on the batched engine's stream
+            raise BadInput(f"--feature needs --engine batch, got --engine {self.engine}")
+        feature_filter(self.features)  # a pattern that does not compile: BadInput
         i, n = self.shard
         if not (n >= 1 and 1 <= i <= n):
             raise BadInput(f"--shard must be I/N with 1 <= I <= N, got {i}/{n}")
@@ -190,6 +195,7 @@ class CampaignResult:
             "positions": {s.op: s.position for s in self.stats},
             "cross_check": self.config.cross_check,
             "baseline": self.config.baseline,
+            "feature": list(self.config.features),  # --feature (each op's feature_filter: drawn, dropped)
             "seconds": round(self.seconds, 2),
             "startup_s": round(self.startup_s, 2),
             "since_import_s": None if self.since_import_s is None else round(self.since_import_s, 2),
@@ -297,7 +303,8 @@ class CampaignState:
         i, n = cfg.shard
         self.path = Path(cfg.campaign_dir) / f"state-{i}-of-{n}.json"
         self.who = {"target": cfg.target, "seed": cfg.seed, "engine": cfg.engine,
-                    "in_contract_only": cfg.in_contract_only, "variant": cfg.variant}
+                    "in_contract_only": cfg.in_contract_only, "variant": cfg.variant,
+                    **({"features": list(cfg.features)} if cfg.features else {})}  # --feature: its own stream
         self.positions: dict[str, int] = {}
         self.saved_at = 0.0
         if self.path.is_file():
@@ -474,7 +481,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                                     rerun_every=cfg.rerun_for(device), batch=cfg.batch, pack=cfg.pack,
                                     cross_every=cfg.cross_check_every if cfg.cross_check else 0,
                                     case_timeout_s=cfg.case_timeout_s, shrink_budget_s=cfg.minimize_budget_s / 2,
-                                    campaign_dir=cfg.campaign_dir)
+                                    campaign_dir=cfg.campaign_dir, feature=feature_filter(cfg.features))
             s, found = run_engine(engine_cls(op, executor, options), budget_s=turn.budget_s,
                                   max_cases=cfg.max_cases, start=state.start(op) if state else 0,
                                   until=turn.fuzz_end, until_clean=turn.op_end, first_by=turn.first_by,
@@ -490,7 +497,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             if state is not None:
                 state.note(op, s.position, force=True)
             if not s.cases:
-                not_run[op] = f"no case finished in its {s.seconds:.1f} s"
+                not_run[op] = s.unrunnable or f"no case finished in its {s.seconds:.1f} s"
             if progress:
                 progress(f"[{op}] done: {s.cases} cases in {s.seconds:.1f} s, {len(found)} findings")
                 if s.held_back:  # cases like a known crash, drawn in one stint of ten (held_back.py)

@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--markdown", type=Path, metavar="FILE.md",
                    help="write a Markdown report, with PNG plots beside it (matplotlib: kvfuzz[report])")
     f.add_argument("--in-contract-only", action="store_true", help="generate only in-contract cases")
+    f.add_argument("--feature", action="append", dest="features", metavar="REGEX",
+                   help="only cases having a feature that fully matches REGEX (repeatable: any of them), such "
+                   "as a production launch mode (delta:verify, tombstone:.*); classes without it leave the pool, "
+                   "other cases are drawn and dropped (the report counts them); an op none of whose cases can "
+                   "have it is reported not run (exit 3)")
     f.add_argument("--variant", help="judge with this contract variant (e.g. live_prefix)")
     f.add_argument("--minimize-budget", type=float, default=30.0, metavar="SECONDS",
                    help="time to minimize each new finding (default 30; 0 to skip)")
@@ -299,7 +304,12 @@ def cmd_fuzz(args) -> int:
         rerun_every=args.rerun_every, case_timeout_s=args.case_timeout, batch=args.batch, pack=args.pack,
         confirm_tries=args.confirm_tries, shard=args.shard, campaign_dir=args.campaign_dir,
         cross_check=args.cross_check, cross_check_every=args.cross_check_every, ops_named=bool(args.ops),
-        time_limit_s=args.time_limit, baseline=args.baseline, call_sites=args.call_sites)
+        time_limit_s=args.time_limit, baseline=args.baseline, call_sites=args.call_sites,
+        features=tuple(args.features or ()))
+    if cfg.features:  # a pattern that does not compile: one line, before any worker starts
+        from .strategies.feature_filter import feature_filter
+
+        feature_filter(cfg.features)
     if args.cross_check:  # refused before any worker starts, and once (not per shard)
         from . import device as devmod
         from .cross import check_backend
@@ -333,6 +343,10 @@ def cmd_fuzz(args) -> int:
             f" [variant {s.contract_variant}]" if s.contract_variant else "")
         if s.engine:  # the atheris engine's figures
             status += f"; {engine_line(s.engine)}"
+        if s.feature_filter and s.cases:  # --feature: what the filter left of the stream
+            ff = s.feature_filter
+            status += (f"; --feature: {ff['classes']} classes, {ff['drawn']} cases drawn, "
+                       f"{ff['dropped']} dropped")
         if line["status"] == NOT_RUN:
             status = f"NOT RUN: {line['reason']}"
         elif line["status"] == CUT_SHORT:

@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from ..case import Case
 from ..check import Checker
@@ -30,6 +30,9 @@ from ..findings import Finding
 from ..judge import Verdict
 from ..worker import Executor
 from .common import Found, OpStats
+
+if TYPE_CHECKING:
+    from ..strategies.feature_filter import FeatureFilter
 
 
 @dataclass
@@ -50,6 +53,7 @@ class EngineOptions:
     case_timeout_s: float = 60.0
     shrink_budget_s: float = 20.0  # Hypothesis' own shrinking of a new finding
     campaign_dir: Path | None = None  # where atheris keeps its libFuzzer inputs (else kvfuzz's cache)
+    feature: FeatureFilter | None = None  # --feature: only cases with a matching feature (batched engine)
 
 
 class OpRun:

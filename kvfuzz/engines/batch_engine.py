@@ -47,8 +47,9 @@ from ..held_back import HeldBack
 from ..judge import Verdict
 from ..reduce import record_case
 from ..strategies import GENERATORS
-from ..strategies.coverage import is_production
+from ..strategies.coverage import CANDIDATES, is_production
 from ..strategies.draw import RandomDraw
+from ..strategies.feature_filter import SAMPLES, FeatureFilter, class_hits
 from ..worker import Executor
 from .base import Engine, EngineOptions, OpRun, run_engine
 from .common import Found, OpStats, fit_target
@@ -83,9 +84,15 @@ class BatchEngine(Engine):
         tick = time.perf_counter
         t = tick()
         # the same for every shard; the variant's later-release arguments only where it has them
-        classes = sized(gen.pool(seed if o.pool_seed is None else o.pool_seed, self.pool, o.variant), self.sizes)
+        classes = sized(gen.pool(seed if o.pool_seed is None else o.pool_seed, self.pool, o.variant, o.feature),
+                        self.sizes)
         stats.add_stage("generate", tick() - t)
-        if not classes:  # no class of the size asked for
+        flt = FeatureCount(o.feature, classes) if o.feature else None
+        if flt is not None:
+            stats.feature_filter = flt.to_json()
+        if not classes:  # no class of the size asked for, or none whose cases have the feature asked for
+            if flt is not None:
+                stats.unrunnable = flt.none_line(CANDIDATES)
             return
         lacks = getattr(executor, "lacks", {})  # optional tensors the target cannot take
         keys_before = set(executor.launch_keys)
@@ -108,6 +115,10 @@ class BatchEngine(Engine):
                 if o.variant:
                     case = case.replace(variant=o.variant)
                 case = fit_target(case, lacks)
+                if flt is not None and not flt.keeps(gen.all_features(case)):  # --feature: a case without it
+                    stats.add_stage("generate", tick() - t)
+                    drawn += 1
+                    continue
                 if held.keys and held.holds(gen.all_features(case), drawn // stint):
                     stats.add_stage("generate", tick() - t)
                     drawn += 1
@@ -117,6 +128,8 @@ class BatchEngine(Engine):
                 out.append(self.checker.prepare(case, drawn, stats.add_stage))
                 drawn += 1
             stats.held_back = held.to_json()
+            if flt is not None:
+                stats.feature_filter = flt.to_json()
             return out
 
         def pack(prepared: list[Prepared]) -> tuple:
@@ -130,6 +143,8 @@ class BatchEngine(Engine):
 
         def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
             nxt = draw_batch(batch)
+            while not nxt and flt is not None and more():  # --feature dropped a whole batch's draws
+                nxt = draw_batch(batch)
             t = tick()
             packed = pack(nxt) if nxt else None
             stats.add_stage("submit", tick() - t)
@@ -272,6 +287,32 @@ class BatchEngine(Engine):
                 nxt, packed = drawn_and_packed()
         live_counts()
         stats.held_back = held.to_json()
+
+
+class FeatureCount:
+    """`--feature` in one op's stream: the filter, the pool it left and how many of those
+    classes gave the feature in every sampled case (class-level: no case of theirs is dropped),
+    and the cases drawn and dropped."""
+
+    def __init__(self, feature: FeatureFilter, classes: list) -> None:
+        self.feature = feature
+        self.classes = len(classes)
+        self.whole = sum(class_hits(GENERATORS[k.op], k, feature) == SAMPLES for k in classes)
+        self.drawn = self.dropped = 0
+
+    def keeps(self, features: set[str]) -> bool:
+        self.drawn += 1
+        ok = self.feature.matches(features)
+        self.dropped += not ok
+        return ok
+
+    def none_line(self, candidates: int) -> str:
+        return (f"no case has a feature matching {self.feature.describe()} "
+                f"({candidates} candidate classes, {SAMPLES} cases drawn from each)")
+
+    def to_json(self) -> dict:
+        return {"patterns": list(self.feature.patterns), "classes": self.classes, "class_level": self.whole,
+                "drawn": self.drawn, "dropped": self.dropped}
 
 
 def sized(classes: list, sizes: str | None) -> list:

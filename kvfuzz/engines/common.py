@@ -50,6 +50,9 @@ class OpStats:
     cross_checked: int = 0  # cases also run on the cross-check backend and compared (--cross-check)
     engine: dict = field(default_factory=dict)  # the engine's own figures (atheris: execs/s, coverage)
     held_back: list = field(default_factory=list)  # cases held back like a known crash, per key (held_back.py)
+    # --feature: the filter, the pool it left, the cases drawn and dropped (batch_engine.FeatureCount)
+    feature_filter: dict | None = None
+    unrunnable: str | None = None  # why the engine could draw no case at all (no class has the feature)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -89,6 +92,7 @@ class OpStats:
             "cross_checked": self.cross_checked,
             "held_back": self.held_back,
             **({"engine": self.engine} if self.engine else {}),
+            **({"feature_filter": self.feature_filter} if self.feature_filter is not None else {}),
         }
 
 

@@ -18,6 +18,7 @@ from ..case import Case
 from ..ops import RecordView, record
 from .coverage import class_pool, generic_features
 from .draw import CompileClass, Draw, HypothesisDraw, RandomDraw
+from .feature_filter import FeatureFilter, class_hits
 from .layouts import layouts
 
 if TYPE_CHECKING:  # Hypothesis loads when a strategy is built: a worker never builds one
@@ -81,14 +82,19 @@ class OpGenerator:
     def all_features(self, case: Case) -> set[str]:
         return generic_features(case) | self.features(case)
 
-    def pool(self, seed: int, size: int, variant: str | None = None) -> list[CompileClass]:
+    def pool(self, seed: int, size: int, variant: str | None = None,
+             feature: FeatureFilter | None = None) -> list[CompileClass]:
+        """The campaign's compile classes; with `feature` (`--feature`), only classes whose
+        sampled cases show a matching feature (feature_filter.py), possibly none."""
         # the same seeds for every variant: one without later arguments gets the op's own pool
-        return list(_pool(self, seed, size, variant))
+        return list(_pool(self, seed, size, variant, feature))
 
 
 @functools.lru_cache(maxsize=64)  # the same pool for each pass of a bench, each resumed run (tens of ms each)
-def _pool(gen: OpGenerator, seed: int, size: int, variant: str | None) -> tuple[CompileClass, ...]:
-    return tuple(class_pool(gen.class_for(variant), gen.op, seed, size, gen.class_features))
+def _pool(gen: OpGenerator, seed: int, size: int, variant: str | None,
+          feature: FeatureFilter | None = None) -> tuple[CompileClass, ...]:
+    keep = None if feature is None else (lambda k: class_hits(gen, k, feature) > 0)
+    return tuple(class_pool(gen.class_for(variant), gen.op, seed, size, gen.class_features, keep=keep))
 
 
 @functools.lru_cache(maxsize=256)  # asked once per case of the stint

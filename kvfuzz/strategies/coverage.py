@@ -24,6 +24,7 @@ from .draw import CompileClass, RandomDraw
 
 ODD = "odd_stride"
 MISALIGNED = "misaligned"
+CANDIDATES = 400  # the random classes a pool is chosen from
 CLASS_SEED = "class_seed"  # the key of a pool class's RandomDraw seed in its memo
 
 
@@ -78,13 +79,18 @@ def class_features(k: CompileClass) -> set[str]:
 
 def class_pool(draw_class: Callable, op: str, seed: int, size: int,
                extra_features: Callable[[CompileClass], set[str]] | None = None,
-               candidates: int = 400) -> list[CompileClass]:
+               candidates: int = CANDIDATES, keep: Callable[[CompileClass], bool] | None = None) -> list[CompileClass]:
     """`size` compile classes: a greedy cover of every class feature the candidates show (and
     of the op's own combinations, `extra_features`), then random ones; the same (op, seed,
-    size) gives the same pool."""
+    size) gives the same pool. `keep`: only the candidates it accepts (`--feature`; the pool
+    may then be smaller than `size`, or empty)."""
     cands = [draw_class(RandomDraw(f"{seed}:{op}:class:{i}")) for i in range(candidates)]
     for i, k in enumerate(cands):  # where each was drawn from, to record its choices (kvfuzz.reduce)
         k.memo[CLASS_SEED] = f"{seed}:{op}:class:{i}"
+    if keep is not None:
+        cands = [k for k in cands if keep(k)]
+        if not cands:
+            return []
     big = [i for i, k in enumerate(cands) if is_production(k)]
     if big and len(big) < len(cands):
         # production-size classes (tables 32K wide, lengths to 128K, batches past 256) cost the
