@@ -82,8 +82,9 @@ def test_a_bad_pattern_or_another_engine_is_refused():
 
 @pytest.mark.nokernel
 def test_the_cli_refuses_a_pattern_that_does_not_compile_in_one_line():
-    p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--op", "num_kv_splits", "--feature", "max_num_seq:(",
-                        "--budget", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "kvfuzz.cli", "fuzz", "--op", "num_kv_splits",
+                        "--feature", "max_num_seq:(", "--budget", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [p.stderr.strip()]
     assert "--feature 'max_num_seq:(' is not a regular expression" in p.stderr and "Traceback" not in p.stderr

@@ -93,7 +93,8 @@ def test_total_runs_only_what_a_pair_lacks(tmp_path):
     lines = p.stdout.splitlines()
     assert lines[0].startswith("2 pairs (op x mode), 1 to run")
     assert lines[1].endswith("(done: 600 s)")
-    assert "--budget 150 " in lines[2] and f"--report {tmp_path}/num_kv_splits__max_num_seq:2048/report-2.json" in lines[2]
+    assert "--budget 150 " in lines[2]
+    assert f"--report {tmp_path}/num_kv_splits__max_num_seq:2048/report-2.json" in lines[2]
 
 
 @pytest.mark.slow
