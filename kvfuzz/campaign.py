@@ -528,6 +528,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 stats.append(OpStats(op))
                 not_run[op] = f"the run was stopped by {stopped} before its turn"
         stats.sort(key=lambda s: cfg.ops.index(s.op))
+        for s in stats:  # what confirming cost each op (its findings, and their minimized cases)
+            s.confirm_seconds, s.confirm_batches = pipeline.confirming.get(s.op, (0.0, 0)) if pipeline else (0.0, 0)
         since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
         _first_campaign[0] = False
         versions = pipeline.versions if pipeline is not None else {"gpu": devmod.describe(device)}

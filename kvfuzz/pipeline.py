@@ -150,6 +150,7 @@ class FindingPipeline:
         self.deadline: float | None = None
         self.confirm_guess_s = 0.0  # what a confirmation costs before one has been timed (a process start)
         self.confirm_took: list[float] = []  # each confirmation batch's seconds
+        self.confirming: dict[str, list] = {}  # op -> [seconds confirming, confirmation batches] (the report's)
         self.unconfirmed_why: dict[str, str] = {}  # signature -> why it was saved unconfirmed
         self.against_defect: dict[str, dict] = {}  # class signature -> new defect or new symptom (baseline.py)
         self.baseline_sites: dict[str, list[dict] | None] = {}  # case digest -> where the baseline goes wrong on it
@@ -197,10 +198,7 @@ class FindingPipeline:
         confirmations: list[Confirmation | None] = []
         if todo:
             try:
-                cases = [self._saved_case(f, f.case) for _, f in todo]
-                confirmations = ([confirm(cases[0], self.fresh, self.cfg.confirm_tries)] if len(cases) == 1
-                                 else confirm_many(cases, self.fresh, self.cfg.confirm_tries))
-                self.confirm_took.append(confirmations[0].seconds)
+                confirmations = self._confirm([self._saved_case(f, f.case) for _, f in todo])
             except Exception as exc:
                 for i, f in todo:
                     self._fault("confirm", exc, f.finding.signature)
@@ -223,9 +221,25 @@ class FindingPipeline:
             self._fault("save", exc, f.finding.signature)
             return "new"
 
+    def _confirm(self, cases: list[SavedCase]) -> list[Confirmation]:
+        """`cases` confirmed in one set of fresh processes, timed and counted for their op."""
+        t = time.monotonic()
+        try:
+            if len(cases) == 1:
+                return [confirm(cases[0], self.fresh, self.cfg.confirm_tries)]
+            return confirm_many(cases, self.fresh, self.cfg.confirm_tries)
+        finally:
+            seconds = time.monotonic() - t
+            self.confirm_took.append(seconds)
+            tally = self.confirming.setdefault(cases[0].case.op, [0.0, 0])
+            tally[0] += seconds
+            tally[1] += 1
+
     def confirm_cost(self) -> float:
-        """What the next confirmation will take: the longest one timed, else the guess."""
-        return max(self.confirm_took, default=self.confirm_guess_s)
+        """What the next confirmation will take: the longer of the last two timed, else the
+        guess. The first one starts its processes; later ones find spares started
+        (`WorkerExecutor.fresh_many`) and cost their cases, so an old maximum would overstate it."""
+        return max(self.confirm_took[-2:], default=self.confirm_guess_s)
 
     def time_to_confirm(self) -> bool:
         """Whether a confirmation started now ends by the run's deadline."""
@@ -595,8 +609,7 @@ class FindingPipeline:
             no_time = finding is not None and not self.time_to_confirm()
             if finding is not None and not no_time:
                 try:
-                    c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
-                    self.confirm_took.append(c.seconds)
+                    c = self._confirm([self._saved_case(f, case, tuple(log))])[0]
                 except Exception as exc:  # the minimized case is not confirmed: the first one stays
                     self._fault("confirm", exc, sig)
             minimized_confirmed = bool(c and c.confirmed)

@@ -50,6 +50,8 @@ class OpStats:
     cross_checked: int = 0  # cases also run on the cross-check backend and compared (--cross-check)
     engine: dict = field(default_factory=dict)  # the engine's own figures (atheris: execs/s, coverage)
     held_back: list = field(default_factory=list)  # cases held back like a known crash, per key (held_back.py)
+    confirm_seconds: float = 0.0  # confirming the op's findings in fresh processes (pipeline.py), minimized cases too
+    confirm_batches: int = 0  # confirmations made (the findings shown together confirmed as one)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -88,6 +90,7 @@ class OpStats:
             "contract_variant": self.contract_variant,
             "cross_checked": self.cross_checked,
             "held_back": self.held_back,
+            "confirm_seconds": round(self.confirm_seconds, 2), "confirm_batches": self.confirm_batches,
             **({"engine": self.engine} if self.engine else {}),
         }
 
