@@ -146,6 +146,10 @@ class WorkerExecutor:
 
     _spares: tuple = ()  # idle processes that have run no case (replaced, never changed in place)
     _spares_due = 0  # how many spares to keep once the worker next answers (0: none)
+    # a confirmation's worker (`fresh`): killed on close instead of waited for; it ran its
+    # cases and keeps nothing, and a worker's orderly exit (torch's teardown) took 0.5 s on the
+    # CPU, three of them a confirmation's critical path
+    throwaway = False
 
     def __init__(self, target_spec: str, device: str, timeout_s: float = 60.0,
                  env: dict[str, str] | None = None, standby: bool = False,
@@ -249,7 +253,12 @@ class WorkerExecutor:
             if self.use_standby:
                 self.standby = self._spawn()
                 self._standby_due = False
-        return WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
+        return self._throwaway(proc)
+
+    def _throwaway(self, proc: subprocess.Popen | None) -> "WorkerExecutor":
+        made = WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
+        made.throwaway = True
+        return made
 
     def fresh_many(self, n: int) -> list["WorkerExecutor"]:
         """`n` executors on processes that have run no case: the spares, ready since the last
@@ -263,7 +272,7 @@ class WorkerExecutor:
         made: list[WorkerExecutor] = []
         try:
             for proc in procs:
-                made.append(WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc))
+                made.append(self._throwaway(proc))
         except BaseException:
             for ex in made:
                 ex.close()
@@ -428,6 +437,8 @@ class WorkerExecutor:
                     idle.kill()
                 idle.wait()
         self.standby, self._spares = None, ()
+        if self.throwaway:
+            self._kill()
         if self.proc and self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
