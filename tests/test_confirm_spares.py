@@ -1,0 +1,163 @@
+"""From a campaign's first confirmation on, `confirm_tries` fresh workers are kept started and
+idle (spares), so the next confirmation costs running its cases, not a process start. On the
+H200 a plain 30 s run of a release's draft_extend_metadata confirmed 14 findings, each in
+fresh processes started for it, and ran past 112 s."""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kvfuzz import worker
+from kvfuzz.campaign import CampaignConfig, run_campaign
+from kvfuzz.confirm import confirm
+from kvfuzz.corpus import environment_versions
+from kvfuzz.engines.base import OpRun
+from kvfuzz.findings import Finding
+from kvfuzz.pipeline import FindingPipeline
+from kvfuzz.strategies import random_cases
+from kvfuzz.worker import WorkerExecutor
+
+from test_baseline_timing import regressed_seed
+
+READY_WAIT_S = 120.0  # a spare's imports on a busy two-core host
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a running kvfuzz worker (not a zombie, not a reused pid)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and b"kvfuzz.worker" in cmdline
+
+
+def wait_ready(ex: WorkerExecutor) -> None:
+    """Until every spare has said hello (its reply waits in its pipe, unread)."""
+    pending = list(ex._spares)
+    assert pending
+    deadline = time.monotonic() + READY_WAIT_S
+    while pending and time.monotonic() < deadline:
+        ready = select.select([p.stdout for p in pending], [], [], 1.0)[0]
+        pending = [p for p in pending if p.stdout not in ready]
+    assert not pending, "spares never became ready"
+
+
+def counting_spawns(monkeypatch) -> list[int]:
+    pids: list[int] = []
+    real = worker._spawn_worker
+
+    def spawn(*args, **kw):
+        proc = real(*args, **kw)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(worker, "_spawn_worker", spawn)
+    return pids
+
+
+def planted(op: str):
+    case = random_cases(op, 0, 1, in_contract_only=True)[0]
+    finding = Finding("mismatch", op, "planted", "planted", "all", "planted")
+    found = SimpleNamespace(finding=finding, first=case, case=case)
+    pipeline = FindingPipeline(CampaignConfig(ops=[op]), None, None, "cpu", environment_versions(), None)
+    return pipeline._saved_case(found, case), case
+
+
+@pytest.mark.interpreter
+def test_a_confirmation_after_the_first_takes_spares_and_starts_nothing(monkeypatch):
+    sc, case = planted("num_kv_splits")
+    pids = counting_spawns(monkeypatch)
+    ex = WorkerExecutor("builtin", "cpu", standby=True)
+    try:
+        ex.run(case)  # the standby starts once the worker has answered
+        assert not ex.spare_pids  # nothing before the first confirmation
+        t = time.monotonic()
+        first = confirm(sc, ex.fresh, 3)
+        first_s = time.monotonic() - t
+        assert (first.reproduced, first.tries) == (0, 3)
+        ex.run(case)  # the worker's next answer restarts the spares
+        spares = ex.spare_pids
+        assert len(spares) == 3 and ex.proc.pid not in spares
+        wait_ready(ex)
+        before = len(pids)
+        t = time.monotonic()
+        again = confirm(sc, ex.fresh, 3)
+        again_s = time.monotonic() - t
+        assert (again.reproduced, again.tries) == (0, 3)
+        assert len(pids) == before  # no process started on the confirmation's path
+        assert not any(alive(p) for p in spares)  # the spares ran it, and were killed after
+        assert again_s < first_s / 3, (again_s, first_s)
+        ex.run(case)
+        assert len(ex.spare_pids) == 3
+    finally:
+        ex.close()
+    assert not any(alive(p) for p in pids)  # close kills the spares and the standby
+
+
+def test_a_batchs_findings_go_to_the_sink_together():
+    got = []
+    run = OpRun("num_kv_splits", budget_s=10, max_cases=10, sink=lambda f: got.append([f]),
+                sink_many=lambda fs: got.append(list(fs)))
+    case = random_cases("num_kv_splits", 0, 1)[0]
+    one, two = (Finding("mismatch", "num_kv_splits", t, t, "all", "m") for t in ("a", "b"))
+    with run.gathering():
+        run.add(one, case)
+        assert not got  # held until the batch is judged
+        run.add(two, case)
+    assert [[f.finding.signature for f in fs] for fs in got] == [[one.signature, two.signature]]
+    run.add(Finding("mismatch", "num_kv_splits", "c", "c", "all", "m"), case)
+    assert len(got) == 2 and len(got[1]) == 1  # outside a batch: at once
+    cut = Finding("mismatch", "num_kv_splits", "d", "d", "all", "m")
+    with pytest.raises(KeyboardInterrupt):
+        with run.gathering():
+            run.add(cut, case)
+            raise KeyboardInterrupt
+    assert len(got) == 2 and cut.signature in run.found  # recorded, not confirmed on the way out
+
+
+BUDGET_S = 12.0
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+def test_a_campaigns_later_confirmations_start_no_process_and_leave_none(seed_path, tmp_path, monkeypatch):
+    """A seeded defect with several findings: only the first confirmation starts processes;
+    the fuzzing ends near its budget plus the confirmations; nothing is left running."""
+    pids = counting_spawns(monkeypatch)
+    confirmations = []  # (seconds, findings, processes started meanwhile)
+    real = FindingPipeline._confirm
+
+    def timed(self, cases):
+        t, before = time.monotonic(), len(pids)
+        try:
+            return real(self, cases)
+        finally:
+            confirmations.append((time.monotonic() - t, len(cases), len(pids) - before))
+
+    monkeypatch.setattr(FindingPipeline, "_confirm", timed)
+    cfg = CampaignConfig(ops=["decode_metadata"], target=str(regressed_seed(seed_path, tmp_path)), device="cpu",
+                         budget_s=BUDGET_S, minimize_budget_s=1, seed=1, sites=False,
+                         corpus=tmp_path / "corpus", report=tmp_path / "r.json")
+    r = run_campaign(cfg)
+    assert len(confirmations) >= 3, confirmations
+    (first_s, _, first_started), later = confirmations[0], confirmations[1:]
+    assert first_started == 3  # two more tries and the next standby; the standby was one try
+    assert all(started == 0 for _, _, started in later), confirmations
+    assert min(s for s, _, _ in later) < first_s / 2, confirmations
+    s = r.stats[0]
+    assert s.confirm_batches == len(confirmations)
+    assert s.confirm_seconds == pytest.approx(sum(c[0] for c in confirmations), abs=0.05)
+    op = r.report()["ops"]["decode_metadata"]
+    assert op["confirm_batches"] == s.confirm_batches and op["confirm_seconds"] == round(s.confirm_seconds, 2)
+    # the op fuzzed its budget, moved on by what confirming took, and no further
+    assert s.seconds <= BUDGET_S + s.confirm_seconds + 3.0, (s.seconds, confirmations)
+    assert r.saved and all(x.confirmation and x.confirmation.confirmed for x in r.saved)
+    assert not [p for p in pids if alive(p)]
+    assert os.getpid() not in pids
