@@ -5,8 +5,10 @@ A warm worker can carry state from earlier cases (a corrupted allocator, a poiso
 context, a kernel cache entry), and a case can change on its way to disk. So the case is
 written to a temporary corpus directory, read back, and run in `tries` new workers, one after
 another (at least two: one fresh run that shows it says little about the next). Where the
-workers come from a campaign's executor they are started together (`fresh_many`), so their
-imports overlap and confirming costs about one process start, not `tries` of them. The finding
+workers come from a campaign's executor they are its spares, started after the confirmation
+before (`WorkerExecutor.fresh_many`), and confirming costs running the cases; the first time,
+they are started together, so their imports overlap and it costs about one process start, not
+`tries` of them. The finding
 is confirmed only if every one of them shows the signature; where they disagree it is
 reported as flaky with how many fresh tries showed it, and a flaky finding is never saved as
 a regression case (its replay would pass or fail by chance).
