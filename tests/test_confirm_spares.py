@@ -161,3 +161,44 @@ def test_a_campaigns_later_confirmations_start_no_process_and_leave_none(seed_pa
     assert r.saved and all(x.confirmation and x.confirmation.confirmed for x in r.saved)
     assert not [p for p in pids if alive(p)]
     assert os.getpid() not in pids
+
+
+def worker_children(pid: int) -> set[int]:
+    """The live kvfuzz workers whose parent is `pid` (/proc: psutil is not a dependency)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid and alive(int(entry.name)):
+                out.add(int(entry.name))
+    return out
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_run_alone_kills_its_spares(tmp_path):
+    """SIGTERM to the fuzzing process only (its workers not signalled) once spares are up: the
+    run stops, and every worker it started, spares included, is gone."""
+    import signal
+
+    from test_cli import _fuzz_until_shrinking, _no_process_left
+
+    proc, _, _ = _fuzz_until_shrinking(tmp_path, "SIG_IGN")
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + READY_WAIT_S
+        # the worker, its standby and three spares (restarted once the worker answered again)
+        while len(worker_children(proc.pid)) < 5 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen = worker_children(proc.pid)
+        assert len(seen) >= 5 and proc.poll() is None, seen
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "Traceback" not in err, err
+    assert not [p for p in seen if alive(p)]
+    _no_process_left(proc)
