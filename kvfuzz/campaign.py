@@ -40,7 +40,7 @@ from .callsites.launch import run_sites
 from .contract import STRESS
 from .ops import CONTRACTS, contract_label, contract_status, get_contract
 from .outcome import op_status
-from .pipeline import Flaky, FindingPipeline, Saved
+from .pipeline import PENDING, Flaky, FindingPipeline, Saved
 from .plan import Plan
 from .progress import OpProgress, lines_to
 from .worker import Executor, WorkerExecutor, discard, early_worker, make_executor
@@ -396,6 +396,12 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if status:
             status(dataclasses.replace(p))
 
+    def count(op: str, outcomes: list[str]) -> None:
+        """Confirmation outcomes ("new", "known" or "flaky") into the op's progress counts."""
+        for outcome in outcomes:
+            if outcome != PENDING:
+                setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
+
     binding: list[dict] = []  # the binding findings of the ops' call sites
     # the call sites a run checks: shard 1 of a campaign only (one report entry per site)
     sites = run_sites(cfg.target, cfg.call_sites) if cfg.shard[0] == 1 else []
@@ -462,8 +468,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 if not kept:
                     return
                 show(op, "confirming", current, t_op)
-                for outcome in pipeline.add_many(kept):  # "new", "known" or "flaky"
-                    setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
+                count(op, pipeline.add_many(kept, may_wait=True))  # piled up while spares start
                 show(op, "fuzzing", current, t_op)
 
             def on_new(f: Found) -> None:
@@ -484,6 +489,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             if sites:  # the op's call sites: binding findings, and the misbound ones launched as called
                 show(op, "call sites", s, t_op)
                 binding += call_site_findings(cfg, executor, op, variant, sites, found, on_new)
+            count(op, pipeline.confirm_piled())  # what piled up while spares were starting
             current = None
             stats.append(s)
             plan.done(op, s.seconds)

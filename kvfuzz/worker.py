@@ -238,6 +238,17 @@ class WorkerExecutor:
         self._spares, self._spares_due = tuple(live[n:]), max(self._spares_due, n)
         return live[:n]
 
+    def spares_ready(self, n: int) -> bool:
+        """Whether a confirmation of `n` tries finds its spares started and ready (each has said
+        hello). True while no spare is kept: the first confirmation starts its own processes."""
+        if not self._spares_due:
+            return True
+        live = self._live_spares()
+        if len(live) < n:
+            return False
+        said = select.select([p.stdout for p in live[:n]], [], [], 0)[0]
+        return len(said) == n
+
     @property
     def spare_pids(self) -> list[int]:
         """The process ids of the spares (tests count them; none is a case's worker)."""

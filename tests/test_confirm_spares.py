@@ -202,3 +202,46 @@ def test_sigterm_to_the_run_alone_kills_its_spares(tmp_path):
     assert "Traceback" not in err, err
     assert not [p for p in seen if alive(p)]
     _no_process_left(proc)
+
+
+def test_findings_pile_up_while_spares_start_and_are_confirmed_together(monkeypatch, tmp_path):
+    """While the spares are starting the fuzzing goes on: the findings wait (PENDING) and the
+    next one that finds the spares ready is confirmed with them; the op's end confirms the rest;
+    an interrupt saves those still waiting, unconfirmed."""
+    import cases as hand
+    from kvfuzz.confirm import Confirmation
+    from kvfuzz.corpus import DirectoryCorpus
+    from kvfuzz.engines.common import Found
+    from kvfuzz.pipeline import PENDING
+
+    batches = []
+
+    def fake(saved, fresh, tries):
+        batches.append([sc.finding.signature for sc in saved])
+        return [Confirmation(sc.finding.signature, tries, tries, 0.1) for sc in saved]
+
+    monkeypatch.setattr("kvfuzz.pipeline.confirm_many", fake)
+    monkeypatch.setattr("kvfuzz.pipeline.confirm", lambda sc, fresh, tries: fake([sc], fresh, tries)[0])
+    ready = [False]
+    owner = SimpleNamespace(spares_ready=lambda n: ready[0])
+    owner.fresh = lambda: None
+    fresh = SimpleNamespace(__self__=owner)  # what pipeline asks: the executor behind `fresh`
+    pl = FindingPipeline(CampaignConfig(ops=["decode_metadata"]), None, fresh, "cpu", {},
+                         DirectoryCorpus(tmp_path / "corpus"))
+    case = hand.decode(ps=1, delta=3)
+    a, b, c, d = (Found(Finding("mismatch", "decode_metadata", "general", t, "all", "m"), case, case)
+                  for t in ("page_table", "cu_seqlens_k", "cache_seqlens", "swa_page_table"))
+    assert pl.add_many([a], may_wait=True) == [PENDING] and not batches
+    assert pl.waiting({a.finding.signature: a})  # the op keeps time to minimize it
+    ready[0] = True
+    assert pl.add_many([b], may_wait=True) == ["new", "new"]  # b's, then a's, piled before it
+    assert batches == [[b.finding.signature, a.finding.signature]]
+    ready[0] = False
+    assert pl.add_many([c], may_wait=True) == [PENDING]
+    assert pl.confirm_piled() == ["new"] and batches[-1] == [c.finding.signature]
+    assert pl.confirm_piled() == [] and len(batches) == 2
+    assert pl.add_many([d], may_wait=True) == [PENDING]
+    pl.save_unminimized({})
+    (x,) = [x for x in pl.saved if x.found is d]
+    assert x.unconfirmed and "cut short" in x.unconfirmed_why and x.path is not None
+    assert len(batches) == 2  # nothing ran on the way out
