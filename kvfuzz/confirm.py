@@ -67,12 +67,13 @@ def confirm_many(saved: list[SavedCase], fresh: Callable[[], WorkerExecutor], tr
     runs once) for all the tries. Each Confirmation's `seconds` is the whole batch's."""
     t0 = time.monotonic()
     cases: dict[str, object] = {}  # the case's digest -> the case read back and prepared
-    digests = []
-    for sc in saved:
+    # a crash's case last in each worker: run before another, the process it kills would be
+    # restarted for the next case (a process start per try on the confirmation's path)
+    for sc in sorted(saved, key=lambda sc: sc.finding.kind == "crash"):
         digest = sc.case.digest()
         if digest not in cases:
             cases[digest] = prepare(round_trip(sc).case)
-        digests.append(digest)
+    digests = [sc.case.digest() for sc in saved]
     reproduced = [0] * len(saved)
     n = max(tries, 1)
     many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)  # fresh is executor.fresh

@@ -131,17 +131,26 @@ def test_a_campaigns_later_confirmations_start_no_process_and_leave_none(seed_pa
     """A seeded defect with several findings: only the first confirmation starts processes;
     the fuzzing ends near its budget plus the confirmations; nothing is left running."""
     pids = counting_spawns(monkeypatch)
-    confirmations = []  # (seconds, findings, processes started meanwhile)
-    real = FindingPipeline._confirm
+    confirmations = []  # (seconds, findings, processes started to give it fresh workers)
+    real, real_many = FindingPipeline._confirm, WorkerExecutor.fresh_many
+    started = [0]
+
+    def many(self, n):  # what a worker lost to a crash case costs after is not counted
+        before = len(pids)
+        try:
+            return real_many(self, n)
+        finally:
+            started[0] += len(pids) - before
 
     def timed(self, cases):
-        t, before = time.monotonic(), len(pids)
+        t, started[0] = time.monotonic(), 0
         try:
             return real(self, cases)
         finally:
-            confirmations.append((time.monotonic() - t, len(cases), len(pids) - before))
+            confirmations.append((time.monotonic() - t, len(cases), started[0]))
 
     monkeypatch.setattr(FindingPipeline, "_confirm", timed)
+    monkeypatch.setattr(WorkerExecutor, "fresh_many", many)
     cfg = CampaignConfig(ops=["decode_metadata"], target=str(regressed_seed(seed_path, tmp_path)), device="cpu",
                          budget_s=BUDGET_S, minimize_budget_s=1, seed=1, sites=False,
                          corpus=tmp_path / "corpus", report=tmp_path / "r.json")
