@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from .case import Case
-from .cross import _primarys, _single  # the cross-check's pairing helpers, the same here
+from .cross import _many, _primarys, _single  # the cross-check's pairing helpers, the same here
 from .errors import BadInput, TargetLoadError
 from .execute import BatchResult, Launch, Outcome, Prepared, outcomes
 from .findings import CLASSES, Finding
@@ -407,13 +407,6 @@ class _Lent:
 
     def close(self) -> None:
         pass
-
-
-def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:
-    """`n` fresh executors, started together where `fresh` is a worker's own `fresh` (on a GPU
-    each process takes seconds to start: one after the other, a pair's confirmation stalls)."""
-    many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)
-    return many(n) if many is not None else [fresh() for _ in range(n)]
 
 
 def common_ground(primary: Executor, baseline: Executor, spec: str) -> tuple[dict, dict]:

@@ -40,7 +40,7 @@ from .callsites.launch import run_sites
 from .contract import STRESS
 from .ops import CONTRACTS, contract_label, contract_status, get_contract
 from .outcome import op_status
-from .pipeline import Flaky, FindingPipeline, Saved
+from .pipeline import PENDING, Flaky, FindingPipeline, Saved
 from .plan import Plan
 from .strategies.feature_filter import feature_filter
 from .progress import OpProgress, lines_to
@@ -403,6 +403,12 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
         if status:
             status(dataclasses.replace(p))
 
+    def count(op: str, outcomes: list[str]) -> None:
+        """Confirmation outcomes ("new", "known" or "flaky") into the op's progress counts."""
+        for outcome in outcomes:
+            if outcome != PENDING:
+                setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
+
     binding: list[dict] = []  # the binding findings of the ops' call sites
     # the call sites a run checks: shard 1 of a campaign only (one report entry per site)
     sites = run_sites(cfg.target, cfg.call_sites) if cfg.shard[0] == 1 else []
@@ -469,8 +475,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 if not kept:
                     return
                 show(op, "confirming", current, t_op)
-                for outcome in pipeline.add_many(kept):  # "new", "known" or "flaky"
-                    setattr(shown[op], outcome, getattr(shown[op], outcome) + 1)
+                count(op, pipeline.add_many(kept, may_wait=True))  # piled up while spares start
                 show(op, "fuzzing", current, t_op)
 
             def on_new(f: Found) -> None:
@@ -491,6 +496,7 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
             if sites:  # the op's call sites: binding findings, and the misbound ones launched as called
                 show(op, "call sites", s, t_op)
                 binding += call_site_findings(cfg, executor, op, variant, sites, found, on_new)
+            count(op, pipeline.confirm_piled())  # what piled up while spares were starting
             current = None
             stats.append(s)
             plan.done(op, s.seconds)
@@ -535,6 +541,8 @@ def run_campaign(cfg: CampaignConfig, progress: Callable[[str], None] | None = N
                 stats.append(OpStats(op))
                 not_run[op] = f"the run was stopped by {stopped} before its turn"
         stats.sort(key=lambda s: cfg.ops.index(s.op))
+        for s in stats:  # what confirming cost each op (its findings, and their minimized cases)
+            s.confirm_seconds, s.confirm_batches = pipeline.confirming.get(s.op, (0.0, 0)) if pipeline else (0.0, 0)
         since_import = t0 + first_case[0] - IMPORTED_AT if _first_campaign[0] and first_case[0] else None
         _first_campaign[0] = False
         versions = pipeline.versions if pipeline is not None else {"gpu": devmod.describe(device)}

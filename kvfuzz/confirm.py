@@ -5,8 +5,10 @@ A warm worker can carry state from earlier cases (a corrupted allocator, a poiso
 context, a kernel cache entry), and a case can change on its way to disk. So the case is
 written to a temporary corpus directory, read back, and run in `tries` new workers, one after
 another (at least two: one fresh run that shows it says little about the next). Where the
-workers come from a campaign's executor they are started together (`fresh_many`), so their
-imports overlap and confirming costs about one process start, not `tries` of them. The finding
+workers come from a campaign's executor they are its spares, started after the confirmation
+before (`WorkerExecutor.fresh_many`), and confirming costs running the cases; the first time,
+they are started together, so their imports overlap and it costs about one process start, not
+`tries` of them. The finding
 is confirmed only if every one of them shows the signature; where they disagree it is
 reported as flaky with how many fresh tries showed it, and a flaky finding is never saved as
 a regression case (its replay would pass or fail by chance).
@@ -65,12 +67,13 @@ def confirm_many(saved: list[SavedCase], fresh: Callable[[], WorkerExecutor], tr
     runs once) for all the tries. Each Confirmation's `seconds` is the whole batch's."""
     t0 = time.monotonic()
     cases: dict[str, object] = {}  # the case's digest -> the case read back and prepared
-    digests = []
-    for sc in saved:
+    # a crash's case last in each worker: run before another, the process it kills would be
+    # restarted for the next case (a process start per try on the confirmation's path)
+    for sc in sorted(saved, key=lambda sc: sc.finding.kind == "crash"):
         digest = sc.case.digest()
         if digest not in cases:
             cases[digest] = prepare(round_trip(sc).case)
-        digests.append(digest)
+    digests = [sc.case.digest() for sc in saved]
     reproduced = [0] * len(saved)
     n = max(tries, 1)
     many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)  # fresh is executor.fresh

@@ -116,7 +116,7 @@ class CrossExecutor:
 
     def fresh_many(self, n: int) -> list["CrossExecutor"]:
         """`n` pairs of fresh processes, started together (`WorkerExecutor.fresh_many`)."""
-        primaries = [self.fresh_primary() for _ in range(n)] if self.fresh_primary else self.primary.fresh_many(n)
+        primaries = _many(self.fresh_primary, n) if self.fresh_primary else self.primary.fresh_many(n)
         return [CrossExecutor(p, s, self.backend) for p, s in zip(primaries, self.secondary.fresh_many(n))]
 
     def close(self) -> None:
@@ -124,6 +124,14 @@ class CrossExecutor:
             self.primary.close()
         finally:
             self.secondary.close()
+
+
+def _many(fresh: Callable[[], Executor], n: int) -> list[Executor]:
+    """`n` fresh executors, from the worker's spares or started together where `fresh` is a
+    worker's own `fresh` (on a GPU each process takes seconds to start: one after the other,
+    a pair's confirmation stalls)."""
+    many = getattr(getattr(fresh, "__self__", None), "fresh_many", None)
+    return many(n) if many is not None else [fresh() for _ in range(n)]
 
 
 def _single(result: BatchResult, launch: Launch) -> Outcome:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .campaign import CampaignConfig
 
 LISTED = "listed"  # first_saved's mark of a finding another saved case lists (known)
+PENDING = "pending"  # add_many's outcome of a finding piled up to be confirmed with later ones
 SHARD_START_SPREAD_S = 30.0  # how far apart the shards of one campaign may start
 # less minimizing time than this, cut by a --time-limit slot, leaves a finding starved: on the
 # H200 a large case's first candidate alone outlasted such slivers, and the case stayed as found
@@ -150,6 +151,8 @@ class FindingPipeline:
         self.deadline: float | None = None
         self.confirm_guess_s = 0.0  # what a confirmation costs before one has been timed (a process start)
         self.confirm_took: list[float] = []  # each confirmation batch's seconds
+        self.confirming: dict[str, list] = {}  # op -> [seconds confirming, confirmation batches] (the report's)
+        self.piled: list[Found] = []  # found while the spares were starting, not confirmed yet (add_many)
         self.unconfirmed_why: dict[str, str] = {}  # signature -> why it was saved unconfirmed
         self.against_defect: dict[str, dict] = {}  # class signature -> new defect or new symptom (baseline.py)
         self.baseline_sites: dict[str, list[dict] | None] = {}  # case digest -> where the baseline goes wrong on it
@@ -170,16 +173,22 @@ class FindingPipeline:
         """A finding an engine has just recorded (`add_many` of one)."""
         return self.add_many([f])[0]
 
-    def add_many(self, founds: list[Found]) -> list[str]:
-        """Findings an engine has just recorded together (one case's signatures): confirmed in
-        one set of fresh processes before they count, then on disk at once (a SIGKILL during the
-        long minimization that follows must not lose them). Returns, per finding, "flaky",
-        "known" or "new" (new to the corpus). A confirmation that raises, or that the run's
-        deadline leaves no time for, saves the case unconfirmed (`_keep_unconfirmed`). Against a
-        baseline, a finding it shares, or one a class finding stands for, is not confirmed
-        here: "known"."""
+    def add_many(self, founds: list[Found], may_wait: bool = False) -> list[str]:
+        """Findings an engine has just recorded together (one case's signatures, one batch's):
+        confirmed in one set of fresh processes before they count, then on disk at once (a
+        SIGKILL during the long minimization that follows must not lose them). Returns, per
+        finding, "flaky", "known" or "new" (new to the corpus). A confirmation that raises, or
+        that the run's deadline leaves no time for, saves the case unconfirmed
+        (`_keep_unconfirmed`). Against a baseline, a finding it shares, or one a class finding
+        stands for, is not confirmed here: "known".
+
+        `may_wait` (the op is fuzzing): while the spares the last confirmation took are still
+        starting (`WorkerExecutor.spares_ready`), the findings pile up, PENDING, and fuzzing
+        goes on; the next call that finds the spares ready confirms them with its own, and their
+        outcomes follow its findings' in what it returns; `confirm_piled` confirms the rest
+        when the op's fuzzing ends."""
         outcome: dict[int, str] = {}
-        todo: list[tuple[int, Found]] = []
+        todo: list[Found] = []
         for i, f in enumerate(founds):
             if f.finding.against == "shared":
                 self.shared.append(f)
@@ -189,26 +198,46 @@ class FindingPipeline:
                 self.under_class[f.finding.signature] = f
                 outcome[i] = "known"
             else:
-                todo.append((i, f))
+                todo.append(f)
+        mine = [i for i in range(len(founds)) if i not in outcome]
+        if not may_wait:
+            done = self._confirm_found(todo)
+        elif todo and not self._spares_ready():
+            self.piled += todo
+            done = [PENDING] * len(todo)
+        else:  # what piled up meanwhile goes with them (piled until confirmed: an interrupt saves them)
+            self.piled = todo + self.piled
+            done = self._confirm_found(self.piled)
+            self.piled = []
+        outcome.update(zip(mine, done))
+        return [outcome[i] for i in range(len(founds))] + done[len(mine):]
+
+    def confirm_piled(self) -> list[str]:
+        """The findings piled up while spares were starting (`add_many`), confirmed together."""
+        done = self._confirm_found(self.piled)
+        self.piled = []
+        return done
+
+    def _spares_ready(self) -> bool:
+        owner = getattr(self.fresh, "__self__", None)
+        ready = getattr(owner, "spares_ready", None)
+        return ready is None or ready(self.cfg.confirm_tries)
+
+    def _confirm_found(self, todo: list[Found]) -> list[str]:
+        """`todo` confirmed in one set of fresh processes (`add_many`): each one's outcome."""
         if todo and not self.time_to_confirm():
-            for i, f in todo:
-                outcome[i] = self._keep_unconfirmed(f, self.no_time_why())
-            todo = []
-        confirmations: list[Confirmation | None] = []
-        if todo:
-            try:
-                cases = [self._saved_case(f, f.case) for _, f in todo]
-                confirmations = ([confirm(cases[0], self.fresh, self.cfg.confirm_tries)] if len(cases) == 1
-                                 else confirm_many(cases, self.fresh, self.cfg.confirm_tries))
-                self.confirm_took.append(confirmations[0].seconds)
-            except Exception as exc:
-                for i, f in todo:
-                    self._fault("confirm", exc, f.finding.signature)
-                    outcome[i] = self._keep_unconfirmed(f, "its confirmation raised")
-                todo = []
-        for (i, f), c in zip(todo, confirmations):
-            outcome[i] = self._confirmed(f, c)
-        return [outcome[i] for i in range(len(founds))]
+            return [self._keep_unconfirmed(f, self.no_time_why()) for f in todo]
+        if not todo:
+            return []
+        try:
+            confirmations = self._confirm([self._saved_case(f, f.case) for f in todo])
+        except Exception as exc:
+            out = []
+            for f in todo:
+                self._fault("confirm", exc, f.finding.signature)
+                out.append(self._keep_unconfirmed(f, "its confirmation raised"))
+            return out
+        return [self._confirmed(f, c) for f, c in zip(todo, confirmations)]
 
     def _confirmed(self, f: Found, c: Confirmation) -> str:
         """`f` after its confirmation `c`: flaky (not saved), or saved at once."""
@@ -223,9 +252,25 @@ class FindingPipeline:
             self._fault("save", exc, f.finding.signature)
             return "new"
 
+    def _confirm(self, cases: list[SavedCase]) -> list[Confirmation]:
+        """`cases` confirmed in one set of fresh processes, timed and counted for their op."""
+        t = time.monotonic()
+        try:
+            if len(cases) == 1:
+                return [confirm(cases[0], self.fresh, self.cfg.confirm_tries)]
+            return confirm_many(cases, self.fresh, self.cfg.confirm_tries)
+        finally:
+            seconds = time.monotonic() - t
+            self.confirm_took.append(seconds)
+            tally = self.confirming.setdefault(cases[0].case.op, [0.0, 0])
+            tally[0] += seconds
+            tally[1] += 1
+
     def confirm_cost(self) -> float:
-        """What the next confirmation will take: the longest one timed, else the guess."""
-        return max(self.confirm_took, default=self.confirm_guess_s)
+        """What the next confirmation will take: the longer of the last two timed, else the
+        guess. The first one starts its processes; later ones find spares started
+        (`WorkerExecutor.fresh_many`) and cost their cases, so an old maximum would overstate it."""
+        return max(self.confirm_took[-2:], default=self.confirm_guess_s)
 
     def time_to_confirm(self) -> bool:
         """Whether a confirmation started now ends by the run's deadline."""
@@ -276,7 +321,8 @@ class FindingPipeline:
 
     def waiting(self, found: dict[str, Found]) -> bool:
         """Whether any of an op's findings is confirmed and waits to be settled."""
-        return any(sig in self.confirmed for sig in found)
+        piled = {f.finding.signature for f in self.piled}
+        return any(sig in self.confirmed or sig in piled for sig in found)
 
     def settle(self, found: dict[str, Found], until: float | None = None) -> None:
         """The end of an op: each confirmed finding of `found` minimized, confirmed again,
@@ -392,7 +438,12 @@ class FindingPipeline:
         return sig not in self.held_elsewhere and self.first_saved.get(sig) != LISTED
 
     def save_unminimized(self, found: dict[str, Found]) -> None:
-        """Interrupted: each confirmed finding of `found` saved as it stands, running nothing."""
+        """Interrupted: each confirmed finding of `found` saved as it stands, running nothing;
+        one still piled up for confirmation saved unconfirmed."""
+        piled, self.piled = self.piled, []
+        for f in piled:
+            if f.finding.signature not in self.confirmed:  # the cut came while its confirmation ran
+                self._keep_unconfirmed(f, "the run was cut short before its confirmation")
         for sig, f in found.items():
             if sig in self.confirmed and self.first_saved.get(sig) == LISTED:
                 self.saved.append(Saved(f, f.case, self.listed_at[sig], new=False))
@@ -595,8 +646,7 @@ class FindingPipeline:
             no_time = finding is not None and not self.time_to_confirm()
             if finding is not None and not no_time:
                 try:
-                    c = confirm(self._saved_case(f, case, tuple(log)), self.fresh, cfg.confirm_tries)
-                    self.confirm_took.append(c.seconds)
+                    c = self._confirm([self._saved_case(f, case, tuple(log))])[0]
                 except Exception as exc:  # the minimized case is not confirmed: the first one stays
                     self._fault("confirm", exc, sig)
             minimized_confirmed = bool(c and c.confirmed)

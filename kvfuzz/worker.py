@@ -135,7 +135,21 @@ class InProcessExecutor:
 
 class WorkerExecutor:
     """`standby`: keep a second worker started and idle, so that a worker lost to a crash is
-    replaced at once instead of after a new interpreter has imported torch (about 2 s)."""
+    replaced at once instead of after a new interpreter has imported torch (about 2 s).
+
+    Confirmations (`fresh_many`) want processes that have run no case. From a campaign's first
+    confirmation on, as many as it asked for are kept started and idle (`spares`), restarted
+    right after each confirmation takes them (once the worker next answers, like the standby),
+    so the next confirmation costs only running its cases, not a process start (on the H200,
+    several seconds each: torch, a CUDA context, the target's kernels). None is started before
+    the first confirmation: on two cores their imports would slow every clean run's start."""
+
+    _spares: tuple = ()  # idle processes that have run no case (replaced, never changed in place)
+    _spares_due = 0  # how many spares to keep once the worker next answers (0: none)
+    # a confirmation's worker (`fresh`): killed on close instead of waited for; it ran its
+    # cases and keeps nothing, and a worker's orderly exit (torch's teardown) took 0.5 s on the
+    # CPU, three of them a confirmation's critical path
+    throwaway = False
 
     def __init__(self, target_spec: str, device: str, timeout_s: float = 60.0,
                  env: dict[str, str] | None = None, standby: bool = False,
@@ -196,29 +210,80 @@ class WorkerExecutor:
         return payload
 
     def _start_standby(self) -> None:
+        """After an answer: the standby and the spares that are due, started in the background."""
         if self._standby_due:
             self._standby_due = False
             if self.standby is None:
                 self.standby = self._spawn()
+        self._refill_spares()
+
+    def _refill_spares(self) -> None:
+        live = self._live_spares()
+        self._spares = tuple(live) + tuple(self._spawn() for _ in range(self._spares_due - len(live)))
+
+    def _live_spares(self) -> list[subprocess.Popen]:
+        """The spares still running; one that died idle (killed, out of memory) is reaped."""
+        live = []
+        for proc in self._spares:
+            if proc.poll() is None:
+                live.append(proc)
+            else:
+                proc.wait()
+        self._spares = tuple(live)
+        return live
+
+    def _take_spares(self, n: int) -> list[subprocess.Popen]:
+        """Up to `n` spares, taken out of the pool; the pool is kept at `n` from now on."""
+        live = self._live_spares()
+        self._spares, self._spares_due = tuple(live[n:]), max(self._spares_due, n)
+        return live[:n]
+
+    def spares_ready(self, n: int) -> bool:
+        """Whether a confirmation of `n` tries finds its spares started and ready (each has said
+        hello). True while no spare is kept: the first confirmation starts its own processes."""
+        if not self._spares_due:
+            return True
+        live = self._live_spares()
+        if len(live) < n:
+            return False
+        said = select.select([p.stdout for p in live[:n]], [], [], 0)[0]
+        return len(said) == n
+
+    @property
+    def spare_pids(self) -> list[int]:
+        """The process ids of the spares (tests count them; none is a case's worker)."""
+        return [p.pid for p in self._spares]
 
     def fresh(self) -> "WorkerExecutor":
-        """A new executor on a process that has run no case (the standby, if one is up)."""
-        proc, self.standby = self.standby, None
-        if self.use_standby:
-            self.standby = self._spawn()
-            self._standby_due = False
-        return WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
+        """A new executor on a process that has run no case (a spare, else the standby, if one is up)."""
+        spare = self._take_spares(1) if self._spares else []
+        if spare:
+            proc = spare[0]
+        else:
+            proc, self.standby = self.standby, None
+            if self.use_standby:
+                self.standby = self._spawn()
+                self._standby_due = False
+        return self._throwaway(proc)
+
+    def _throwaway(self, proc: subprocess.Popen | None) -> "WorkerExecutor":
+        made = WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc)
+        made.throwaway = True
+        return made
 
     def fresh_many(self, n: int) -> list["WorkerExecutor"]:
-        """`n` executors on processes that have run no case, started together: their imports
-        overlap (each takes seconds), so n of them cost about one start, not n."""
-        procs = [self.standby] + [self._spawn() for _ in range(n - 1)]
-        self.standby = self._spawn() if self.use_standby else None
-        self._standby_due = False
+        """`n` executors on processes that have run no case: the spares, ready since the last
+        confirmation; else (the first confirmation) the standby and new processes started
+        together, so that their imports overlap and n of them cost about one start, not n."""
+        procs = self._take_spares(n)
+        if len(procs) < n:
+            procs += [self.standby] + [self._spawn() for _ in range(n - len(procs) - 1)]
+            self.standby = self._spawn() if self.use_standby else None
+            self._standby_due = False
         made: list[WorkerExecutor] = []
         try:
             for proc in procs:
-                made.append(WorkerExecutor(self.target_spec, self.device, self.timeout_s, self.extra_env, _proc=proc))
+                made.append(self._throwaway(proc))
         except BaseException:
             for ex in made:
                 ex.close()
@@ -376,10 +441,15 @@ class WorkerExecutor:
 
     def close(self) -> None:
         self._drop_shared()
-        if self.standby is not None and self.standby.poll() is None:
-            self.standby.kill()
-            self.standby.wait()
-        self.standby = None
+        self._spares_due = 0
+        for idle in (self.standby, *self._spares):  # they have run nothing: nothing to wait for
+            if idle is not None:
+                if idle.poll() is None:
+                    idle.kill()
+                idle.wait()
+        self.standby, self._spares = None, ()
+        if self.throwaway:
+            self._kill()
         if self.proc and self.proc.poll() is None:
             try:
                 self.proc.stdin.close()

@@ -17,6 +17,7 @@ pipe and are handed to `take` there, with the case re-run alone in the campaign'
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class OpRun:
         self.first_by = first_by
         self.extended = 0.0  # seconds that do not count as fuzzing (confirming, Hypothesis' shrinking)
         self.set_aside: set[str] = set()  # signatures that did not show with their case run alone
+        self._gathered: list[Found] | None = None  # findings held for one `sink_many` (`gathering`)
 
     @property
     def until(self) -> float:
@@ -145,10 +147,34 @@ class OpRun:
             else:
                 self.set_aside.add(f.signature)
         if entries and self.sink_many is not None:
-            t = time.monotonic()
-            self.sink_many(entries)
-            self.extend(time.monotonic() - t)
+            self._sink_many(entries)
         return recorded
+
+    def _sink_many(self, entries: list[Found]) -> None:
+        if self._gathered is not None:
+            self._gathered += entries
+            return
+        t = time.monotonic()
+        self.sink_many(entries)
+        self.extend(time.monotonic() - t)
+
+    @contextlib.contextmanager
+    def gathering(self):
+        """The findings recorded inside go to `sink_many` together at its end: the new findings of
+        a batch's cases are confirmed in one set of fresh processes, not one set per case. On an
+        exception (an interrupt) they stay recorded, unsunk, as a finding recorded mid-way does."""
+        if self.sink_many is None or self._gathered is not None:
+            yield
+            return
+        self._gathered = []
+        try:
+            yield
+        except BaseException:
+            self._gathered = None
+            raise
+        entries, self._gathered = self._gathered, None
+        if entries:
+            self._sink_many(entries)
 
     def add(self, finding: Finding, case: Case, sink: bool = True) -> Found:
         """Record a new finding and hand it to the sink (unless `sink` is False: the caller hands
@@ -156,7 +182,9 @@ class OpRun:
         entry = self.found[finding.signature] = Found(
             finding, case, case, found_after_s=round(time.monotonic() - self.t0 - self.extended, 2),
             found_at_case=self.stats.cases)
-        if sink and self.sink:
+        if sink and self._gathered is not None:
+            self._gathered.append(entry)
+        elif sink and self.sink:
             t = time.monotonic()
             self.sink(entry)
             self.extend(time.monotonic() - t)

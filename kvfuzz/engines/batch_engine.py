@@ -211,10 +211,11 @@ class BatchEngine(Engine):
                 packed_cases.update(prepared[i].index for i in packs.member_of)
             live_counts()
             if not result.lost:
-                for p, outcome, verdict in self.checker.verdicts(prepared, batch_, result, packs):
-                    stats.reruns += len(outcome.runs) > 1
-                    stats.cross_checked += outcome.cross is not None
-                    take(p, verdict, prepared)
+                with run.gathering():  # the batch's new findings, confirmed together
+                    for p, outcome, verdict in self.checker.verdicts(prepared, batch_, result, packs):
+                        stats.reruns += len(outcome.runs) > 1
+                        stats.cross_checked += outcome.cross is not None
+                        take(p, verdict, prepared)
                 return
             stats.lost_batches += 1
             pinned = False  # whether a case run alone has lost its run (the batch's loss, pinned on it)

@@ -53,6 +53,8 @@ class OpStats:
     # --feature: the filter, the pool it left, the cases drawn and dropped (batch_engine.FeatureCount)
     feature_filter: dict | None = None
     unrunnable: str | None = None  # why the engine could draw no case at all (no class has the feature)
+    confirm_seconds: float = 0.0  # confirming the op's findings in fresh processes (pipeline.py), minimized cases too
+    confirm_batches: int = 0  # confirmations made (the findings shown together confirmed as one)
 
     def count(self, verdict: Verdict) -> None:
         self.cases += 1
@@ -91,6 +93,7 @@ class OpStats:
             "contract_variant": self.contract_variant,
             "cross_checked": self.cross_checked,
             "held_back": self.held_back,
+            "confirm_seconds": round(self.confirm_seconds, 2), "confirm_batches": self.confirm_batches,
             **({"engine": self.engine} if self.engine else {}),
             **({"feature_filter": self.feature_filter} if self.feature_filter is not None else {}),
         }
