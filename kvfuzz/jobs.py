@@ -27,7 +27,7 @@ from .outcome import CUT_SHORT, NOT_RUN, RAN, SKIPPED, exit_code, not_run_ops
 from .progress import JSON_ENV, parse
 
 REPORT_FIELDS_SUMMED = ("cases", "shrink_runs", "reruns", "batches", "lost_batches", "classes", "variants",
-                        "compiled", "not_target", "cross_checked")
+                        "compiled", "not_target", "cross_checked", "confirm_seconds", "confirm_batches")
 
 
 def gpu_count() -> int:
@@ -159,7 +159,7 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
         return out
     first = reports[0]
     for key in ("target", "target_description", "device", "device_name", "versions", "seed", "engine", "cross_check",
-                "baseline"):
+                "baseline", "feature"):
         out[key] = first.get(key)
     out["seconds"] = max(r["seconds"] for r in reports)
     for key in ("startup_s", "since_import_s"):  # the job starts when its slowest shard has

@@ -84,3 +84,12 @@ def test_shards_findings_that_share_a_signature_are_one():
     assert [f["signatures"] for f in merged["findings"]] == [a["signatures"], [c["signature"]]]
     assert merged["findings"][0]["new"] is True
     json.dumps(merged)
+
+
+def test_merged_shards_keep_the_feature_filter_and_sum_what_confirming_cost():
+    op = {"cases": 3, "seconds": 2.0, "confirm_seconds": 1.5, "confirm_batches": 2}
+    shard = {"seconds": 2.0, "cases": 3, "findings": [], "feature": ["mode:paged"]}
+    merged = merge_reports([dict(shard, ops={"x": dict(op)}), dict(shard, ops={"x": dict(op, confirm_batches=1)})], 2)
+    assert merged["feature"] == ["mode:paged"]
+    assert merged["ops"]["x"]["confirm_seconds"] == 3.0
+    assert merged["ops"]["x"]["confirm_batches"] == 3
