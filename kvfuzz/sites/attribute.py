@@ -39,6 +39,7 @@ from ..places import region_of_byte
 from .site import Site
 from .trace import Access, Arg, Trace, Tracer
 
+MAX_STRAY_LANES = 100_000  # stray load lanes kept to link to stores (`Attribution.lanes`)
 ORDER = ("wrong_value", "lost_write", "stray_write", "untouched_write", "input_write", "stray_read", "overlap",
          "fault")
 
@@ -52,17 +53,23 @@ class Attribution:
     reads: list[dict] = field(default_factory=list)  # load statements that read outside: {file, line, text}
     static: dict[str, Site] = field(default_factory=dict)  # output -> the only store statement writing it
     depends: list[str] | None = None  # the inputs the case's broken precondition names ([]: in contract)
+    unwritten: bool = False  # a required cell no store wrote (judged cases only)
+    # a load that read outside its tensors on a lane where the same program's store then wrote out
+    # of place: [{"load": {file, line}, "store": {file, line, op}}], one per pair of statements
+    lanes: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
                 "truncated": self.truncated, "guarded": self.guarded, "reads": list(self.reads),
-                "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends}
+                "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends,
+                "unwritten": self.unwritten, "lanes": list(self.lanes)}
 
     @classmethod
     def from_json(cls, d: dict) -> "Attribution":
         return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
                    bool(d.get("truncated")), bool(d.get("guarded")), list(d.get("reads", ())),
-                   {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"))
+                   {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"),
+                   bool(d.get("unwritten")), list(d.get("lanes", ())))
 
 
 def run_traced(target, case: Case, plan: Plan, guard: bool = False) -> tuple[Trace, np.ndarray, int, str | None]:
@@ -228,6 +235,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     last_store: dict[int, tuple[Access, int, object]] = {}  # address -> (store, lane, value)
     writers: dict[int, tuple[tuple, object]] = {}  # address -> (program, value) of its first writer
     inputs = [n for n in case.tensors if n not in outputs]
+    strays: dict[tuple, tuple[str, int]] = {}  # (launch, program, lane) -> the first load statement reading outside
     for a in trace.accesses:
         launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
         args = launch.args if launch is not None else []
@@ -244,6 +252,9 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
                     tensor=tensor, place=place)
             if a.op == "load":
+                if len(strays) < MAX_STRAY_LANES:
+                    for lane in a.lanes[~held].tolist():
+                        strays.setdefault((a.launch, a.program, lane), (a.file, a.line))
                 read = {"file": a.file, "line": a.line, "text": _text(a.file, a.line)}
                 if read not in out.reads:
                     out.reads.append(read)
@@ -265,6 +276,8 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                                          _source(trace, a, lane, value))
             last_store[addr] = (a, lane, value)
             who, flat = places[i]
+            if strays and _misplaced(who, flat, held[i], plan, outputs, cells):
+                _link(out.lanes, strays.get((a.launch, a.program, lane)), a)
             if who is not None:
                 name = plan.names[who] if who != NOBODY else None
                 if name is None:
@@ -292,7 +305,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                         _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
                         tensor=_case_tensor(arena, case, arg, outputs), place=place)
     if cells is not None and accepted:
-        _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
+        out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
     out.static = _static(case, arena, trace, outputs)
     return out
 
@@ -321,10 +334,37 @@ def _static(case: Case, arena: "_Arena", trace: Trace, outputs: tuple[str, ...])
     return out
 
 
-def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> None:
+def _misplaced(who, flat: int, held: bool, plan: Plan, outputs, cells) -> bool:
+    """Whether a store lane wrote out of place: outside every tensor, to an input, or to a cell
+    the contract leaves alone."""
+    if who is None:
+        return not held
+    if who == NOBODY:
+        return True
+    name = plan.names[who]
+    if name not in outputs:
+        return True
+    if cells is None:
+        return False
+    c = cells[name]
+    return bool(c.untouched[np.unravel_index(flat, c.required.shape)])
+
+
+def _link(lanes: list[dict], load: tuple[str, int] | None, store: Access) -> None:
+    if load is None:
+        return
+    link = {"load": {"file": load[0], "line": load[1]}, "store": {"file": store.file, "line": store.line, "op": "tl.store"}}
+    if link not in lanes:
+        lanes.append(link)
+
+
+def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> bool:
+    """Names the first wrong value and lost write in `sites`; whether a required cell no store
+    wrote is left (a store whose writes moved leaves one, a store running past its end none)."""
+    unwritten = False
     for name in outputs:
         r = plan.regions.get(name)
-        if r is None or r.numel == 0 or "wrong_value" in sites and "lost_write" in sites:
+        if r is None or r.numel == 0 or unwritten and "wrong_value" in sites and "lost_write" in sites:
             continue
         got = r.elements(after).astype(np.int64)
         req = cells[name].required
@@ -340,6 +380,7 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
             addr = arena.address(name, flat)
             cell = f"{name}{_index(shape, flat)}"
             hit = last_store.get(addr)
+            unwritten |= hit is None
             if hit is not None and "wrong_value" not in sites:
                 store, lane, value = hit
                 load = _source(trace, store, lane, value)
@@ -350,7 +391,8 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
                 if lost is not None:
                     sites["lost_write"] = lost
             if "wrong_value" in sites and "lost_write" in sites:
-                return
+                return True
+    return unwritten
 
 
 def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: int, r) -> Site | None:

@@ -40,7 +40,19 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
         return None
     if s.root is not None:
         return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
-    return op, os.path.basename(s.file), s.line, s.kind, _depends(site)
+    return op, os.path.basename(s.file), s.line, _kind(s, site), _depends(site)
+
+
+def _kind(s: Site, site: Mapping[str, Any] | Site) -> str:
+    """A place site's shape where its case showed one (choose.py `_shape`): "shifted" (the
+    store's writes moved: required cells left unwritten, cells not its own written), "copied"
+    (the right cells, values loaded from the wrong place); else the site's kind. A store writing
+    its segment one element too far, at the wrong start, or from the wrong source: three defects."""
+    shape = site.get("shape") if isinstance(site, Mapping) else None
+    return shape if shape in SHAPES and s.kind == "place" else s.kind
+
+
+SHAPES = ("shifted", "copied")
 
 
 def root_keys(findings: list[dict]) -> list[tuple | None]:
