@@ -105,3 +105,22 @@ def test_both_defects_in_one_file_the_moved_start_hides_the_overrun(tmp_path, re
     both = findings(mutant(tmp_path, release, MASK, INDPTR), {
         "out_of_bounds_write": case(5), "untouched_write": case(8), "mismatch": case(5)})
     assert keys(both) == {(OP, "kv_indices.py", 139, "shifted", ())}
+
+
+def test_a_read_and_a_store_one_lane_too_far_are_one_defect(tmp_path, release):
+    """Paged entries (`entry_page_size` 2): the mask `<=` lets the load read one element past
+    req_to_token and the store write one past kv_indices; the stored value is computed from the
+    entry, not the entry itself, so only the lane ties them: the read is rooted at the store."""
+    target = mutant(tmp_path, release, MASK)
+    c = Case(OP, {"entry_page_size": 2}, {
+        "req_to_token": C("int32", (1, 2)), "req_pool_indices": C("int64", (1,)), "paged_kernel_lens": C("int32", (1,)),
+        "kv_indptr": C("int32", (2,)), "kv_indices": C("int32", (4,))}, {
+        "req_to_token": np.array([[3, 7]]), "req_pool_indices": np.array([0]), "paged_kernel_lens": np.array([4]),
+        "kv_indptr": np.array([0, 4])}, variant="token_mapping")  # the variant with paged entries
+    a = attribute(c, target)
+    read, write = site_meta(f"{OP}:no_start:out_of_bounds_read:req_to_token:after", a), \
+        site_meta(f"{OP}:no_start:out_of_bounds_write:kv_indices:after", a)
+    assert (read["line"], read["what"], write["line"], write["what"]) == (130, "stray_read", 139, "stray_write")
+    assert write.get("load") is None  # no value copied: the lane is the only link
+    assert read["root"]["line"] == 139
+    assert defect_key(OP, read) == defect_key(OP, write) == (OP, "kv_indices.py", 139, "place", ())
