@@ -196,6 +196,72 @@ def _arg_place(args: list[Arg], addr: int) -> tuple[Arg | None, str, str]:
     return out
 
 
+def _bound(arena: "_Arena", args: list[Arg], a: Access, i: int, tensor: str) -> dict | None:
+    """The bound of `tensor` that lane `i` of access `a` passed: {tensor, dim, side}, or None
+    where the trace does not tell. A dimension of size 0 is passed by any access. Else the
+    access's lanes must step along one dimension `k` (its stride is their address step): where
+    its first lane is an element of the tensor, lane `i` is past dimension `k` when its index
+    there, counted on from the first lane's, is outside it (a row written past its width); where
+    the first lane is outside, by the only way its address splits into an index with every other
+    dimension in range (the width passed) or with `k` in range (the rows passed), in 2-D; None
+    where both splits exist (a contiguous table: a row past the last and the last row past its
+    width are the same addresses) or the tensor is not the launch's own argument (a copy)."""
+    r = arena.plan.regions.get(tensor)
+    if r is None:
+        return None
+    spec, size = r.spec, r.itemsize
+    zero = [d for d, n in enumerate(spec.shape) if n == 0]
+    if zero:
+        return {"tensor": tensor, "dim": zero[-1], "side": "after"}
+    data = arena.base + r.start + spec.offset * size
+    if not any(arg.ptr == data for arg in args) or a.addrs.size < 2:
+        return None
+    lanes, addrs = a.lanes.astype(np.int64), a.addrs.astype(np.int64)
+    dl, da = int(lanes[1] - lanes[0]), int(addrs[1] - addrs[0])
+    if dl <= 0 or da % (dl * size):
+        return None
+    step = da // (dl * size)
+    if not np.array_equal(addrs - addrs[0], (lanes - lanes[0]) * step * size):
+        return None  # not one run along a dimension
+    dims = [d for d, (n, t) in enumerate(zip(spec.shape, spec.strides)) if t == step and n > 1]
+    if len(dims) != 1 or (int(addrs[0]) - data) % size:
+        return None
+    k = dims[0]
+
+    def past(d: int, at: int) -> dict | None:
+        return None if 0 <= at < spec.shape[d] else {"tensor": tensor, "dim": d, "side": "after" if at > 0 else "before"}
+
+    who, flat = arena.place(int(addrs[0])) if arena.inside(int(addrs[0])) else (None, -1)
+    if who == tensor:
+        first = np.unravel_index(flat, spec.shape)
+        return past(k, int(first[k]) + int(lanes[i] - lanes[0]))
+    if len(spec.shape) != 2 or 0 in spec.strides:
+        return None
+    j = 1 - k
+    e = (int(addrs[0]) - data) // size
+    tj, tk = spec.strides[j], spec.strides[k]
+    rem = e - np.arange(spec.shape[j]) * tj  # j in range: k's index
+    width = rem[rem % tk == 0] // tk
+    rem = e - np.arange(spec.shape[k]) * tk  # k in range: j's index
+    rows = rem[rem % tj == 0] // tj
+    if width.size and not rows.size:
+        return past(k, int(width[0]) + int(lanes[i] - lanes[0]))
+    if rows.size and not width.size:
+        return past(j, int(rows[0]))
+    return None
+
+
+def _overlap_bound(arena: "_Arena", trace: Trace, first: Access, fi: int, a: Access, i: int, name: str) -> dict | None:
+    """The bound passed by either of two writes of one cell: a program that ran past its row
+    writes the next row's first cell, which that row's own program writes too."""
+    for x, k in ((first, fi), (a, i)):
+        launch = trace.launches[x.launch] if 0 <= x.launch < len(trace.launches) else None
+        got = _bound(arena, launch.args if launch else [], x, k, name)
+        if got is not None:
+            return got
+    return None
+
+
 def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
     """The case's tensor a kernel argument is: its arena view's, or (a copy the wrapper made) the
     one of `names` with its element count and size, where only one has them."""
@@ -233,7 +299,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     out = Attribution(truncated=trace.truncated)
     sites = out.sites
     last_store: dict[int, tuple[Access, int, object]] = {}  # address -> (store, lane, value)
-    writers: dict[int, tuple[tuple, object]] = {}  # address -> (program, value) of its first writer
+    writers: dict[int, tuple] = {}  # address -> (program, value, access, lane index) of its first writer
     inputs = [n for n in case.tensors if n not in outputs]
     strays: dict[tuple, tuple[str, int]] = {}  # (launch, program, lane) -> the first load statement reading outside
     for a in trace.accesses:
@@ -250,7 +316,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 verb = "reading" if a.op == "load" else "writing"
                 sites["fault"] = dataclasses.replace(
                     _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
-                    tensor=tensor, place=place)
+                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor))
             if a.op == "load":
                 if len(strays) < MAX_STRAY_LANES:
                     for lane in a.lanes[~held].tolist():
@@ -267,13 +333,14 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
         for i, (lane, addr, value) in enumerate(zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist())):
             prev = writers.get(addr)
             if prev is None:
-                writers[addr] = (a.program, value)
+                writers[addr] = (a.program, value, a, i)
             elif prev[0] != a.program and prev[1] != value and "overlap" not in sites:
                 name, flat = arena.place(addr) if arena.inside(addr) else (None, -1)
                 cell = f"{name}{_index(plan.regions[name].spec.shape, flat)}" if name else f"address {addr:#x}"
-                sites["overlap"] = _site(a, "overlap", f"writes {cell}, which another program writes with "
-                                                         f"another value ({prev[1]} and {value})",
-                                         _source(trace, a, lane, value))
+                sites["overlap"] = dataclasses.replace(
+                    _site(a, "overlap", f"writes {cell}, which another program writes with another value "
+                                        f"({prev[1]} and {value})", _source(trace, a, lane, value)),
+                    bound=_overlap_bound(arena, trace, prev[2], prev[3], a, i, name) if name else None)
             last_store[addr] = (a, lane, value)
             who, flat = places[i]
             if strays and _misplaced(who, flat, held[i], plan, outputs, cells):
@@ -286,7 +353,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                         source = _source(trace, a, lane, value)
                         sites["stray_write"] = dataclasses.replace(
                             _site(a, "stray_write", f"writes {arena.stray_words(addr)}", source),
-                            tensor=tensor, place=place)
+                            tensor=tensor, place=place, bound=_bound(arena, args, a, i, tensor))
                 elif name not in outputs:
                     if "input_write" not in sites:
                         sites["input_write"] = _site(a, "input_write", f"writes input {name}"
@@ -301,9 +368,10 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
             elif not held[i]:
                 if "stray_write" not in sites:
                     arg, place, words = _arg_place(args, addr)
+                    tensor = _case_tensor(arena, case, arg, outputs)
                     sites["stray_write"] = dataclasses.replace(
                         _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
-                        tensor=_case_tensor(arena, case, arg, outputs), place=place)
+                        tensor=tensor, place=place, bound=_bound(arena, args, a, i, tensor))
     if cells is not None and accepted:
         out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
     out.static = _static(case, arena, trace, outputs)

@@ -71,11 +71,17 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
 
 
 def _context(site, attribution: Attribution) -> dict:
-    """What the grouping rule reads beside the site: the inputs the case depends on, and the
-    case's reads outside their tensors other than the site's own statement."""
+    """What the grouping rule reads beside the site: the inputs the case depends on, the case's
+    reads outside their tensors other than the site's own statement, and for an access past a
+    bound the guard of its statement (its pointer and mask as the source has them, static.py)."""
+    from .static import guard_of
+
     reads = [r for r in attribution.reads if (r["file"], r["line"]) != (site.file, site.line)]
     out = {} if attribution.depends is None else {"depends": list(attribution.depends)}
-    return dict(out, reads=reads) if reads else out
+    if reads:
+        out["reads"] = reads
+    guard = guard_of(site.file, site.line) if site.bound is not None else None
+    return dict(out, guard=guard) if guard else out
 
 
 # a store's kinds of wrong that put what it writes somewhere other than where it belongs
