@@ -9,8 +9,14 @@ the inputs it depends on:
   whose case read outside its tensors at a load, that load where it is itself the site of
   another finding of the run (one wrong read showing at several stores is one defect);
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
-  from a wrong place) or "value" (a value computed wrong), `Site.kind`;
+  from a wrong place) or "value" (a value computed wrong), `Site.kind`; a place site's `shape`
+  where its case shows one: "shifted" (the store's writes moved) or "copied" (the right cells,
+  values loaded from the wrong place);
 * the inputs are those the case's broken precondition names, none in contract (`depends`).
+
+Then accesses past one bound of one tensor under one guard (one kernel's statements with the
+same pointer and mask: one missing check) are merged into one defect, across statements and
+inputs (`_merge_bounds`).
 
 So two defects that share a statement (a kernel with one store) stay apart when one puts values
 in the wrong place and the other computes wrong values, or when one shows in contract and the
