@@ -1,9 +1,9 @@
-"""Three one-line defects of SGLang 0.5.23's FlashInfer kernel all misplace what its one store
+"""Four one-line defects of SGLang 0.5.23's FlashInfer kernel all misplace what its one store
 (`kv_indices.py:139`) writes, in contract: a store mask `<=` (the writes run one cell past the
-segment), `kv_indptr` read one element on (the segment's start moves) and the start offset
-ignored (the right cells, values read from the wrong place). The trace tells them apart by the
-place's shape (sites/choose.py `_shape`): keyed `place`, `shifted` and `copied`, each defect's
-symptoms one defect. Hand-made cases, attributed under the interpreter against copies of the
+segment), `kv_indptr` read one element on (the segment's start moves), the start offset ignored
+(the right cells, values read from the wrong place) and a mask one short (cells dropped). The
+trace tells them apart by the place's shape (sites/choose.py `_shape`): keyed `place`,
+`shifted`, `copied` and `dropped`, each defect's symptoms one defect. Hand-made cases, attributed under the interpreter against copies of the
 cached release file (skipped where the cache lacks it)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ C = TensorSpec.contiguous
 OP = "flashinfer_kv_indices"
 MASK = ("mask = offset < kv_end - kv_start", "mask = offset <= kv_end - kv_start")
 INDPTR = ("kv_indices_offset = tl.load(kv_indptr + pid)", "kv_indices_offset = tl.load(kv_indptr + pid + 1)")
+SHORT = ("mask = offset < kv_end - kv_start", "mask = offset < kv_end - kv_start - 1")
 START = ("kv_start = tl.load(kv_start_idx + pid).to(tl.int32)", "kv_start = tl.load(kv_start_idx + pid).to(tl.int32) * 0")
 
 
@@ -97,6 +98,12 @@ def test_values_read_from_the_wrong_place_are_a_third_defect_of_that_store(tmp_p
     (copied,) = findings(mutant(tmp_path, release, START), {"mismatch": case(5, start=True)})
     assert copied["site"]["what"] == "wrong_value" and copied["site"]["load"]
     assert defect_key(OP, copied["site"]) == (OP, "kv_indices.py", 139, "copied", ())
+
+
+def test_a_mask_one_short_drops_cells_a_fourth_defect(tmp_path, release):
+    dropped = findings(mutant(tmp_path, release, SHORT), {"mismatch": case(5)})
+    assert dropped[0]["site"]["what"] == "lost_write"
+    assert keys(dropped) == {(OP, "kv_indices.py", 139, "dropped", ())}
 
 
 def test_both_defects_in_one_file_the_moved_start_hides_the_overrun(tmp_path, release):

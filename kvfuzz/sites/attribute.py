@@ -54,6 +54,7 @@ class Attribution:
     static: dict[str, Site] = field(default_factory=dict)  # output -> the only store statement writing it
     depends: list[str] | None = None  # the inputs the case's broken precondition names ([]: in contract)
     unwritten: bool = False  # a required cell no store wrote (judged cases only)
+    twice: dict | None = None  # {file, line}: the first store writing a cell another program wrote too
     # a load that read outside its tensors on a lane where the same program's store then wrote out
     # of place: [{"load": {file, line}, "store": {file, line, op}}], one per pair of statements
     lanes: list[dict] = field(default_factory=list)
@@ -62,14 +63,14 @@ class Attribution:
         return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
                 "truncated": self.truncated, "guarded": self.guarded, "reads": list(self.reads),
                 "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends,
-                "unwritten": self.unwritten, "lanes": list(self.lanes)}
+                "unwritten": self.unwritten, "lanes": list(self.lanes), "twice": self.twice}
 
     @classmethod
     def from_json(cls, d: dict) -> "Attribution":
         return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
                    bool(d.get("truncated")), bool(d.get("guarded")), list(d.get("reads", ())),
                    {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"),
-                   bool(d.get("unwritten")), list(d.get("lanes", ())))
+                   unwritten=bool(d.get("unwritten")), lanes=list(d.get("lanes", ())), twice=d.get("twice"))
 
 
 def run_traced(target, case: Case, plan: Plan, guard: bool = False) -> tuple[Trace, np.ndarray, int, str | None]:
@@ -334,7 +335,9 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
             prev = writers.get(addr)
             if prev is None:
                 writers[addr] = (a.program, value, a, i)
-            elif prev[0] != a.program and prev[1] != value and "overlap" not in sites:
+            elif prev[0] != a.program and out.twice is None:  # even with the same value: a moved segment's mark
+                out.twice = {"file": a.file, "line": a.line}
+            if prev is not None and prev[0] != a.program and prev[1] != value and "overlap" not in sites:
                 name, flat = arena.place(addr) if arena.inside(addr) else (None, -1)
                 cell = f"{name}{_index(plan.regions[name].spec.shape, flat)}" if name else f"address {addr:#x}"
                 sites["overlap"] = dataclasses.replace(

@@ -93,24 +93,31 @@ def _shape(site, attribution: Attribution) -> dict:
 
     * {"shape": "shifted"}: the case leaves a required cell no store wrote (`unwritten`; where a
       store is blamed for it, `lost_write`, this same statement) while this statement writes
-      cells that are not its own (a stray or untouched write, an overlap, a wrong value): its
-      writes moved (a segment's start read from the wrong element of an index);
+      cells that are not its own (a stray or untouched write, an overlap, a wrong value, or a
+      cell another program wrote too, `twice`, even with the same value): its writes moved (a
+      segment's start read from the wrong element of an index, a row stride dropped);
     * {"shape": "copied"}: a wrong value this statement copied from a load, in a case where every
       required cell was written and the statement wrote nowhere else: the right cells, values
       read from the wrong place (a start offset ignored);
+    * {"shape": "dropped"}: required cells left unwritten, blamed on this statement, and nothing
+      written out of place anywhere (a last page dropped, a mask one element short);
     * {} otherwise, as a store running past its end (a mask one element too long: every required
       cell written, and a cell more, not its own).
 
-    Three defects of one store (SGLang's FlashInfer kernel has one) then stay apart."""
+    Four defects of one store (SGLang's FlashInfer kernel has one) then stay apart."""
     at = (site.file, site.line)
     if site.op != "tl.store" or site.kind != "place" or attribution.depends:
         return {}
     mine = {w for w in MISPLACED if (s := attribution.sites.get(w)) is not None and (s.file, s.line) == at}
+    twice = attribution.twice is not None and (attribution.twice["file"], attribution.twice["line"]) == at
     lost = attribution.sites.get("lost_write")
-    if attribution.unwritten and mine and (lost is None or (lost.file, lost.line) == at):
+    if attribution.unwritten and (mine or twice) and (lost is None or (lost.file, lost.line) == at):
         return {"shape": "shifted"}
     if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"}:
         return {"shape": "copied"}
+    if attribution.unwritten and lost is not None and (lost.file, lost.line) == at and attribution.twice is None \
+            and not any(attribution.sites.get(w) is not None for w in MISPLACED + ("input_write", "stray_read")):
+        return {"shape": "dropped"}
     return {}
 
 

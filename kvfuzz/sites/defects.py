@@ -58,7 +58,7 @@ def _kind(s: Site, site: Mapping[str, Any] | Site) -> str:
     return shape if shape in SHAPES and s.kind == "place" else s.kind
 
 
-SHAPES = ("shifted", "copied")
+SHAPES = ("shifted", "copied", "dropped")
 
 
 def root_keys(findings: list[dict]) -> list[tuple | None]:
