@@ -570,12 +570,29 @@ class FindingPipeline:
         """The site of `f` on the case it is saved with (kvfuzz/sites: the case run traced under
         Triton's interpreter, in a subprocess of its own), into `sites`; none, said so, for a
         crash, a timeout or an interpreter that refuses the target."""
+        import threading
+
         from .sites.choose import NO_SITE, site_meta
         from .sites.run import TIMEOUT_S, attribute_isolated
 
         sig = f.finding.signature
         if not self.cfg.sites:
             return
+        # the baseline's run of a class finding's case, attributed beside the target's (each in
+        # its own subprocess) rather than after it: the label does not wait on the target's
+        # attribution, nor go without time where that took the rest
+        against = self.cfg.baseline and kind_of(sig) in ("regression", "changed")
+        early, digest, seconds = None, case.digest() if against else "", within(TIMEOUT_S, until)
+        if against and digest not in self.baseline_sites and seconds >= MIN_MINIMIZE_S:
+            def beside() -> None:
+                try:
+                    got, _ = attribute_isolated(case, self.cfg.baseline, seconds)
+                except Exception:  # the label's own pass tries again, in the time then left
+                    return
+                self.baseline_sites[digest] = [x.to_json() for x in got.sites.values()] if got else None
+
+            early = threading.Thread(target=beside, name="kvfuzz-baseline-site", daemon=True)
+            early.start()
         try:
             attribution, why = None, ""
             if site_meta(sig, None).get("none") not in NO_SITE.values():
@@ -583,23 +600,25 @@ class FindingPipeline:
             self.sites[sig] = site_meta(sig, attribution, why)
         except Exception as exc:  # no site: the finding stays as it is
             self._fault("site", exc, sig)
-        if self.cfg.baseline and kind_of(sig) in ("regression", "changed"):
+        if against:
             try:
-                self.against_defect[sig] = self._defect_against(f, case, until)
+                self.against_defect[sig] = self._defect_against(f, case, until, early)
             except Exception as exc:  # not told: the finding stays as it is
                 self._fault("site", exc, sig)
 
-    def _defect_against(self, f: Found, case: Case, until: float | None) -> dict:
+    def _defect_against(self, f: Found, case: Case, until: float | None, early=None) -> dict:
         """Whether the class finding `f` is a new defect or a new symptom of one the baseline
         has: its site against where the baseline goes wrong, attributed under the interpreter on
-        `f`'s case, then (no match yet) on the cases of the op's findings it shares (two at
-        most), each once per run."""
+        `f`'s case (`early`: the thread `_attribute` started attributing it), then (no
+        match yet) on the cases of the op's findings it shares (two at most), each once per run."""
         from .baseline import NEW_SYMPTOM, SITE_UNKNOWN, defect_against, statement
         from .sites.run import TIMEOUT_S, attribute_isolated
 
         site = self.sites.get(f.finding.signature)
         if statement(site) is None:
             return defect_against(site, [], "" if self.cfg.sites else "sites not attributed (--no-sites)")
+        if early is not None:
+            early.join()
         shared = {x.case.digest(): x.case for x in self.shared if x.finding.op == f.finding.op}
         seen: list[dict] = []
         checked = 0

@@ -39,6 +39,7 @@ from ..places import region_of_byte
 from .site import Site
 from .trace import Access, Arg, Trace, Tracer
 
+MAX_STRAY_LANES = 100_000  # stray load lanes kept to link to stores (`Attribution.lanes`)
 ORDER = ("wrong_value", "lost_write", "stray_write", "untouched_write", "input_write", "stray_read", "overlap",
          "fault")
 
@@ -52,17 +53,24 @@ class Attribution:
     reads: list[dict] = field(default_factory=list)  # load statements that read outside: {file, line, text}
     static: dict[str, Site] = field(default_factory=dict)  # output -> the only store statement writing it
     depends: list[str] | None = None  # the inputs the case's broken precondition names ([]: in contract)
+    unwritten: bool = False  # a required cell no store wrote (judged cases only)
+    twice: dict | None = None  # {file, line}: the first store writing a cell another program wrote too
+    # a load that read outside its tensors on a lane where the same program's store then wrote out
+    # of place: [{"load": {file, line}, "store": {file, line, op}}], one per pair of statements
+    lanes: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
                 "truncated": self.truncated, "guarded": self.guarded, "reads": list(self.reads),
-                "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends}
+                "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends,
+                "unwritten": self.unwritten, "lanes": list(self.lanes), "twice": self.twice}
 
     @classmethod
     def from_json(cls, d: dict) -> "Attribution":
         return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
                    bool(d.get("truncated")), bool(d.get("guarded")), list(d.get("reads", ())),
-                   {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"))
+                   {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"),
+                   unwritten=bool(d.get("unwritten")), lanes=list(d.get("lanes", ())), twice=d.get("twice"))
 
 
 def run_traced(target, case: Case, plan: Plan, guard: bool = False) -> tuple[Trace, np.ndarray, int, str | None]:
@@ -189,6 +197,72 @@ def _arg_place(args: list[Arg], addr: int) -> tuple[Arg | None, str, str]:
     return out
 
 
+def _bound(arena: "_Arena", args: list[Arg], a: Access, i: int, tensor: str) -> dict | None:
+    """The bound of `tensor` that lane `i` of access `a` passed: {tensor, dim, side}, or None
+    where the trace does not tell. A dimension of size 0 is passed by any access. Else the
+    access's lanes must step along one dimension `k` (its stride is their address step): where
+    its first lane is an element of the tensor, lane `i` is past dimension `k` when its index
+    there, counted on from the first lane's, is outside it (a row written past its width); where
+    the first lane is outside, by the only way its address splits into an index with every other
+    dimension in range (the width passed) or with `k` in range (the rows passed), in 2-D; None
+    where both splits exist (a contiguous table: a row past the last and the last row past its
+    width are the same addresses) or the tensor is not the launch's own argument (a copy)."""
+    r = arena.plan.regions.get(tensor)
+    if r is None:
+        return None
+    spec, size = r.spec, r.itemsize
+    zero = [d for d, n in enumerate(spec.shape) if n == 0]
+    if zero:
+        return {"tensor": tensor, "dim": zero[-1], "side": "after"}
+    data = arena.base + r.start + spec.offset * size
+    if not any(arg.ptr == data for arg in args) or a.addrs.size < 2:
+        return None
+    lanes, addrs = a.lanes.astype(np.int64), a.addrs.astype(np.int64)
+    dl, da = int(lanes[1] - lanes[0]), int(addrs[1] - addrs[0])
+    if dl <= 0 or da % (dl * size):
+        return None
+    step = da // (dl * size)
+    if not np.array_equal(addrs - addrs[0], (lanes - lanes[0]) * step * size):
+        return None  # not one run along a dimension
+    dims = [d for d, (n, t) in enumerate(zip(spec.shape, spec.strides)) if t == step and n > 1]
+    if len(dims) != 1 or (int(addrs[0]) - data) % size:
+        return None
+    k = dims[0]
+
+    def past(d: int, at: int) -> dict | None:
+        return None if 0 <= at < spec.shape[d] else {"tensor": tensor, "dim": d, "side": "after" if at > 0 else "before"}
+
+    who, flat = arena.place(int(addrs[0])) if arena.inside(int(addrs[0])) else (None, -1)
+    if who == tensor:
+        first = np.unravel_index(flat, spec.shape)
+        return past(k, int(first[k]) + int(lanes[i] - lanes[0]))
+    if len(spec.shape) != 2 or 0 in spec.strides:
+        return None
+    j = 1 - k
+    e = (int(addrs[0]) - data) // size
+    tj, tk = spec.strides[j], spec.strides[k]
+    rem = e - np.arange(spec.shape[j]) * tj  # j in range: k's index
+    width = rem[rem % tk == 0] // tk
+    rem = e - np.arange(spec.shape[k]) * tk  # k in range: j's index
+    rows = rem[rem % tj == 0] // tj
+    if width.size and not rows.size:
+        return past(k, int(width[0]) + int(lanes[i] - lanes[0]))
+    if rows.size and not width.size:
+        return past(j, int(rows[0]))
+    return None
+
+
+def _overlap_bound(arena: "_Arena", trace: Trace, first: Access, fi: int, a: Access, i: int, name: str) -> dict | None:
+    """The bound passed by either of two writes of one cell: a program that ran past its row
+    writes the next row's first cell, which that row's own program writes too."""
+    for x, k in ((first, fi), (a, i)):
+        launch = trace.launches[x.launch] if 0 <= x.launch < len(trace.launches) else None
+        got = _bound(arena, launch.args if launch else [], x, k, name)
+        if got is not None:
+            return got
+    return None
+
+
 def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
     """The case's tensor a kernel argument is: its arena view's, or (a copy the wrapper made) the
     one of `names` with its element count and size, where only one has them."""
@@ -226,8 +300,9 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     out = Attribution(truncated=trace.truncated)
     sites = out.sites
     last_store: dict[int, tuple[Access, int, object]] = {}  # address -> (store, lane, value)
-    writers: dict[int, tuple[tuple, object]] = {}  # address -> (program, value) of its first writer
+    writers: dict[int, tuple] = {}  # address -> (program, value, access, lane index) of its first writer
     inputs = [n for n in case.tensors if n not in outputs]
+    strays: dict[tuple, tuple[str, int]] = {}  # (launch, program, lane) -> the first load statement reading outside
     for a in trace.accesses:
         launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
         args = launch.args if launch is not None else []
@@ -242,8 +317,11 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 verb = "reading" if a.op == "load" else "writing"
                 sites["fault"] = dataclasses.replace(
                     _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
-                    tensor=tensor, place=place)
+                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor))
             if a.op == "load":
+                if len(strays) < MAX_STRAY_LANES:
+                    for lane in a.lanes[~held].tolist():
+                        strays.setdefault((a.launch, a.program, lane), (a.file, a.line))
                 read = {"file": a.file, "line": a.line, "text": _text(a.file, a.line)}
                 if read not in out.reads:
                     out.reads.append(read)
@@ -256,15 +334,20 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
         for i, (lane, addr, value) in enumerate(zip(a.lanes.tolist(), a.addrs.tolist(), a.values.tolist())):
             prev = writers.get(addr)
             if prev is None:
-                writers[addr] = (a.program, value)
-            elif prev[0] != a.program and prev[1] != value and "overlap" not in sites:
+                writers[addr] = (a.program, value, a, i)
+            elif prev[0] != a.program and out.twice is None:  # even with the same value: a moved segment's mark
+                out.twice = {"file": a.file, "line": a.line}
+            if prev is not None and prev[0] != a.program and prev[1] != value and "overlap" not in sites:
                 name, flat = arena.place(addr) if arena.inside(addr) else (None, -1)
                 cell = f"{name}{_index(plan.regions[name].spec.shape, flat)}" if name else f"address {addr:#x}"
-                sites["overlap"] = _site(a, "overlap", f"writes {cell}, which another program writes with "
-                                                         f"another value ({prev[1]} and {value})",
-                                         _source(trace, a, lane, value))
+                sites["overlap"] = dataclasses.replace(
+                    _site(a, "overlap", f"writes {cell}, which another program writes with another value "
+                                        f"({prev[1]} and {value})", _source(trace, a, lane, value)),
+                    bound=_overlap_bound(arena, trace, prev[2], prev[3], a, i, name) if name else None)
             last_store[addr] = (a, lane, value)
             who, flat = places[i]
+            if strays and _misplaced(who, flat, held[i], plan, outputs, cells):
+                _link(out.lanes, strays.get((a.launch, a.program, lane)), a)
             if who is not None:
                 name = plan.names[who] if who != NOBODY else None
                 if name is None:
@@ -273,7 +356,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                         source = _source(trace, a, lane, value)
                         sites["stray_write"] = dataclasses.replace(
                             _site(a, "stray_write", f"writes {arena.stray_words(addr)}", source),
-                            tensor=tensor, place=place)
+                            tensor=tensor, place=place, bound=_bound(arena, args, a, i, tensor))
                 elif name not in outputs:
                     if "input_write" not in sites:
                         sites["input_write"] = _site(a, "input_write", f"writes input {name}"
@@ -288,11 +371,12 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
             elif not held[i]:
                 if "stray_write" not in sites:
                     arg, place, words = _arg_place(args, addr)
+                    tensor = _case_tensor(arena, case, arg, outputs)
                     sites["stray_write"] = dataclasses.replace(
                         _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
-                        tensor=_case_tensor(arena, case, arg, outputs), place=place)
+                        tensor=tensor, place=place, bound=_bound(arena, args, a, i, tensor))
     if cells is not None and accepted:
-        _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
+        out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
     out.static = _static(case, arena, trace, outputs)
     return out
 
@@ -321,10 +405,37 @@ def _static(case: Case, arena: "_Arena", trace: Trace, outputs: tuple[str, ...])
     return out
 
 
-def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> None:
+def _misplaced(who, flat: int, held: bool, plan: Plan, outputs, cells) -> bool:
+    """Whether a store lane wrote out of place: outside every tensor, to an input, or to a cell
+    the contract leaves alone."""
+    if who is None:
+        return not held
+    if who == NOBODY:
+        return True
+    name = plan.names[who]
+    if name not in outputs:
+        return True
+    if cells is None:
+        return False
+    c = cells[name]
+    return bool(c.untouched[np.unravel_index(flat, c.required.shape)])
+
+
+def _link(lanes: list[dict], load: tuple[str, int] | None, store: Access) -> None:
+    if load is None:
+        return
+    link = {"load": {"file": load[0], "line": load[1]}, "store": {"file": store.file, "line": store.line, "op": "tl.store"}}
+    if link not in lanes:
+        lanes.append(link)
+
+
+def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> bool:
+    """Names the first wrong value and lost write in `sites`; whether a required cell no store
+    wrote is left (a store whose writes moved leaves one, a store running past its end none)."""
+    unwritten = False
     for name in outputs:
         r = plan.regions.get(name)
-        if r is None or r.numel == 0 or "wrong_value" in sites and "lost_write" in sites:
+        if r is None or r.numel == 0 or unwritten and "wrong_value" in sites and "lost_write" in sites:
             continue
         got = r.elements(after).astype(np.int64)
         req = cells[name].required
@@ -340,6 +451,7 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
             addr = arena.address(name, flat)
             cell = f"{name}{_index(shape, flat)}"
             hit = last_store.get(addr)
+            unwritten |= hit is None
             if hit is not None and "wrong_value" not in sites:
                 store, lane, value = hit
                 load = _source(trace, store, lane, value)
@@ -350,7 +462,8 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
                 if lost is not None:
                     sites["lost_write"] = lost
             if "wrong_value" in sites and "lost_write" in sites:
-                return
+                return True
+    return unwritten
 
 
 def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: int, r) -> Site | None:

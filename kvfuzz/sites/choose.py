@@ -51,7 +51,8 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
     for what in CHOICE.get(kind, ()):
         site = attribution.sites.get(what)
         if site is not None:
-            return dict(site.to_json(), **_root(site, attribution), **_context(site, attribution))
+            return dict(site.to_json(), **_root(site, attribution), **_shape(site, attribution),
+                        **_context(site, attribution))
     if kind == "crash":
         error = f" (it raises {attribution.error})" if attribution.error else ""
         return {"none": f"the interpreter's run makes no access outside its launch's tensors{error}: "
@@ -70,19 +71,66 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
 
 
 def _context(site, attribution: Attribution) -> dict:
-    """What the grouping rule reads beside the site: the inputs the case depends on, and the
-    case's reads outside their tensors other than the site's own statement."""
+    """What the grouping rule reads beside the site: the inputs the case depends on, the case's
+    reads outside their tensors other than the site's own statement, and for an access past a
+    bound the guard of its statement (its pointer and mask as the source has them, static.py)."""
+    from .static import guard_of
+
     reads = [r for r in attribution.reads if (r["file"], r["line"]) != (site.file, site.line)]
     out = {} if attribution.depends is None else {"depends": list(attribution.depends)}
-    return dict(out, reads=reads) if reads else out
+    if reads:
+        out["reads"] = reads
+    guard = guard_of(site.file, site.line) if site.bound is not None else None
+    return dict(out, guard=guard) if guard else out
+
+
+# a store's kinds of wrong that put what it writes somewhere other than where it belongs
+MISPLACED = ("stray_write", "untouched_write", "overlap", "wrong_value")
+
+
+def _shape(site, attribution: Attribution) -> dict:
+    """How a store's place defect shows in a judged case, where the trace tells:
+
+    * {"shape": "shifted"}: the case leaves a required cell no store wrote (`unwritten`; where a
+      store is blamed for it, `lost_write`, this same statement) while this statement writes
+      cells that are not its own (a stray or untouched write, an overlap, a wrong value, or a
+      cell another program wrote too, `twice`, even with the same value): its writes moved (a
+      segment's start read from the wrong element of an index, a row stride dropped);
+    * {"shape": "copied"}: a wrong value this statement copied from a load, in a case where every
+      required cell was written and the statement wrote nowhere else: the right cells, values
+      read from the wrong place (a start offset ignored);
+    * {"shape": "dropped"}: required cells left unwritten, blamed on this statement, and nothing
+      written out of place anywhere (a last page dropped, a mask one element short);
+    * {} otherwise, as a store running past its end (a mask one element too long: every required
+      cell written, and a cell more, not its own).
+
+    Four defects of one store (SGLang's FlashInfer kernel has one) then stay apart."""
+    at = (site.file, site.line)
+    if site.op != "tl.store" or site.kind != "place" or attribution.depends:
+        return {}
+    mine = {w for w in MISPLACED if (s := attribution.sites.get(w)) is not None and (s.file, s.line) == at}
+    twice = attribution.twice is not None and (attribution.twice["file"], attribution.twice["line"]) == at
+    lost = attribution.sites.get("lost_write")
+    if attribution.unwritten and (mine or twice) and (lost is None or (lost.file, lost.line) == at):
+        return {"shape": "shifted"}
+    if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"}:
+        return {"shape": "copied"}
+    if attribution.unwritten and lost is not None and (lost.file, lost.line) == at and attribution.twice is None \
+            and not any(attribution.sites.get(w) is not None for w in MISPLACED + ("input_write", "stray_read")):
+        return {"shape": "dropped"}
+    return {}
 
 
 def _root(site, attribution: Attribution) -> dict:
-    """{"root": the store} for a stray read whose value a store of the case wrote out (the read
-    and the store are one defect's: a mask that lets both run one element too far), else {}."""
+    """{"root": the store} for a stray read whose value a store of the case wrote out, or on
+    whose lane the same program's store then wrote out of place (the read and the store are one
+    defect's: a mask that lets both run one element too far), else {}."""
     if site.what != "stray_read":
         return {}
     for s in attribution.sites.values():
         if s.op == "tl.store" and s.load is not None and (s.load["file"], s.load["line"]) == (site.file, site.line):
             return {"root": {"file": s.file, "line": s.line, "op": s.op}}
+    for link in attribution.lanes:
+        if (link["load"]["file"], link["load"]["line"]) == (site.file, site.line):
+            return {"root": dict(link["store"])}
     return {}

@@ -9,8 +9,14 @@ the inputs it depends on:
   whose case read outside its tensors at a load, that load where it is itself the site of
   another finding of the run (one wrong read showing at several stores is one defect);
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
-  from a wrong place) or "value" (a value computed wrong), `Site.kind`;
+  from a wrong place) or "value" (a value computed wrong), `Site.kind`; a place site's `shape`
+  where its case shows one: "shifted" (the store's writes moved) or "copied" (the right cells,
+  values loaded from the wrong place);
 * the inputs are those the case's broken precondition names, none in contract (`depends`).
+
+Then accesses past one bound of one tensor under one guard (one kernel's statements with the
+same pointer and mask: one missing check) are merged into one defect, across statements and
+inputs (`_merge_bounds`).
 
 So two defects that share a statement (a kernel with one store) stay apart when one puts values
 in the wrong place and the other computes wrong values, or when one shows in contract and the
@@ -40,7 +46,19 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
         return None
     if s.root is not None:
         return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
-    return op, os.path.basename(s.file), s.line, s.kind, _depends(site)
+    return op, os.path.basename(s.file), s.line, _kind(s, site), _depends(site)
+
+
+def _kind(s: Site, site: Mapping[str, Any] | Site) -> str:
+    """A place site's shape where its case showed one (choose.py `_shape`): "shifted" (the
+    store's writes moved: required cells left unwritten, cells not its own written), "copied"
+    (the right cells, values loaded from the wrong place); else the site's kind. A store writing
+    its segment one element too far, at the wrong start, or from the wrong source: three defects."""
+    shape = site.get("shape") if isinstance(site, Mapping) else None
+    return shape if shape in SHAPES and s.kind == "place" else s.kind
+
+
+SHAPES = ("shifted", "copied", "dropped")
 
 
 def root_keys(findings: list[dict]) -> list[tuple | None]:
@@ -62,7 +80,47 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
                     k = hit
                     break
         out.append(k)
-    return out
+    return _merge_bounds(out, findings)
+
+
+def bound_key(op: str, site: Mapping[str, Any] | None) -> tuple | None:
+    """(op, file, kernel, pointer, mask, tensor, dim, side) of an access past a tensor's bound
+    whose statement's guard is known (`bound` and `guard`, choose.py), else None."""
+    b, g = (site or {}).get("bound"), (site or {}).get("guard")
+    if not b or not g or "line" not in (site or {}):
+        return None
+    return (op, os.path.basename(str(site["file"])), g["kernel"], g["pointer"], g["mask"], b["tensor"],
+            int(b["dim"]), b["side"])
+
+
+def _merge_bounds(keys: list[tuple | None], findings: list[dict]) -> list[tuple | None]:
+    """`keys` with the defects of accesses past one bound merged: findings whose accesses pass
+    the same dimension of the same tensor of one kernel, at statements with the same pointer and
+    mask (one missing guard: one fix, that mask, repairs them all) are one defect, whichever
+    statement and inputs each names; each merged key's other findings follow it. A key whose
+    findings pass different bounds (a zero-width destination and one with too few rows, at one
+    store) is first split by bound, so that no merge joins two bounds through it."""
+    bounds = [bound_key(_op(f), f.get("site")) if k is not None else None for k, f in zip(keys, findings)]
+    seen: dict[tuple, set] = {}
+    for k, b in zip(keys, bounds):
+        if b is not None:
+            seen.setdefault(k, set()).add(b[5:])
+    keys = [k + (b[5:],) if b is not None and len(seen[k]) > 1 else k for k, b in zip(keys, bounds)]
+    parent: dict[tuple, tuple] = {}
+
+    def top(k: tuple) -> tuple:
+        while k in parent:
+            k = parent[k]
+        return k
+
+    first: dict[tuple, tuple] = {}
+    for k, b in zip(keys, bounds):
+        if b is None:
+            continue
+        here, there = top(k), top(first.setdefault(b, k))
+        if here != there:
+            parent[here] = there
+    return [top(k) if k is not None else None for k in keys]
 
 
 def _op(f: dict) -> str:
@@ -76,7 +134,8 @@ def defect_name(key: tuple | None, site: Mapping[str, Any] | None = None) -> str
         return "no site"
     op, file, line, kind = key[:4]
     depends = key[4] if len(key) > 4 else ()
-    return f"{op} at {file}:{line} ({kind}{'; out of contract: ' + ', '.join(depends) if depends else ''})"
+    past = f"; past {key[5][0]} dim {key[5][1]} ({key[5][2]})" if len(key) > 5 else ""  # split by bound
+    return f"{op} at {file}:{line} ({kind}{'; out of contract: ' + ', '.join(depends) if depends else ''}{past})"
 
 
 def group(items: Iterable[Any], key) -> list[list[Any]]:
@@ -116,7 +175,7 @@ def defects_of(findings: list[dict]) -> list[dict]:
     return out
 
 
-__all__ = ["defect_key", "defect_name", "defects_of", "group", "root_keys"]
+__all__ = ["bound_key", "defect_key", "defect_name", "defects_of", "group", "root_keys"]
 
 
 def header(n: int, defect: dict) -> str:

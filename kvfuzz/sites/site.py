@@ -29,6 +29,9 @@ class Site:
     tensor: str = ""  # the case's tensor the stray access is charged to (a stray read: the one read past)
     place: str = ""  # before | after | gap | outside: where the stray access lies relative to it
     root: Mapping[str, Any] | None = None  # a stray read's: the store that wrote what it read, {file, line, op}
+    # an access out of bounds: the bound it passed, {tensor, dim, side ("after" | "before")}, where
+    # the trace tells (attribute.py `_bound`)
+    bound: Mapping[str, Any] | None = None
 
     @property
     def kind(self) -> str:
@@ -45,13 +48,15 @@ class Site:
             out["tensor"], out["place"] = self.tensor, self.place
         if self.root is not None:
             out["root"] = dict(self.root)
+        if self.bound is not None:
+            out["bound"] = dict(self.bound)
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Site":
         return cls(d["kernel"], d["file"], int(d["line"]), d["op"], d.get("text", ""), d.get("what", ""),
                    d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""),
-                   d.get("root"))
+                   d.get("root"), d.get("bound"))
 
 
 def site_of(meta: Mapping[str, Any] | None) -> Site | None:

@@ -67,3 +67,39 @@ def stores_through(file: str, kernel: str, first_line: int, param: str) -> list[
         if ptr is not None and _names(ptr) & derived:
             lines.append(call.lineno)
     return sorted(set(lines))
+
+
+def guard_of(file: str, line: int) -> dict | None:
+    """{"kernel", "pointer", "mask"} of the `tl.store` or `tl.load` call at `line` of `file`: its
+    function, and its pointer and mask expressions as source text, where every name in them is
+    a parameter or assigned once in that function (so two calls with the same texts compute the
+    same addresses and the same guard); None otherwise, or where the source cannot be read."""
+    tree = _tree(file)
+    if tree is None:
+        return None
+    fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno <= line <= (n.end_lineno or 0)]
+    if not fns:
+        return None
+    fn = max(fns, key=lambda n: n.lineno)  # the innermost
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in ("store", "load") and isinstance(n.func.value, ast.Name) and n.func.value.id == "tl"
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    ptr = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "pointer"), None)
+    at = 2 if call.func.attr == "store" else 1
+    mask = call.args[at] if len(call.args) > at else next((k.value for k in call.keywords if k.arg == "mask"), None)
+    if ptr is None:
+        return None
+    assigned: dict[str, int] = {}
+    for n in ast.walk(fn):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+            n, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+        for t in targets:
+            for name in _names(t):
+                assigned[name] = assigned.get(name, 0) + 1
+    used = _names(ptr) | (_names(mask) if mask is not None else set())
+    if any(assigned.get(name, 0) > 1 for name in used):
+        return None
+    return {"kernel": fn.name, "pointer": ast.unparse(ptr), "mask": ast.unparse(mask) if mask is not None else ""}
