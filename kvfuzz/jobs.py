@@ -186,12 +186,11 @@ def merge_reports(reports: list[dict], jobs: int) -> dict:
             m["batch_only"] += [x for x in s.get("batch_only", []) if x not in m["batch_only"]]
             m.setdefault("timelines", []).append(s.get("timeline", []))
             m["not_target_messages"] += s.get("not_target_messages", [])
-            if s.get("engine"):  # atheris: shards fuzz side by side, so their rates add up
-                e = m.setdefault("engine", {"execs": 0, "execs_per_s": 0.0, "lives": 0, "cov": 0, "ft": 0})
-                for k in ("execs", "execs_per_s", "lives"):
-                    e[k] = round(e[k] + s["engine"].get(k, 0), 1)
-                for k in ("cov", "ft"):
-                    e[k] = max(e[k], s["engine"].get(k, 0))
+            if s.get("engine"):  # shards fuzz side by side: counts and rates add up, coverage is the widest
+                e = m.setdefault("engine", {})
+                for k, v in s["engine"].items():  # only the keys the engine reported (batch: launches)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        e[k] = max(e.get(k, 0), v) if k in ("cov", "ft") else round(e.get(k, 0) + v, 1)
     for op, m in ops.items():
         m["timeline"] = _summed(m.pop("timelines", []))
         m["status"], m["reason"] = _merged_status(m, [r["ops"][op] for r in reports if op in r["ops"]])

@@ -93,3 +93,15 @@ def test_merged_shards_keep_the_feature_filter_and_sum_what_confirming_cost():
     assert merged["feature"] == ["mode:paged"]
     assert merged["ops"]["x"]["confirm_seconds"] == 3.0
     assert merged["ops"]["x"]["confirm_batches"] == 3
+
+
+def test_merged_batch_shards_report_no_atheris_figures():
+    from kvfuzz.reports import engine_figures
+
+    shard = {"seconds": 1.0, "cases": 1, "findings": []}
+    batch = merge_reports([dict(shard, ops={"x": {"engine": {"launches": 3}}})] * 2, 2)
+    assert batch["ops"]["x"]["engine"] == {"launches": 6}
+    assert engine_figures(batch["ops"]["x"]["engine"]) == {}
+    fuzzed = merge_reports([dict(shard, ops={"x": {"engine": {"execs": 10, "execs_per_s": 5.0, "lives": 1,
+                                                              "cov": c, "ft": 7}}}) for c in (3, 4)], 2)
+    assert fuzzed["ops"]["x"]["engine"] == {"execs": 20, "execs_per_s": 10.0, "lives": 2, "cov": 4, "ft": 7}

@@ -41,3 +41,14 @@ def test_no_saved_case_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["defects", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("kvfuzz: error:") for line in err), err
+
+
+def test_a_site_kept_under_another_file_name_is_attributed_again_against_the_target():
+    from kvfuzz.sites.corpus import needs_site
+
+    kept = {"kernel": "k", "file": "/gpu/host/seed.py", "line": 102, "op": "tl.store", "depends": []}
+    sig = "swa_spec_page_table:spec:out_of_bounds_write:page_table_dst:after"
+    assert not needs_site(kept, sig)  # no target named: the site it was found with stands
+    assert not needs_site(kept, sig, "/elsewhere/seed.py")  # the same file at another path
+    assert needs_site(kept, sig, "/work/shared/seed/metadata_kernels.py")
+    assert not needs_site(kept, sig, "sglang==0.5.14")  # a release names no file of its own

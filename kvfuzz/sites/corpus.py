@@ -32,11 +32,17 @@ def case_dirs(roots: list[Path]) -> list[Path]:
     return found
 
 
-def needs_site(meta_site: dict | None, signature: str) -> bool:
+def needs_site(meta_site: dict | None, signature: str, target: str | None = None) -> bool:
     """Whether a saved case's site is worth attributing again: none recorded, one recorded without
-    the inputs its case depends on (`depends`, which the grouping rule reads), or none for a
-    reason other than its kind (a run it must have refused has no statement to name, on any host)."""
+    the inputs its case depends on (`depends`, which the grouping rule reads), one recorded against
+    a kernel file of another name than the file `target` names (defect keys compare file names: a
+    corpus attributed partly under one name and partly under another would key one statement
+    twice), or none for a reason other than its kind (a run it must have refused has no statement
+    to name, on any host)."""
     if meta_site and "none" not in meta_site:
+        if target is not None and target.endswith(".py") and \
+                Path(str(meta_site.get("file", ""))).name != Path(target).name:
+            return True
         return "depends" not in meta_site
     return site_meta(signature, None).get("none") not in NO_SITE.values()
 
@@ -54,7 +60,7 @@ def attribute_dirs(dirs: list[Path], write: bool, target: str | None = None, tim
         if saved.finding is None:
             continue
         sig, site = saved.finding.signature, saved.case.meta.get("site")
-        if needs_site(site, sig):
+        if needs_site(site, sig, target):
             attribution, why = attribute_isolated(saved.case, target or saved.target, timeout_s)
             site = site_meta(sig, attribution, why)
             say(f"{d.name}: {sig}: " + (f"site {site['file']}:{site['line']}" if "none" not in site
