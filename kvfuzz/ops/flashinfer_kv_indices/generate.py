@@ -279,14 +279,30 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
+LAUNCH_MODES = ("paged", "blocks_one", "blocks_many", "mapped", "int64")  # each a kernel path of its own
+
+
+def launch_modes(k: CompileClass) -> set[str]:
+    """The launch modes class `k` runs in (of LAUNCH_MODES)."""
+    blocks = k.get("blocks")
+    out = {"paged"} if k.get("ps", 1) > 1 else set()
+    out |= {f"blocks_{blocks}"} if blocks in ("one", "many") else set()
+    out |= {"mapped"} if k.get("token_mapping") else set()
+    return out | ({"int64"} if k.get("dtype:kv_indices") == "int64" else set())
+
+
 def kv_class_features(k: CompileClass) -> set[str]:
-    """The launch-mode combinations a pool covers first (class_pool weighs them above every
-    other feature), each by a class of a short table: the first stints of a campaign visit every
-    mode before the production classes."""
+    """What a pool covers first (class_pool weighs these above every other feature), each by a
+    class of a short table: every launch mode on its own, then the launch-mode combinations.
+    A mode counts as much as a combination and a class holds one combination, so the first
+    classes are those of the most modes not yet covered: every mode the variant has is in the
+    first two classes (mapped excludes paged), the first a campaign on a GPU reaches when each
+    new class costs a compile (a paged defect sat in the third class, past a 20 s campaign)."""
     if k.get("size") == "production":
         return set()
-    return {f"mode:ps{'>1' if k.get('ps', 1) > 1 else '1'}/blocks:{k.get('blocks', 'absent')}/"
-            f"map:{bool(k.get('token_mapping'))}"}
+    return {f"launch:{m}" for m in launch_modes(k)} | \
+        {f"mode:ps{'>1' if k.get('ps', 1) > 1 else '1'}/blocks:{k.get('blocks', 'absent')}/"
+         f"map:{bool(k.get('token_mapping'))}"}
 
 
 GENERATOR = OpGenerator(OP, kv_class, kv_in_class, kv_violation, OUT_OF_CONTRACT, kv_features,
