@@ -11,9 +11,12 @@ draws each request's length at the block edges (0, 1, 511, 512, 513, 1025) and u
 end, its start (unaligned to pages too), its pool row, a base and a tail for the flat output,
 its block count and its mapping (-1 entries, read by -1 table entries too).
 
-Production sizes are classes of their own, one class in sixteen of a variant's candidates, in the
-pool after the classes that cover the launch-mode combinations (`kv_class_features`; the cover
-takes a few among the next ones, their widths being new). The CPU interpreter takes about half
+The pool's first two classes hold every launch mode the variant has (paged, one block, many
+blocks, mapped, int64 kv_indices), the next ones the modes' other combinations
+(`kv_class_features`): a GPU campaign pays a compile per new class and reaches only the first
+few in 20 s. Production sizes are classes of their own, one class in sixteen of a variant's
+candidates, in the pool after those (the cover takes a few among the next ones, their widths
+being new). The CPU interpreter takes about half
 a second for a production case, so a CPU campaign spends up to half a minute on each production
 stint it reaches: a table 32768 to 131585 tokens wide, a batch of
 one, a few, 17 to 256 or past 256 (257-300), one or two requests to the row's end or at the
