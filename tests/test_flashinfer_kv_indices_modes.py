@@ -152,11 +152,11 @@ BUILTIN_MUTANTS = {
 }
 
 
-def campaign_finds(path, device, seconds=20) -> list:
+def campaign_finds(path, device, seconds=20, **cfg) -> list:
     from kvfuzz.campaign import CampaignConfig, run_campaign
 
     res = run_campaign(CampaignConfig(ops=[OP], ops_named=True, target=str(path), device=device, budget_s=seconds,
-                                      isolate=False, seed=3, minimize_budget_s=0, in_contract_only=True))
+                                      isolate=False, seed=3, minimize_budget_s=0, in_contract_only=True, **cfg))
     return res.saved
 
 
@@ -205,3 +205,58 @@ def test_a_short_repro_launches_the_cases_mode(tmp_path):
     mutant = tmp_path / "kv_indices.py"
     mutant.write_text(release_file("0.5.23").read_text().replace(old, new))
     assert run(mutant).returncode == 1
+
+
+# A GPU campaign of 20 s reaches about two classes of the pool (a Triton compile per new class, 8
+# campaigns compiling at once): each seeded defect must show there. On the CPU: a GPU's batches
+# and re-runs, and two CPU stints of cases, whatever the host's speed.
+PAGED_MUTANTS = {"sglang 0.5.23": ("0.5.23", *SGLANG_MUTANTS["paged: pos % ps dropped"]),
+                 "builtin": (None, *BUILTIN_MUTANTS["paged: pos % PS dropped"])}
+
+
+@pytest.mark.slow  # 60-150 s each on a loaded 2-core CPU (128 cases, then confirming and saving)
+@pytest.mark.parametrize("name", list(PAGED_MUTANTS))
+def test_a_paged_defect_is_found_in_the_first_two_classes_as_on_a_gpu(name, tmp_path, device):
+    from kvfuzz.engines.batch_engine import STINT
+
+    version, old, new = PAGED_MUTANTS[name]
+    src = release_file(version) if version else KERNELS / f"{OP}.py"
+    path = mutant_copy(src, old, new, tmp_path / ("kv_indices.py" if version else "mutant.py"))
+    stint = STINT["cuda" if device == "cuda" else "cpu"]
+    assert campaign_finds(path, device, seconds=600, batch=64, rerun_every=1, max_cases=2 * stint)
+
+
+MODES_OF = {"default": {"int64"}, "entry_page": {"paged", "int64"},
+            "token_blocks": {"paged", "blocks_one", "blocks_many", "int64"},
+            "token_mapping": {"paged", "blocks_one", "blocks_many", "mapped", "int64"}}
+
+
+@pytest.mark.parametrize("variant", list(MODES_OF))
+def test_the_first_two_classes_of_any_pool_cover_every_launch_mode_of_the_variant(variant):
+    from kvfuzz.engines.batch_engine import POOL
+    from kvfuzz.ops.flashinfer_kv_indices.generate import launch_modes
+    from kvfuzz.strategies import GENERATORS
+
+    gen = GENERATORS[OP]
+    for seed in range(40 if variant == "token_mapping" else 12):
+        pool = gen.pool(seed, POOL, variant)
+        first = set().union(*(launch_modes(k) for k in pool[:2]))
+        assert first == MODES_OF[variant], (seed, first)
+        assert set().union(*(launch_modes(k) for k in pool)) == MODES_OF[variant]  # no mode beyond the variant's
+
+
+def test_a_gpus_stream_draws_a_case_off_a_page_boundary_in_its_first_two_stints():
+    """Dropping `pos % ps` shows on a paged case reading a token off a page's first: within the
+    first two stints of a GPU's stream (128 cases each), for any seed."""
+    from kvfuzz.engines.batch_engine import STINT, case_stream
+
+    def off_page(case):
+        ps = case.scalars.get("entry_page_size", 1)
+        lens = np.asarray(case.values["paged_kernel_lens"])
+        starts = np.asarray(case.values.get("kv_start_idx", np.zeros_like(lens)))
+        return ps > 1 and bool(((lens >= 2) | ((lens == 1) & (starts % ps != 0))).any())
+
+    n = 2 * STINT["cuda"]
+    for seed in range(8):
+        stream = case_stream(OP, seed, n, device="cuda", in_contract_only=True, variant="token_mapping")
+        assert any(off_page(case) for _, case in stream), seed

@@ -11,9 +11,12 @@ draws each request's length at the block edges (0, 1, 511, 512, 513, 1025) and u
 end, its start (unaligned to pages too), its pool row, a base and a tail for the flat output,
 its block count and its mapping (-1 entries, read by -1 table entries too).
 
-Production sizes are classes of their own, one class in sixteen of a variant's candidates, in the
-pool after the classes that cover the launch-mode combinations (`kv_class_features`; the cover
-takes a few among the next ones, their widths being new). The CPU interpreter takes about half
+The pool's first two classes hold every launch mode the variant has (paged, one block, many
+blocks, mapped, int64 kv_indices), the next ones the modes' other combinations
+(`kv_class_features`): a GPU campaign pays a compile per new class and reaches only the first
+few in 20 s. Production sizes are classes of their own, one class in sixteen of a variant's
+candidates, in the pool after those (the cover takes a few among the next ones, their widths
+being new). The CPU interpreter takes about half
 a second for a production case, so a CPU campaign spends up to half a minute on each production
 stint it reaches: a table 32768 to 131585 tokens wide, a batch of
 one, a few, 17 to 256 or past 256 (257-300), one or two requests to the row's end or at the
@@ -279,14 +282,30 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
+LAUNCH_MODES = ("paged", "blocks_one", "blocks_many", "mapped", "int64")  # each a kernel path of its own
+
+
+def launch_modes(k: CompileClass) -> set[str]:
+    """The launch modes class `k` runs in (of LAUNCH_MODES)."""
+    blocks = k.get("blocks")
+    out = {"paged"} if k.get("ps", 1) > 1 else set()
+    out |= {f"blocks_{blocks}"} if blocks in ("one", "many") else set()
+    out |= {"mapped"} if k.get("token_mapping") else set()
+    return out | ({"int64"} if k.get("dtype:kv_indices") == "int64" else set())
+
+
 def kv_class_features(k: CompileClass) -> set[str]:
-    """The launch-mode combinations a pool covers first (class_pool weighs them above every
-    other feature), each by a class of a short table: the first stints of a campaign visit every
-    mode before the production classes."""
+    """What a pool covers first (class_pool weighs these above every other feature), each by a
+    class of a short table: every launch mode on its own, then the launch-mode combinations.
+    A mode counts as much as a combination and a class holds one combination, so the first
+    classes are those of the most modes not yet covered: every mode the variant has is in the
+    first two classes (mapped excludes paged), the first a campaign on a GPU reaches when each
+    new class costs a compile (a paged defect sat in the third class, past a 20 s campaign)."""
     if k.get("size") == "production":
         return set()
-    return {f"mode:ps{'>1' if k.get('ps', 1) > 1 else '1'}/blocks:{k.get('blocks', 'absent')}/"
-            f"map:{bool(k.get('token_mapping'))}"}
+    return {f"launch:{m}" for m in launch_modes(k)} | \
+        {f"mode:ps{'>1' if k.get('ps', 1) > 1 else '1'}/blocks:{k.get('blocks', 'absent')}/"
+         f"map:{bool(k.get('token_mapping'))}"}
 
 
 GENERATOR = OpGenerator(OP, kv_class, kv_in_class, kv_violation, OUT_OF_CONTRACT, kv_features,
