@@ -145,7 +145,11 @@ HAND = {
 }
 
 
-@pytest.mark.parametrize("name", list(HAND))
+# the two largest hand cases take 25-50 s on 2 cores: slow (CI runs them in its slow stage)
+SLOW_HAND = {"q8kv8", "swa_spec_batch"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_HAND else n for n in HAND])
 def test_a_hand_case_at_a_production_size_where_builtin_release_and_oracles_agree(name, device):
     case = HAND[name]()
     out = agree(case)

@@ -35,6 +35,7 @@ def release_0_5_23(device):
     return load_target("sglang==0.5.23", device)
 
 
+@pytest.mark.slow  # 30-60 s each on 2 cores: CI runs it in its slow stage
 @pytest.mark.parametrize("spec", ["builtin", "0.5.23"])
 def test_hand_cases_and_a_seeded_stream_find_nothing(spec, builtin_target, device):
     t = builtin_target if spec == "builtin" else release_0_5_23(device)

@@ -23,6 +23,7 @@ def _script(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
+@pytest.mark.slow  # a real campaign of a release: CI runs it in its slow stage
 def test_one_release_one_op_on_the_cpu(tmp_path):
     """A real campaign, tiny: its report is read back into the `all` row and one row per mode."""
     out = tmp_path / "runs"
