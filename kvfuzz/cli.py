@@ -250,7 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
-    from . import stopping
+    from . import heap, stopping
+
+    heap.return_large_frees()  # a long campaign's memory follows its live data (heap.py)
 
     # a job scheduler's SIGTERM ends a run like Ctrl-C: workers closed, findings and report kept
     try:

@@ -587,6 +587,9 @@ class _Attached:
 def _serve(spec: str, device: str) -> int:
     # Ctrl-C reaches the whole process group: the parent decides, then closes our stdin
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .heap import return_large_frees
+
+    return_large_frees()  # batch images and afters of a few MiB each, every batch (heap.py)
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything the target prints goes to the log, not into the protocol
     proto_in = sys.stdin.buffer

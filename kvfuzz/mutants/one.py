@@ -62,6 +62,9 @@ def variants(spec: str, device: str, ops: list[str]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     from ..campaign import CampaignConfig, run_campaign
+    from ..heap import return_large_frees
+
+    return_large_frees()  # a mutant's campaign, like `kvfuzz fuzz` (heap.py)
 
     try:
         if argv[0] == "--variants":  # --variants SPEC DEVICE OP...: the JSON on stdout
