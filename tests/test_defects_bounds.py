@@ -77,7 +77,7 @@ def test_one_missing_guard_is_one_defect_and_another_bound_another(seed_path, se
     ds = defects_of([width, zero, gap, flat])
     assert [[s["case"] for s in d["symptoms"]] for d in ds] == [
         ["out_of_bounds_write", "crash"], ["out_of_bounds_write"], ["out_of_bounds_write"]]
-    assert ds[0]["defect"] == f"{OP} at metadata_kernels.py:102 (place; out of contract: seq_len_a)"
+    assert ds[0]["defect"] == f"{OP} at {seed_path.name}:102 (place; out of contract: seq_len_a)"
 
 
 def _site(line: int, kernel: str = "k", pointer: str = "dst", mask: str = "mask", bound=WIDTH) -> dict:

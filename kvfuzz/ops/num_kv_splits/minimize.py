@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
+
 from ...case import Case
 from ...minimize import Candidate, GENERIC, _chunks, _fmt, _take_many, _targets
 
@@ -15,6 +17,19 @@ def splits_rows_pass(case: Case) -> Iterator[Candidate]:
     if not isinstance(G, int) or G < 1 or not isinstance(ns, int):
         return
     n = t["seq_lens"].shape[0]
+    # the kernel's result depends on the batch's shortest and longest non-empty lengths (and an
+    # empty one divides by zero): the rows holding them are the first candidate, before ddmin's halves,
+    # which split such rows apart and cost a case of hundreds of rows most of its budget
+    lens = case.values.get("seq_lens")
+    if lens is not None and n > 3 and lens.shape == (n,):
+        zero, nonzero = np.flatnonzero(lens == 0), np.flatnonzero(lens != 0)
+        shortest = nonzero[np.argmin(lens[nonzero])] if len(nonzero) else 0
+        keep = sorted({int(shortest), int(np.argmax(lens)), *(zero[:1].tolist())})
+        dropped_n = n - len(keep)
+        yield (f"kept the shortest and longest non-empty and the first empty sequences {_fmt(tuple(keep))} (num_seq {ns} -> {ns - dropped_n})",
+               lambda: _take_many(case, {"seq_lens": keep,
+                                         "num_kv_splits": [j for j in range(t["num_kv_splits"].shape[0]) if j // G in keep]},
+                                  scalars={"num_seq": ns - dropped_n}))
     for drop in _chunks(n):
         dropped = frozenset(drop)
         rows = {"seq_lens": [i for i in range(n) if i not in dropped],
