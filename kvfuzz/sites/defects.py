@@ -46,6 +46,8 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
         return None
     if s.root is not None:
         return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
+    if s.misread is not None:  # a value computed from elements a load read at the wrong place: that load
+        return op, os.path.basename(str(s.misread["file"])), int(s.misread["line"]), "place", _depends(site)
     return op, os.path.basename(s.file), s.line, _kind(s, site), _depends(site)
 
 
@@ -66,7 +68,7 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
     came from a load (`load`) or whose case read outside its tensors at a load (`reads`) is keyed
     at that load's, where another finding of the run with the same op and inputs is keyed at the
     load itself (its own site, a stray read or a fault). Else its own `defect_key`."""
-    keys = [defect_key(_op(f), f.get("site")) for f in findings]
+    keys = _shared_origin([defect_key(_op(f), f.get("site")) for f in findings], findings)
     at_load = {(k[0], k[1], k[2], k[4]): k for k, f in zip(keys, findings)
                if k is not None and (f.get("site") or {}).get("op") == "tl.load" and not (f.get("site") or {}).get("root")}
     out = []
@@ -81,6 +83,32 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
                     break
         out.append(k)
     return _merge_bounds(out, findings)
+
+
+def _origin_of(site: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(file name, line) of the load a store's wrong value came from, or of the load that gave
+    that load its address (`via`, an indirect load): the first load of the chain."""
+    load = site.get("load") if site.get("op") == "tl.store" else None
+    if not load:
+        return None
+    first = load.get("via") or load
+    return os.path.basename(str(first["file"])), int(first["line"])
+
+
+def _shared_origin(keys: list[tuple | None], findings: list[dict]) -> list[tuple | None]:
+    """`keys` with findings at two or more stores whose wrong values came from one load statement
+    (directly or through loads whose address it gave), of one kind and on the same inputs, keyed
+    at that load: one wrong read (a pool index ignored) feeding two stores is one defect."""
+    stores: dict[tuple, set] = {}
+    origin = []
+    for k, f in zip(keys, findings):
+        o = _origin_of(f.get("site") or {}) if k is not None else None
+        g = (k[0], *o, k[3], k[4]) if o is not None else None
+        origin.append(g)
+        if g is not None:
+            stores.setdefault(g, set()).add(k[1:3])
+    return [(g[0], g[1], g[2], g[3], g[4]) if g is not None and len(stores[g]) > 1 else k
+            for k, g in zip(keys, origin)]
 
 
 def bound_key(op: str, site: Mapping[str, Any] | None) -> tuple | None:
