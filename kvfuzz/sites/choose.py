@@ -1,5 +1,7 @@
 """Which of a case's sites (attribute.py) a finding stands on, by the finding's kind.
 
+* A mismatch stands on the first wrong cell of the tensor its signature names, where the case
+  has one (a case with two defects on two outputs), else on the case's first.
 * A crash or GPU fault stands on the case's `fault`: its first access outside every tensor of
   its launch ("faults, reading 3 elements past the end of req_to_token").
 * A finding whose wrong the interpreter's run does not show (a value only the compiled kernel

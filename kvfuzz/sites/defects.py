@@ -7,7 +7,10 @@ the inputs it depends on:
   out, that store (a mask that lets a load and its store both run one element too far is one
   defect); and, across a run's findings, for a finding whose stored value came from a load, or
   whose case read outside its tensors at a load, that load where it is itself the site of
-  another finding of the run (one wrong read showing at several stores is one defect);
+  another finding of the run (one wrong read showing at several stores is one defect); for a
+  value computed from elements its program read at the wrong place (`misread`), that load; and,
+  across a run's findings, for findings at two or more stores whose wrong values came from one
+  load statement (directly or through loads whose address it gave, `load.via`), that load;
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
   from a wrong place) or "value" (a value computed wrong), `Site.kind`; a place site's `shape`
   where its case shows one: "shifted" (the store's writes moved) or "copied" (the right cells,
