@@ -99,7 +99,9 @@ DEFECTS = (
 # the op cannot be told from them (docs/defects.md, "Measured"). Per op: (file, the release's text,
 # its repaired form). 0.5.23's `swa_spec_page_table` kernel reads `seq_len_a`/`seq_len_b` by index,
 # not stride (`:86`, `:87`): the wrapper passes contiguous copies. `draft_extend_metadata` reads
-# `out_cache_loc` by index (`:358`, a fault on a strided one): the wrapper makes it contiguous.
+# `out_cache_loc` and `full_to_swa_index_mapping` by index (`:358`, a fault on a strided one; `:359`,
+# `:404`, reads into the mapping's stride gaps): the wrapper makes both contiguous. Its write of a
+# strided `swa_out_cache_loc` (`:362`) and its read past a short mapping (`:359`) stay.
 # `num_kv_splits`' value defects (`:60`, `:32`) have no one-line repair and stay.
 REPAIRS = {
     "swa_spec_page_table": ((META, "        seq_len_a,\n        seq_len_b,\n        page_table_dst.stride(0),",
@@ -107,7 +109,11 @@ REPAIRS = {
                              "        page_table_dst.stride(0),"),),
     "draft_extend_metadata": ((META, "assert out_cache_loc is not None and swa_out_cache_loc is not None",
                                "assert out_cache_loc is not None and swa_out_cache_loc is not None; "
-                               "out_cache_loc = out_cache_loc.contiguous()"),),
+                               "out_cache_loc = out_cache_loc.contiguous()"),
+                              (META, "        assert swa_page_table is not None\n        assert swa_page_table.shape",
+                               "        assert swa_page_table is not None; "
+                               "full_to_swa_index_mapping = full_to_swa_index_mapping.contiguous()\n"
+                               "        assert swa_page_table.shape")),
 }
 
 

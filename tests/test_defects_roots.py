@@ -177,3 +177,25 @@ def test_q8kv8_length_short_and_row_stride_dropped_are_two_defects(tmp_path, met
     assert k_short[2:4] == (615, "value")  # the one store, a value computed wrong
     assert k_stride[2:4] == (611, "place")  # row 1 read from row 0's elements: the load
     assert _q8kv8_key(short, [[0, -1], [0, 0]])[2:4] == k_short[2:4]  # another case, the same key
+
+
+def test_a_stray_lookup_is_rooted_at_the_load_of_its_indices_where_the_run_has_that_defect():
+    misread = store_site(32, misread={"file": F, "line": 30, "text": "vals = tl.load(...)", "tensor": "kv_flat"})
+    fault = {"kernel": "k", "file": F, "line": 39, "op": "tl.load", "text": "sw_vals = tl.load(swa + vals)",
+             "what": "stray_read", "says": "faults", "depends": [], "via": {"file": F, "line": 30, "text": "vals"}}
+    keys = root_keys([finding("rag", "rag:no_swa:mismatch:page_table:partial", misread),
+                      finding("rag", "rag:swa:crash:-:SIGSEGV", fault)])
+    assert keys[0] == keys[1] == ("rag", "metadata.py", 30, "place", ())
+    alone = root_keys([finding("rag", "rag:swa:crash:-:SIGSEGV", fault)])  # no defect at :30: its own
+    assert alone == [("rag", "metadata.py", 39, "place", ())]
+
+
+def test_a_value_read_outside_on_its_lane_is_no_copy():
+    from kvfuzz.sites.choose import _shape
+
+    load = {"kernel": "k", "file": F, "line": 51, "op": "tl.load", "text": "kv_loc = tl.load(...)"}
+    site = Site("k", F, 56, "tl.store", "tl.store(...)", "wrong_value", "writes", load)
+    a = Attribution(sites={"wrong_value": site}, depends=[])
+    assert _shape(site, a) == {"shape": "copied"}
+    a.lanes.append({"load": {"file": F, "line": 51}, "store": {"file": F, "line": 56, "op": "tl.store"}})
+    assert _shape(site, a) == {}  # a mask `<=`: the load and its store run past together

@@ -304,6 +304,17 @@ def _source(trace: Trace, store: Access, lane: int, value) -> Access | None:
     return None
 
 
+def _via(trace: Trace, load: Access) -> dict | None:
+    """{file, line, text} of the load that gave the stray load `load` its addresses (`_origin`), or
+    None where none did: a lookup through indices read wrong faults at the lookup."""
+    if load.op != "load":
+        return None
+    first = _origin(trace, load)
+    if first is load or (first.file, first.line) == (load.file, load.line):
+        return None
+    return {"file": first.file, "line": first.line, "text": _text(first.file, first.line)}
+
+
 def _origin(trace: Trace, load: Access) -> Access:
     """The first load of the chain that gave `load` its addresses: an earlier load of the program
     whose values, on `load`'s lanes (a scalar load's: for a scalar `load`), are `load`'s element
@@ -372,7 +383,8 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 verb = "reading" if a.op == "load" else "writing"
                 sites["fault"] = dataclasses.replace(
                     _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
-                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor))
+                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor),
+                    via=_via(trace, a))
             if a.op == "load":
                 if len(strays) < MAX_STRAY_LANES:
                     for lane in a.lanes[~held].tolist():
@@ -382,7 +394,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     out.reads.append(read)
                 if "stray_read" not in sites:
                     sites["stray_read"] = dataclasses.replace(_site(a, "stray_read", f"reads {words}"),
-                                                              tensor=tensor, place=place)
+                                                              tensor=tensor, place=place, via=_via(trace, a))
         if a.op == "load":
             continue
         places = arena.places(a.addrs)  # per lane: (owner index or NOBODY, cell), or (None, -1) outside it
@@ -437,7 +449,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     out.static = _static(case, arena, trace, outputs)
     if cells is not None and accepted:
         out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites,
-                                     out, via_copy)
+                                     out, via_copy, strays)
     return out
 
 
@@ -507,7 +519,7 @@ def _link(lanes: list[dict], load: tuple[str, int] | None, store: Access) -> Non
 
 
 def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites, out,
-                 via_copy=None) -> bool:
+                 via_copy=None, strays=None) -> bool:
     """Names the first wrong value and lost write in `sites`, and each output's own in
     `out.outputs`; whether a required cell no store wrote is left (a store whose writes moved
     leaves one, a store running past its end none). A cell no store wrote whose value is the one
@@ -542,6 +554,11 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
                 mine["wrong_value"] = _site(store, "wrong_value", f"writes {cell} = {value}, expected {want[flat]}",
                                             load, _origin(trace, load) if load is not None else None)
                 out.first_wrong[name] = (flat, store)
+                stray = strays.get((store.launch, store.program, lane)) if strays else None
+                if load is not None and stray == (load.file, load.line):
+                    # the value was read outside the tensors on this lane: a load and its store both
+                    # run past the segment (a mask `<=`), not a value copied from a wrong place
+                    _link(out.lanes, stray, store)
             elif hit is None and "lost_write" not in mine:
                 lost = _lost(trace, arena, name, flat, cell, int(want[flat]), r, out.static.get(name))
                 if lost is not None:

@@ -119,7 +119,11 @@ def _shape(site, attribution: Attribution, own: dict | None = None) -> dict:
     lost = own.get("lost_write") or attribution.sites.get("lost_write")
     if attribution.unwritten and (mine or twice) and (lost is None or (lost.file, lost.line) == at):
         return {"shape": "shifted"}
-    if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"}:
+    ran_past = site.load is not None and any(
+        (link["load"]["file"], link["load"]["line"]) == (site.load["file"], site.load["line"])
+        and (link["store"]["file"], link["store"]["line"]) == at for link in attribution.lanes)
+    if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"} \
+            and not ran_past:  # a value read outside the tensors on its lane is an overrun's, not a copy
         return {"shape": "copied"}
     if attribution.unwritten and lost is not None and (lost.file, lost.line) == at and attribution.twice is None \
             and not any(attribution.sites.get(w) is not None for w in MISPLACED + ("input_write", "stray_read")):

@@ -74,9 +74,15 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
     keys = _shared_origin([defect_key(_op(f), f.get("site")) for f in findings], findings)
     at_load = {(k[0], k[1], k[2], k[4]): k for k, f in zip(keys, findings)
                if k is not None and (f.get("site") or {}).get("op") == "tl.load" and not (f.get("site") or {}).get("root")}
+    keyed = {(k[0], k[1], k[2], k[4]): k for k in keys if k is not None}
     out = []
     for k, f in zip(keys, findings):
         site = f.get("site") or {}
+        via = site.get("via") if site.get("op") == "tl.load" and not site.get("root") else None
+        if k is not None and via:  # a stray lookup whose indices a load read: that load's defect, if the run has one
+            hit = keyed.get((k[0], os.path.basename(str(via["file"])), int(via["line"]), k[4]))
+            if hit is not None:
+                k = hit
         if k is not None and site.get("op") == "tl.store":
             loads = ([site["load"]] if site.get("load") else []) + list(site.get("reads") or ())
             for load in loads:

@@ -35,6 +35,8 @@ class Site:
     # a wrong value computed from elements its program read at the wrong place: the load
     # statement that read them, {file, line, text, tensor} (attribute.py `misread`)
     misread: Mapping[str, Any] | None = None
+    # a stray load's: the load whose values gave it its addresses (an indirect load), {file, line, text}
+    via: Mapping[str, Any] | None = None
 
     @property
     def kind(self) -> str:
@@ -55,13 +57,15 @@ class Site:
             out["bound"] = dict(self.bound)
         if self.misread is not None:
             out["misread"] = dict(self.misread)
+        if self.via is not None:
+            out["via"] = dict(self.via)
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Site":
         return cls(d["kernel"], d["file"], int(d["line"]), d["op"], d.get("text", ""), d.get("what", ""),
                    d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""),
-                   d.get("root"), d.get("bound"), d.get("misread"))
+                   d.get("root"), d.get("bound"), d.get("misread"), d.get("via"))
 
 
 def site_of(meta: Mapping[str, Any] | None) -> Site | None:
@@ -91,6 +95,8 @@ def site_line(meta: Mapping[str, Any] | None) -> str:
         out += f"; the value comes from `{where(s.load['file'], s.load['line'])}` `{s.load.get('text', 'tl.load')}`"
         if s.load.get("via"):
             out += f", its address from `{where(s.load['via']['file'], s.load['via']['line'])}` `{s.load['via'].get('text', 'tl.load')}`"
+    if s.via is not None:
+        out += f"; its address comes from `{where(s.via['file'], s.via['line'])}` `{s.via.get('text', 'tl.load')}`"
     if s.misread is not None:
         out += (f"; computed from elements of {s.misread.get('tensor', '?')} read at the wrong place by "
                 f"`{where(s.misread['file'], s.misread['line'])}` `{s.misread.get('text', 'tl.load')}`")
