@@ -199,3 +199,8 @@ def test_a_value_read_outside_on_its_lane_is_no_copy():
     assert _shape(site, a) == {"shape": "copied"}
     a.lanes.append({"load": {"file": F, "line": 51}, "store": {"file": F, "line": 56, "op": "tl.store"}})
     assert _shape(site, a) == {}  # a mask `<=`: the load and its store run past together
+
+
+def test_a_shifted_store_keeps_its_shape_over_what_its_program_read():
+    moved = store_site(245, shape="shifted", misread={"file": F, "line": 212, "text": "tl.load", "tensor": "t"})
+    assert defect_key("mla", moved) == ("mla", "metadata.py", 245, "shifted", ())

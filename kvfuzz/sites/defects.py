@@ -49,7 +49,9 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
         return None
     if s.root is not None:
         return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
-    if s.misread is not None:  # a value computed from elements a load read at the wrong place: that load
+    # a value computed from elements a load read at the wrong place: that load; not where the store's
+    # writes moved (`shifted`: the cell's writer was the wrong program, what it read says nothing)
+    if s.misread is not None and not (isinstance(site, Mapping) and site.get("shape") in SHAPES):
         return op, os.path.basename(str(s.misread["file"])), int(s.misread["line"]), "place", _depends(site)
     return op, os.path.basename(s.file), s.line, _kind(s, site), _depends(site)
 
