@@ -71,3 +71,17 @@ def test_measure_subtracts_the_unmodified_files_signatures_and_defects():
     assert row["seeded_signatures"] == ["op:a:out_of_bounds_write:t:after"]
     assert row["seeded_keys"] == ["op at f.py:12 (place)"] and row["native"] == 1
     assert measure.subtract({"signatures": ["s"], "keys": ["k"]}, None)["seeded_keys"] == ["k"]
+
+
+@pytest.mark.nokernel
+@pytest.mark.parametrize("op", sorted(SEEDED.REPAIRS))
+def test_each_native_repair_applies_once_and_keeps_line_numbers(op):
+    for file, old, new in SEEDED.REPAIRS[op]:
+        source = kernel_file(VERSION, file).read_text()
+        assert source.count(old) == 1, (op, file)
+        text = SEEDED.repaired(source, op, file)
+        assert text != source and len(text.splitlines()) == len(source.splitlines())
+    # a seeded defect of the op still applies to the repaired file
+    for name, dop, file, old, new, *nth in SEEDED.DEFECTS:
+        if dop == op:
+            assert SEEDED.seeded(SEEDED.repaired(kernel_file(VERSION, file).read_text(), op, file), old, new, *nth)

@@ -58,19 +58,26 @@ class Attribution:
     # a load that read outside its tensors on a lane where the same program's store then wrote out
     # of place: [{"load": {file, line}, "store": {file, line, op}}], one per pair of statements
     lanes: list[dict] = field(default_factory=list)
+    # per output: its own first `wrong_value` and `lost_write` sites (a finding names one tensor:
+    # a case with two defects has the first wrong cell of each output at its own store)
+    outputs: dict[str, dict[str, Site]] = field(default_factory=dict)
+    # per output: (flat cell, the store access, lane) of its first wrong value; this process only
+    first_wrong: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"sites": {k: s.to_json() for k, s in self.sites.items()}, "error": self.error,
                 "truncated": self.truncated, "guarded": self.guarded, "reads": list(self.reads),
                 "static": {k: s.to_json() for k, s in self.static.items()}, "depends": self.depends,
-                "unwritten": self.unwritten, "lanes": list(self.lanes), "twice": self.twice}
+                "unwritten": self.unwritten, "lanes": list(self.lanes), "twice": self.twice,
+                "outputs": {n: {k: s.to_json() for k, s in d.items()} for n, d in self.outputs.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Attribution":
         return cls({k: Site.from_json(s) for k, s in d.get("sites", {}).items()}, d.get("error"),
                    bool(d.get("truncated")), bool(d.get("guarded")), list(d.get("reads", ())),
                    {k: Site.from_json(s) for k, s in d.get("static", {}).items()}, d.get("depends"),
-                   unwritten=bool(d.get("unwritten")), lanes=list(d.get("lanes", ())), twice=d.get("twice"))
+                   unwritten=bool(d.get("unwritten")), lanes=list(d.get("lanes", ())), twice=d.get("twice"),
+                   outputs={n: {k: Site.from_json(s) for k, s in o.items()} for n, o in d.get("outputs", {}).items()})
 
 
 def run_traced(target, case: Case, plan: Plan, guard: bool = False) -> tuple[Trace, np.ndarray, int, str | None]:
@@ -93,11 +100,13 @@ def _text(file: str, line: int) -> str:
     return linecache.getline(file, line).strip()
 
 
-def _site(a: Access, what: str, says: str, load: Access | None = None) -> Site:
+def _site(a: Access, what: str, says: str, load: Access | None = None, origin: Access | None = None) -> Site:
     src = None
     if load is not None:
         src = {"kernel": load.func, "file": load.file, "line": load.line, "op": "tl.load",
                "text": _text(load.file, load.line)}
+        if origin is not None and (origin.file, origin.line) != (load.file, load.line):
+            src["via"] = {"file": origin.file, "line": origin.line, "text": _text(origin.file, origin.line)}
     return Site(a.func, a.file, a.line, f"tl.{a.op}", _text(a.file, a.line), what, says, src)
 
 
@@ -279,16 +288,71 @@ def _case_tensor(arena: "_Arena", case: Case, arg: Arg | None, names) -> str:
 
 def _source(trace: Trace, store: Access, lane: int, value) -> Access | None:
     """The program's last load before `store` that returned `value` on the store's lane `lane`
-    (or a scalar load that returned it): where the stored value came from."""
+    (or a scalar load that returned it): where the stored value came from. A scalar store's value
+    comes only from a scalar load: a lane of a vector reaches a scalar through a reduction, a
+    value computed."""
     for a in reversed(trace.accesses[: store.seq]):
         if a.op != "load" or a.program != store.program or a.launch != store.launch:
             continue
         if a.width == 1 and a.values.size == 1 and a.values[0] == value:
             return a
+        if store.width == 1:
+            continue
         at = np.flatnonzero(a.lanes == lane)
         if at.size and a.values[at[0]] == value:
             return a
     return None
+
+
+def _via(trace: Trace, load: Access) -> dict | None:
+    """{file, line, text} of the load that gave the stray load `load` its addresses (`_origin`), or
+    None where none did: a lookup through indices read wrong faults at the lookup."""
+    if load.op != "load":
+        return None
+    first = _origin(trace, load)
+    if first is load or (first.file, first.line) == (load.file, load.line):
+        return None
+    return {"file": first.file, "line": first.line, "text": _text(first.file, first.line)}
+
+
+def _origin(trace: Trace, load: Access) -> Access:
+    """The first load of the chain that gave `load` its addresses: an earlier load of the program
+    whose values, on `load`'s lanes (a scalar load's: for a scalar `load`), are `load`'s element
+    indices in one of the launch's tensor arguments (`ptr + vals`, an indirect load), followed
+    back; `load` itself where none did. Indices all 0 prove nothing (`ptr + pid` at program 0
+    looks the same). One wrong index read then shows at every store fed through it."""
+    launch = trace.launches[load.launch] if 0 <= load.launch < len(trace.launches) else None
+    ptrs = np.array([arg.ptr for arg in (launch.args if launch else [])], dtype=np.int64)
+    for _ in range(8):  # a chain of indirections is short
+        if not load.addrs.size or not ptrs.size:
+            return load
+        addrs = load.addrs.astype(np.int64)
+        found = None
+        for a in reversed(trace.accesses[: load.seq]):
+            if a.op != "load" or a.program != load.program or a.launch != load.launch or not a.values.size \
+                    or not np.issubdtype(a.values.dtype, np.integer):
+                continue
+            if a.width == 1:
+                if load.width != 1:
+                    continue
+                v, addrs_at = a.values[:1].astype(np.int64), addrs
+            else:  # the lanes both have active (a masked load's others returned its `other`)
+                both, ia, il = np.intersect1d(a.lanes, load.lanes, return_indices=True)
+                if not both.size:
+                    continue
+                v, addrs_at = a.values[ia].astype(np.int64), addrs[il]
+            # indices all 0 prove nothing for a scalar (`ptr + pid` at program 0 looks the same);
+            # a vector load all of whose lanes read one element is indirect all the same
+            if not v.any() and (load.width == 1 or (addrs != addrs[0]).any()):
+                continue
+            base = addrs_at - v * load.itemsize
+            if (base == base[0]).all() and (ptrs == base[0]).any():
+                found = a
+                break
+        if found is None:
+            return load
+        load = found
+    return load
 
 
 def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, outputs: tuple[str, ...],
@@ -303,6 +367,8 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
     writers: dict[int, tuple] = {}  # address -> (program, value, access, lane index) of its first writer
     inputs = [n for n in case.tensors if n not in outputs]
     strays: dict[tuple, tuple[str, int]] = {}  # (launch, program, lane) -> the first load statement reading outside
+    copies = _copies(trace, arena, plan, outputs)
+    via_copy: dict[int, tuple[Access, int, object]] = {}  # an output cell's address -> the store to its copy
     for a in trace.accesses:
         launch = trace.launches[a.launch] if 0 <= a.launch < len(trace.launches) else None
         args = launch.args if launch is not None else []
@@ -317,7 +383,8 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                 verb = "reading" if a.op == "load" else "writing"
                 sites["fault"] = dataclasses.replace(
                     _site(a, "stray_read" if a.op == "load" else "stray_write", f"faults, {verb} {words}"),
-                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor))
+                    tensor=tensor, place=place, bound=_bound(arena, args, a, int(np.flatnonzero(~held)[0]), tensor),
+                    via=_via(trace, a))
             if a.op == "load":
                 if len(strays) < MAX_STRAY_LANES:
                     for lane in a.lanes[~held].tolist():
@@ -327,7 +394,7 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     out.reads.append(read)
                 if "stray_read" not in sites:
                     sites["stray_read"] = dataclasses.replace(_site(a, "stray_read", f"reads {words}"),
-                                                              tensor=tensor, place=place)
+                                                              tensor=tensor, place=place, via=_via(trace, a))
         if a.op == "load":
             continue
         places = arena.places(a.addrs)  # per lane: (owner index or NOBODY, cell), or (None, -1) outside it
@@ -346,6 +413,10 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     bound=_overlap_bound(arena, trace, prev[2], prev[3], a, i, name) if name else None)
             last_store[addr] = (a, lane, value)
             who, flat = places[i]
+            if who is None and held[i] and copies.get(a.launch):
+                for arg, name in copies[a.launch]:
+                    if arg.ptr <= addr < arg.hi:  # the wrapper copies this cell into the output
+                        via_copy[arena.address(name, (addr - arg.ptr) // arg.itemsize)] = (a, lane, value)
             if strays and _misplaced(who, flat, held[i], plan, outputs, cells):
                 _link(out.lanes, strays.get((a.launch, a.program, lane)), a)
             if who is not None:
@@ -375,9 +446,27 @@ def analyse(case: Case, plan: Plan, trace: Trace, after: np.ndarray, base: int, 
                     sites["stray_write"] = dataclasses.replace(
                         _site(a, "stray_write", f"writes {words}", _source(trace, a, lane, value)),
                         tensor=tensor, place=place, bound=_bound(arena, args, a, i, tensor))
-    if cells is not None and accepted:
-        out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites)
     out.static = _static(case, arena, trace, outputs)
+    if cells is not None and accepted:
+        out.unwritten = _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites,
+                                     out, via_copy, strays)
+    return out
+
+
+def _copies(trace: Trace, arena: "_Arena", plan: Plan, outputs: tuple[str, ...]) -> dict[int, list]:
+    """Per launch: [(argument, output)] for each tensor argument the wrapper made itself (outside
+    the arena, contiguous) with the element count and size of exactly one output: the wrapper's
+    result, copied into the case's output after the kernel (a wrapper that returns a new
+    tensor), so a store to its element i is a store to the output's cell i."""
+    out: dict[int, list] = {}
+    for n, launch in enumerate(trace.launches):
+        for arg in launch.args:
+            if arena.inside(arg.ptr) or not arg.contiguous or arg.numel == 0:
+                continue
+            same = [o for o in outputs if o in plan.regions and plan.regions[o].numel == arg.numel
+                    and plan.regions[o].itemsize == arg.itemsize]
+            if len(same) == 1:
+                out.setdefault(n, []).append((arg, same[0]))
     return out
 
 
@@ -429,13 +518,17 @@ def _link(lanes: list[dict], load: tuple[str, int] | None, store: Access) -> Non
         lanes.append(link)
 
 
-def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites) -> bool:
-    """Names the first wrong value and lost write in `sites`; whether a required cell no store
-    wrote is left (a store whose writes moved leaves one, a store running past its end none)."""
+def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last_store, sites, out,
+                 via_copy=None, strays=None) -> bool:
+    """Names the first wrong value and lost write in `sites`, and each output's own in
+    `out.outputs`; whether a required cell no store wrote is left (a store whose writes moved
+    leaves one, a store running past its end none). A cell no store wrote whose value is the one
+    a store wrote to the wrapper's copy of it (`via_copy`: the copy reached the output) counts as
+    written by that store."""
     unwritten = False
     for name in outputs:
         r = plan.regions.get(name)
-        if r is None or r.numel == 0 or unwritten and "wrong_value" in sites and "lost_write" in sites:
+        if r is None or r.numel == 0:
             continue
         got = r.elements(after).astype(np.int64)
         req = cells[name].required
@@ -447,29 +540,44 @@ def _wrong_cells(case, plan, arena, trace, after, outputs, cells, accepted, last
         wrong = np.flatnonzero((req & ~ok).ravel())
         want = np.asarray(accepted[0][name]).astype(np.int64).ravel()
         shape = r.spec.shape
+        mine: dict[str, Site] = {}
         for flat in wrong.tolist():
             addr = arena.address(name, flat)
             cell = f"{name}{_index(shape, flat)}"
             hit = last_store.get(addr)
+            if hit is None and via_copy and addr in via_copy and via_copy[addr][2] == got.ravel()[flat]:
+                hit = via_copy[addr]
             unwritten |= hit is None
-            if hit is not None and "wrong_value" not in sites:
+            if hit is not None and "wrong_value" not in mine:
                 store, lane, value = hit
                 load = _source(trace, store, lane, value)
-                sites["wrong_value"] = _site(store, "wrong_value", f"writes {cell} = {value}, expected {want[flat]}",
-                                             load)
-            elif hit is None and "lost_write" not in sites:
-                lost = _lost(trace, arena, name, flat, cell, int(want[flat]), r)
+                mine["wrong_value"] = _site(store, "wrong_value", f"writes {cell} = {value}, expected {want[flat]}",
+                                            load, _origin(trace, load) if load is not None else None)
+                out.first_wrong[name] = (flat, store)
+                stray = strays.get((store.launch, store.program, lane)) if strays else None
+                if load is not None and stray == (load.file, load.line):
+                    # the value was read outside the tensors on this lane: a load and its store both
+                    # run past the segment (a mask `<=`), not a value copied from a wrong place
+                    _link(out.lanes, stray, store)
+            elif hit is None and "lost_write" not in mine:
+                lost = _lost(trace, arena, name, flat, cell, int(want[flat]), r, out.static.get(name))
                 if lost is not None:
-                    sites["lost_write"] = lost
-            if "wrong_value" in sites and "lost_write" in sites:
-                return True
+                    mine["lost_write"] = lost
+            if "wrong_value" in mine and "lost_write" in mine and unwritten:
+                break
+        for what, site in mine.items():
+            sites.setdefault(what, site)
+        if mine:
+            out.outputs[name] = mine
     return unwritten
 
 
-def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: int, r) -> Site | None:
+def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: int, r,
+          static: Site | None = None) -> Site | None:
     """The store to blame for a required cell nobody wrote: one writing a wrapper's copy of the
     output (a tensor argument outside the arena with its element count and size), else the
-    store that wrote the output's nearest cell."""
+    store that wrote the output's nearest cell, else (no lane of any store wrote the output: a
+    mask all false, a page count of 0) the only `tl.store` statement to the output (`static`)."""
     copy_of = None
     for a in trace.accesses:
         if a.op != "store" or not a.addrs.size:
@@ -497,5 +605,74 @@ def _lost(trace: Trace, arena: _Arena, name: str, flat: int, cell: str, want: in
             if who == name and (best is None or abs(k - flat) < best[0]):
                 best = (abs(k - flat), a)
     if best is None:
-        return None
+        if static is None:
+            return None
+        return dataclasses.replace(static, what="lost_write", says=f"never writes {cell} (expected {want}): "
+                                                                   f"no lane of it wrote {name}")
     return _site(best[1], "lost_write", f"never writes {cell} (expected {want})")
+
+
+def misread(case: Case, plan: Plan, trace: Trace, base: int, contract, accepted: tuple, name: str, flat: int,
+            store: Access) -> dict | None:
+    """{file, line, text, tensor} of the load statement that read the wrong elements for the wrong
+    cell `name`[flat] (stored by `store`, its value computed, no load returned it), or None.
+
+    The program that stored the cell read some elements of each input (its loads' lanes, in the
+    arena or in a wrapper's contiguous copy of the input); where changing the elements of an
+    input it did *not* read (each to another value the input holds, else by one) changes the
+    oracle's answer for that cell, in contract, the cell depends on elements the program never
+    read: its value was computed from the wrong place (a row stride dropped reads another row),
+    not computed wrong. The blame is the program's last load statement that read that input."""
+    arena = _Arena(plan, base)
+    copies: dict[int, str] = {}
+    inputs = [n for n in case.values if n in plan.regions]
+    launch = trace.launches[store.launch] if 0 <= store.launch < len(trace.launches) else None
+    for arg in (launch.args if launch else []):
+        if not arena.inside(arg.ptr) and arg.contiguous:
+            same = [n for n in inputs if plan.regions[n].numel == arg.numel and plan.regions[n].itemsize == arg.itemsize]
+            if len(same) == 1:
+                copies[arg.ptr] = same[0]
+    read: dict[str, set[int]] = {}
+    last: dict[str, Access] = {}
+    for a in trace.accesses[: store.seq]:
+        if a.op != "load" or a.program != store.program or a.launch != store.launch or not a.addrs.size:
+            continue
+        for (who, cell), addr in zip(arena.places(a.addrs), a.addrs.tolist()):
+            n = plan.names[who] if who is not None and who != NOBODY else None
+            if n is None:
+                for ptr, m in copies.items():
+                    arg = next(x for x in launch.args if x.ptr == ptr)
+                    if arg.holds(np.array([addr], dtype=np.uint64))[0]:
+                        n, cell = m, (addr - ptr) // arg.itemsize
+                        break
+            if n in inputs:
+                read.setdefault(n, set()).add(int(cell))
+                last[n] = a
+    wants = {int(np.asarray(answer[name]).ravel()[flat]) for answer in accepted}
+    for n, cells in read.items():
+        values = np.asarray(case.values[n])
+        unread = np.setdiff1d(np.arange(values.size), np.fromiter(cells, dtype=np.int64))
+        if not unread.size:
+            continue
+        flat_vals = values.ravel().astype(np.int64)
+        domain = np.unique(flat_vals)
+        tries = []
+        if domain.size > 1:
+            nxt = domain[(np.searchsorted(domain, flat_vals[unread]) + 1) % domain.size]
+            tries.append(nxt)
+        tries += [flat_vals[unread] + 1, flat_vals[unread] - 1]
+        for t in tries:
+            changed = flat_vals.copy()
+            changed[unread] = t
+            try:
+                other = case.replace(values={**case.values, n: changed.reshape(values.shape).astype(values.dtype)})
+                status, _, expected, _ = contract.assessment(other)
+            except Exception:  # a value the input cannot hold: try the next
+                continue
+            if status != "in_contract" or expected is None:
+                continue
+            got = {int(np.asarray(answer[name]).ravel()[flat]) for answer in expected.accepted()}
+            if got and not got & wants:
+                a = last[n]
+                return {"file": a.file, "line": a.line, "text": _text(a.file, a.line), "tensor": n}
+    return None

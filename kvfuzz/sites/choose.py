@@ -1,5 +1,7 @@
 """Which of a case's sites (attribute.py) a finding stands on, by the finding's kind.
 
+* A mismatch stands on the first wrong cell of the tensor its signature names, where the case
+  has one (a case with two defects on two outputs), else on the case's first.
 * A crash or GPU fault stands on the case's `fault`: its first access outside every tensor of
   its launch ("faults, reading 3 elements past the end of req_to_token").
 * A finding whose wrong the interpreter's run does not show (a value only the compiled kernel
@@ -48,16 +50,18 @@ def site_meta(signature: str, attribution: Attribution | None, why: str = "") ->
         return {"none": NO_SITE[kind]}
     if attribution is None:
         return {"none": why or "not attributed"}
+    tensor = signature.split(":")[3] if signature.count(":") >= 4 else "-"
+    own = attribution.outputs.get(tensor, {})
     for what in CHOICE.get(kind, ()):
-        site = attribution.sites.get(what)
+        # a wrong cell of the tensor the finding names before another output's (two defects in a case)
+        site = own.get(what) or attribution.sites.get(what)
         if site is not None:
-            return dict(site.to_json(), **_root(site, attribution), **_shape(site, attribution),
+            return dict(site.to_json(), **_root(site, attribution), **_shape(site, attribution, own),
                         **_context(site, attribution))
     if kind == "crash":
         error = f" (it raises {attribution.error})" if attribution.error else ""
         return {"none": f"the interpreter's run makes no access outside its launch's tensors{error}: "
                         "the crash is not a wild load or store"}
-    tensor = signature.split(":")[3] if signature.count(":") >= 4 else "-"
     static = attribution.static.get(tensor)
     if static is not None and kind in STATIC:
         shows = ", ".join(attribution.sites) or "nothing wrong"
@@ -88,7 +92,7 @@ def _context(site, attribution: Attribution) -> dict:
 MISPLACED = ("stray_write", "untouched_write", "overlap", "wrong_value")
 
 
-def _shape(site, attribution: Attribution) -> dict:
+def _shape(site, attribution: Attribution, own: dict | None = None) -> dict:
     """How a store's place defect shows in a judged case, where the trace tells:
 
     * {"shape": "shifted"}: the case leaves a required cell no store wrote (`unwritten`; where a
@@ -108,12 +112,18 @@ def _shape(site, attribution: Attribution) -> dict:
     at = (site.file, site.line)
     if site.op != "tl.store" or site.kind != "place" or attribution.depends:
         return {}
-    mine = {w for w in MISPLACED if (s := attribution.sites.get(w)) is not None and (s.file, s.line) == at}
+    own = own or {}
+    mine = {w for w in MISPLACED if (s := own.get(w) or attribution.sites.get(w)) is not None
+            and (s.file, s.line) == at}
     twice = attribution.twice is not None and (attribution.twice["file"], attribution.twice["line"]) == at
-    lost = attribution.sites.get("lost_write")
+    lost = own.get("lost_write") or attribution.sites.get("lost_write")
     if attribution.unwritten and (mine or twice) and (lost is None or (lost.file, lost.line) == at):
         return {"shape": "shifted"}
-    if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"}:
+    ran_past = site.load is not None and any(
+        (link["load"]["file"], link["load"]["line"]) == (site.load["file"], site.load["line"])
+        and (link["store"]["file"], link["store"]["line"]) == at for link in attribution.lanes)
+    if site.what == "wrong_value" and site.load is not None and not attribution.unwritten and mine == {"wrong_value"} \
+            and not ran_past:  # a value read outside the tensors on its lane is an overrun's, not a copy
         return {"shape": "copied"}
     if attribution.unwritten and lost is not None and (lost.file, lost.line) == at and attribution.twice is None \
             and not any(attribution.sites.get(w) is not None for w in MISPLACED + ("input_write", "stray_read")):

@@ -7,7 +7,10 @@ the inputs it depends on:
   out, that store (a mask that lets a load and its store both run one element too far is one
   defect); and, across a run's findings, for a finding whose stored value came from a load, or
   whose case read outside its tensors at a load, that load where it is itself the site of
-  another finding of the run (one wrong read showing at several stores is one defect);
+  another finding of the run (one wrong read showing at several stores is one defect); for a
+  value computed from elements its program read at the wrong place (`misread`), that load; and,
+  across a run's findings, for findings at two or more stores whose wrong values came from one
+  load statement (directly or through loads whose address it gave, `load.via`), that load;
 * the kind is "place" (a store or load at a wrong address, a cell left unwritten, a value read
   from a wrong place) or "value" (a value computed wrong), `Site.kind`; a place site's `shape`
   where its case shows one: "shifted" (the store's writes moved) or "copied" (the right cells,
@@ -46,6 +49,10 @@ def defect_key(op: str, site: Mapping[str, Any] | Site | None) -> tuple | None:
         return None
     if s.root is not None:
         return op, os.path.basename(str(s.root["file"])), int(s.root["line"]), s.kind, _depends(site)
+    # a value computed from elements a load read at the wrong place: that load; not where the store's
+    # writes moved (`shifted`: the cell's writer was the wrong program, what it read says nothing)
+    if s.misread is not None and not (isinstance(site, Mapping) and site.get("shape") in SHAPES):
+        return op, os.path.basename(str(s.misread["file"])), int(s.misread["line"]), "place", _depends(site)
     return op, os.path.basename(s.file), s.line, _kind(s, site), _depends(site)
 
 
@@ -66,12 +73,18 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
     came from a load (`load`) or whose case read outside its tensors at a load (`reads`) is keyed
     at that load's, where another finding of the run with the same op and inputs is keyed at the
     load itself (its own site, a stray read or a fault). Else its own `defect_key`."""
-    keys = [defect_key(_op(f), f.get("site")) for f in findings]
+    keys = _shared_origin([defect_key(_op(f), f.get("site")) for f in findings], findings)
     at_load = {(k[0], k[1], k[2], k[4]): k for k, f in zip(keys, findings)
                if k is not None and (f.get("site") or {}).get("op") == "tl.load" and not (f.get("site") or {}).get("root")}
+    keyed = {(k[0], k[1], k[2], k[4]): k for k in keys if k is not None}
     out = []
     for k, f in zip(keys, findings):
         site = f.get("site") or {}
+        via = site.get("via") if site.get("op") == "tl.load" and not site.get("root") else None
+        if k is not None and via:  # a stray lookup whose indices a load read: that load's defect, if the run has one
+            hit = keyed.get((k[0], os.path.basename(str(via["file"])), int(via["line"]), k[4]))
+            if hit is not None:
+                k = hit
         if k is not None and site.get("op") == "tl.store":
             loads = ([site["load"]] if site.get("load") else []) + list(site.get("reads") or ())
             for load in loads:
@@ -81,6 +94,32 @@ def root_keys(findings: list[dict]) -> list[tuple | None]:
                     break
         out.append(k)
     return _merge_bounds(out, findings)
+
+
+def _origin_of(site: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(file name, line) of the load a store's wrong value came from, or of the load that gave
+    that load its address (`via`, an indirect load): the first load of the chain."""
+    load = site.get("load") if site.get("op") == "tl.store" else None
+    if not load:
+        return None
+    first = load.get("via") or load
+    return os.path.basename(str(first["file"])), int(first["line"])
+
+
+def _shared_origin(keys: list[tuple | None], findings: list[dict]) -> list[tuple | None]:
+    """`keys` with findings at two or more stores whose wrong values came from one load statement
+    (directly or through loads whose address it gave), of one kind and on the same inputs, keyed
+    at that load: one wrong read (a pool index ignored) feeding two stores is one defect."""
+    stores: dict[tuple, set] = {}
+    origin = []
+    for k, f in zip(keys, findings):
+        o = _origin_of(f.get("site") or {}) if k is not None else None
+        g = (k[0], *o, k[3], k[4]) if o is not None else None
+        origin.append(g)
+        if g is not None:
+            stores.setdefault(g, set()).add(k[1:3])
+    return [(g[0], g[1], g[2], g[3], g[4]) if g is not None and len(stores[g]) > 1 else k
+            for k, g in zip(keys, origin)]
 
 
 def bound_key(op: str, site: Mapping[str, Any] | None) -> tuple | None:

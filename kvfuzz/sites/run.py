@@ -20,7 +20,9 @@ import sys
 import time
 
 from ..case import Case
-from .attribute import Attribution, analyse, run_traced
+import dataclasses
+
+from .attribute import Attribution, analyse, misread, run_traced
 
 TIMEOUT_S = 60.0
 
@@ -51,6 +53,16 @@ def attribute(case: Case, spec: str, guard: bool = False) -> Attribution:
     cells = contract.cells(case) if judged else None
     accepted = prepared.expected.accepted() if judged and prepared.expected is not None else ()
     out = analyse(case, prepared.plan, trace, after, base, contract.outputs, cells, accepted)
+    for name, (flat, store) in out.first_wrong.items():
+        site = out.outputs[name].get("wrong_value")
+        if site is None or site.load is not None:
+            continue
+        wrong = misread(case, prepared.plan, trace, base, contract, accepted, name, flat, store)
+        if wrong is not None:  # computed from elements read at the wrong place
+            new = dataclasses.replace(site, misread=wrong)
+            out.outputs[name]["wrong_value"] = new
+            if out.sites.get("wrong_value") is site:
+                out.sites["wrong_value"] = new
     out.error = None if trace.stopped is not None else error  # the guard's own stop is no error of the target's
     out.guarded = guard
     out.depends = depends_on(case, contract.out_of_contract(case))

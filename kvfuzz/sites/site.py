@@ -32,12 +32,17 @@ class Site:
     # an access out of bounds: the bound it passed, {tensor, dim, side ("after" | "before")}, where
     # the trace tells (attribute.py `_bound`)
     bound: Mapping[str, Any] | None = None
+    # a wrong value computed from elements its program read at the wrong place: the load
+    # statement that read them, {file, line, text, tensor} (attribute.py `misread`)
+    misread: Mapping[str, Any] | None = None
+    # a stray load's: the load whose values gave it its addresses (an indirect load), {file, line, text}
+    via: Mapping[str, Any] | None = None
 
     @property
     def kind(self) -> str:
         """"place" (a store or load at a wrong address, a cell not written, a value read from a
         wrong place) or "value" (a wrong value computed)."""
-        return "place" if self.what in PLACE or self.load is not None else "value"
+        return "place" if self.what in PLACE or self.load is not None or self.misread is not None else "value"
 
     def to_json(self) -> dict[str, Any]:
         out = {"kernel": self.kernel, "file": self.file, "line": self.line, "op": self.op, "text": self.text,
@@ -50,13 +55,17 @@ class Site:
             out["root"] = dict(self.root)
         if self.bound is not None:
             out["bound"] = dict(self.bound)
+        if self.misread is not None:
+            out["misread"] = dict(self.misread)
+        if self.via is not None:
+            out["via"] = dict(self.via)
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Site":
         return cls(d["kernel"], d["file"], int(d["line"]), d["op"], d.get("text", ""), d.get("what", ""),
                    d.get("says", ""), d.get("load"), d.get("tensor", ""), d.get("place", ""),
-                   d.get("root"), d.get("bound"))
+                   d.get("root"), d.get("bound"), d.get("misread"), d.get("via"))
 
 
 def site_of(meta: Mapping[str, Any] | None) -> Site | None:
@@ -84,4 +93,11 @@ def site_line(meta: Mapping[str, Any] | None) -> str:
     out = f"`{where(s.file, s.line)}` `{s.op}` {s.says}"
     if s.load is not None:
         out += f"; the value comes from `{where(s.load['file'], s.load['line'])}` `{s.load.get('text', 'tl.load')}`"
+        if s.load.get("via"):
+            out += f", its address from `{where(s.load['via']['file'], s.load['via']['line'])}` `{s.load['via'].get('text', 'tl.load')}`"
+    if s.via is not None:
+        out += f"; its address comes from `{where(s.via['file'], s.via['line'])}` `{s.via.get('text', 'tl.load')}`"
+    if s.misread is not None:
+        out += (f"; computed from elements of {s.misread.get('tensor', '?')} read at the wrong place by "
+                f"`{where(s.misread['file'], s.misread['line'])}` `{s.misread.get('text', 'tl.load')}`")
     return out
