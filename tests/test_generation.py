@@ -54,7 +54,8 @@ def test_generated_in_contract_cases_are_in_contract(op, variant):
 
 @pytest.mark.parametrize("op, variant", [(op, None) for op in OPS] + [
     ("decode_metadata", "strict"), ("decode_metadata", "fused")])
-@pytest.mark.parametrize("seed", range(4))
+# seed 0 in the fast suite; the other three seeds slow (CI's slow stage runs them)
+@pytest.mark.parametrize("seed", [0] + [pytest.param(s, marks=pytest.mark.slow) for s in (1, 2, 3)])
 def test_every_campaign_reaches_every_required_feature_early(op, variant, seed):
     """Misaligned pointers, odd strides, every dtype, zero sizes and the block edges +-1 of each
     kernel path, within the first 1,500 cases of any seed's stream (a CPU campaign of a minute

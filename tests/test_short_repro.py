@@ -31,7 +31,19 @@ def _corpus():
     return [(path, saved) for path, saved in iter_cases(CORPUS)]
 
 
+def _one_per_kind(shown) -> list:
+    """The first case of each (op, kind, expectation) in the fast suite, the rest marked slow
+    (each runs its script twice in processes of their own; CI's slow stage runs them all)."""
+    seen, out = set(), []
+    for p, s in shown:
+        key = (s.case.op, s.finding.kind if s.finding else None, s.expected)
+        out.append(pytest.param(p, s, id=p.name, marks=[pytest.mark.slow] if key in seen else []))
+        seen.add(key)
+    return out
+
+
 SHOWN = [pytest.param(p, s, id=p.name) for p, s in _corpus() if why_not_short(s) is None]
+SHOWN_RUN = _one_per_kind([(p, s) for p, s in _corpus() if why_not_short(s) is None])
 NOT_SHOWN = [pytest.param(p, s, id=p.name) for p, s in _corpus() if why_not_short(s) is not None]
 
 
@@ -57,7 +69,7 @@ def own_kernels(saved: SavedCase, seed_path: Path) -> Path:
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("path, saved", SHOWN)
+@pytest.mark.parametrize("path, saved", SHOWN_RUN)
 def test_a_short_script_fails_on_its_release_and_passes_on_builtin(path, saved, seed_path, tmp_path):
     script = tmp_path / "repro.py"
     write_short_repro(saved, script, path.name)
