@@ -139,6 +139,7 @@ def test_budget_bounds_a_run_and_the_corpus_is_reused(tmp_path, device):
     assert first_units > 0 and runs[1][1].engine["corpus_units"] >= first_units
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @needs_atheris
 def test_max_cases_bounds_a_run(tmp_path, device):
     stats, _ = fuzz_op("num_kv_splits", NoReplay(), target="builtin", device=device, seed=0, budget_s=300,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from kvfuzz import campaign
 from kvfuzz.campaign import CampaignConfig, run_campaign
 from kvfuzz.confirm import Confirmation
@@ -33,6 +35,7 @@ def regressed_seed(seed_path: Path, tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_baseline_run_with_slow_confirmations_ends_in_time_and_keeps_its_findings(seed_path, tmp_path, device,
                                                                                    monkeypatch):
     calls = []

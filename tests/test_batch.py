@@ -12,6 +12,7 @@ from kvfuzz.execute import prepare
 from kvfuzz.judge import judge
 from kvfuzz.strategies import GENERATORS
 from kvfuzz.worker import InProcessExecutor, WorkerExecutor
+from sampling import sampled
 
 MUTANT = str(Path(__file__).resolve().parent / "fixtures" / "mutant_kernels.py")
 
@@ -27,7 +28,8 @@ def _verdicts_both_ways(executor, cases):
 HEAVY = {"flashinfer_kv_indices", "trtllm_mha_kv_indices"}
 
 
-@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.slow) if op in HEAVY else op for op in GENERATORS])
+@pytest.mark.parametrize("op", sampled("batch alone", [pytest.param(op, marks=pytest.mark.slow) if op in HEAVY
+                                                       else op for op in GENERATORS]))
 def test_a_batch_of_builtin_cases_is_judged_as_each_case_alone(op, device):
     ex = InProcessExecutor("builtin", device)
     cases = [c for _, c in case_stream(op, 3, 24, device)]  # in and out of contract, several classes

@@ -11,6 +11,7 @@ import pytest
 
 from kvfuzz.cli import main
 from kvfuzz.ops import CONTRACTS
+from sampling import sampled
 
 
 def run(*args, timeout=600):
@@ -107,6 +108,7 @@ def _saved_case(tmp_path, expected="xfail", target="builtin"):
     return DirectoryCorpus(tmp_path / "c").save(saved).path
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_corpus_ls_merge_prune(tmp_path):
     path = _saved_case(tmp_path)
     ls = run("corpus", "ls", str(tmp_path / "c"))
@@ -123,6 +125,7 @@ def test_corpus_ls_merge_prune(tmp_path):
     assert path.is_dir()  # the source corpus is untouched
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_minimize_command(seed_path, tmp_path):
     import cases
     from kvfuzz.case import TensorSpec
@@ -430,11 +433,11 @@ def test_a_forced_variant_is_refused_once_for_jobs_and_by_replay_and_the_corpus_
     assert "1 failed" in t.stdout and "does not take decode_metadata's skip_page_table" in t.stdout, t.stdout[-2000:]
 
 
-@pytest.mark.parametrize("target, op, variant", [
-    ("sglang==0.5.14", "decode_metadata", "live_prefix"),  # a judging rule only
-    ("sglang==0.5.14", "num_kv_splits", "sglang"),
-    ("builtin", "decode_metadata", "fused"),  # a subset of what builtin takes
-])
+@pytest.mark.parametrize("target, op, variant", sampled("forced variant", [
+    pytest.param("sglang==0.5.14", "decode_metadata", "live_prefix"),  # a judging rule only
+    pytest.param("sglang==0.5.14", "num_kv_splits", "sglang"),
+    pytest.param("builtin", "decode_metadata", "fused"),  # a subset of what builtin takes
+], share=3))
 def test_a_forced_variant_the_target_takes_still_runs(target, op, variant, tmp_path):
     _release(target)
     p = run("fuzz", "--target", target, "--op", op, "--variant", variant, "--in-contract-only", "--max-cases", "16",

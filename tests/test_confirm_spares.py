@@ -70,6 +70,7 @@ def planted(op: str):
     return pipeline._saved_case(found, case), case
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_confirmation_after_the_first_takes_spares_and_starts_nothing(monkeypatch):
     sc, case = planted("num_kv_splits")

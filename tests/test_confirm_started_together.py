@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from kvfuzz.campaign import CampaignConfig
 from kvfuzz.pipeline import FindingPipeline
 from kvfuzz.confirm import confirm
@@ -40,6 +42,7 @@ def test_fresh_many_starts_every_process_before_waiting_for_any(monkeypatch):
     assert ex.standby is not None and all(g.proc is not None for g in got)
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_campaign_confirmation_runs_in_as_many_fresh_workers_as_tries(device):
     """Through `executor.fresh`, as a campaign calls it: three new processes, each runs the case."""
     case = random_cases("num_kv_splits", 0, 1, in_contract_only=True)[0]

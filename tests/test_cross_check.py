@@ -60,6 +60,7 @@ def test_divergence_is_found_minimized_confirmed_saved_and_replayed(same_device_
     assert judge(saved.case, InProcessExecutor(SPLIT, device).run(saved.case)).findings == []
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_identical_backends_report_no_divergence(same_device_ok, tmp_path, device):
     r = _campaign("builtin", tmp_path, device, cross_check_every=2)
@@ -186,6 +187,7 @@ def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pyt
     assert only["outcome"] == "skipped" and "a divergence between cuda and cpu" in only["message"]
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
     """The second worker runs the marked in-contract launches of a batch from the same image;

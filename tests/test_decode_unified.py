@@ -184,6 +184,7 @@ def test_0_5_20_skips_the_page_tables(device):
         assert_clean(target, cases.unified(cases.decode(ps=ps, swa=True), skip=True, variant="skip"), device)
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_builtin_passes_a_seeded_stream_of_the_new_arguments(device):
     """In and out of contract (v2p pages past the table, entries below -1 among the violations)."""
     target = load_target("builtin", device)

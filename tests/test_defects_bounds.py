@@ -60,6 +60,7 @@ def seen(seed_path) -> dict[str, dict]:
     }
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_each_access_names_the_bound_it_passed(seed_path, seen):
     width, zero, gap, flat = seen.values()
     assert (width["site"]["line"], width["site"]["bound"], width["site"]["depends"]) == (
@@ -71,6 +72,7 @@ def test_each_access_names_the_bound_it_passed(seed_path, seen):
     assert width["site"]["guard"] == zero["site"]["guard"] == gap["site"]["guard"] == guard
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_one_missing_guard_is_one_defect_and_another_bound_another(seed_path, seen):
     width, zero, gap, flat = seen.values()
     assert defect_key(OP, width["site"]) != defect_key(OP, zero["site"])  # two statements, two preconditions

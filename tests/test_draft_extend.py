@@ -130,6 +130,7 @@ def test_releases_read_the_swa_tensors_without_their_strides(version, device):
     assert got and all(s.startswith("draft_extend_metadata:swa:mismatch:swa_") or s == gap_read for s in got), got
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_releases_before_0_5_16_do_not_offer_it(tmp_path, device):
     from kvfuzz.campaign import CampaignConfig, run_campaign

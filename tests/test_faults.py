@@ -81,6 +81,7 @@ def test_a_wild_store_is_a_crash_and_the_worker_is_replaced(tmp_path, device):
         ex.close()
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_fault_inside_a_batch_is_pinned_on_its_case(tmp_path, device):
     """One faulting case among clean ones: the batch is lost, re-run case by case, and only
     that case is a crash."""
@@ -224,6 +225,7 @@ def get_num_kv_splits_triton(num_kv_splits_ptr, seq_lens_ptr, num_seq, num_group
 '''
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.skipif(os.environ.get("KVFUZZ_DEVICE") == "cuda", reason="an interpreter failure")
 def test_an_interpreter_failure_is_an_environment_problem_not_a_finding(tmp_path, device):
     if device != "cpu":
@@ -258,6 +260,7 @@ def get_num_kv_splits_triton(out, seq_lens, num_seq, *args):
 '''
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_worker_killed_mid_case_is_a_crash_alone_and_in_a_batch(tmp_path, device):
     ex = WorkerExecutor(_target(tmp_path, "killed", KILLED), device)
     try:

@@ -41,6 +41,7 @@ def test_a_class_level_mode_restricts_the_pool_and_drops_no_case(tmp_path):
     assert ff["class_level"] == ff["classes"] > 0
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_case_level_mode_draws_and_drops_the_rest_and_counts_them(tmp_path):
     doc = _campaign(tmp_path, "decode_metadata", "tombstone:req_to_token", max_cases=32, in_contract_only=True)

@@ -23,6 +23,7 @@ from kvfuzz.targets import load_target
 
 from kv_index_ops import oracles_agree, release_file, \
     seeded_defect_found, short_campaign, violation, violations_leave_contract, writes_past_on_0_5_14
+from sampling import sampled
 
 OP = "flashinfer_kv_indices"
 
@@ -68,7 +69,7 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(MUTANTS))
+@pytest.mark.parametrize("name", sampled("flashinfer mutants", list(MUTANTS), share=3))
 def test_seeded_defects_in_a_copy_of_the_builtin_are_found(name, tmp_path, device):
     seeded_defect_found(OP, *MUTANTS[name], tmp_path, device, name, seed=7, n=80)
 

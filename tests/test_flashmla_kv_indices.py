@@ -24,6 +24,7 @@ from kv_index_ops import builtin_finds_nothing, oracles_agree, release_file, rel
 OP = "flashmla_kv_indices"
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_builtin_passes_a_short_campaign(device):
     short_campaign(OP, device, budget_s=2, min_cases=10)
 

@@ -19,6 +19,7 @@ from kvfuzz.ops import CONTRACTS
 from kvfuzz.strategies import GENERATORS, cases, required_features
 
 from conftest import seed_kernel_path
+from sampling import sampled
 
 OPS = list(GENERATORS)
 
@@ -52,10 +53,10 @@ def test_generated_in_contract_cases_are_in_contract(op, variant):
     assert statuses == ["in_contract"] * 300
 
 
-@pytest.mark.parametrize("op, variant", [(op, None) for op in OPS] + [
-    ("decode_metadata", "strict"), ("decode_metadata", "fused")])
-# seed 0 in the fast suite; the other three seeds slow (CI's slow stage runs them)
-@pytest.mark.parametrize("seed", [0] + [pytest.param(s, marks=pytest.mark.slow) for s in (1, 2, 3)])
+# seed 0 of a quarter of the ops in the fast suite; the rest, and the other three seeds, thorough
+@pytest.mark.parametrize("op, variant", sampled("feature reach", [pytest.param(op, None) for op in OPS] + [
+    pytest.param("decode_metadata", "strict"), pytest.param("decode_metadata", "fused")]))
+@pytest.mark.parametrize("seed", [0] + [pytest.param(s, marks=pytest.mark.thorough) for s in (1, 2, 3)])
 def test_every_campaign_reaches_every_required_feature_early(op, variant, seed):
     """Misaligned pointers, odd strides, every dtype, zero sizes and the block edges +-1 of each
     kernel path, within the first 1,500 cases of any seed's stream (a CPU campaign of a minute
@@ -128,7 +129,7 @@ def test_a_compile_class_compiles_each_kernel_once(op, name, spec, variant, devi
             assert len(kernel_keys) == 1, (name, k, case.describe())
 
 
-@pytest.mark.parametrize("op, name, spec, variant", _CASES)
+@pytest.mark.parametrize("op, name, spec, variant", sampled("compiles per 1000", [pytest.param(*c) for c in _CASES]))
 def test_a_campaign_compiles_at_most_20_variants_per_1000_cases(op, name, spec, variant, device, dry):
     """The batched engine's stream with out-of-contract cases mixed in, as a campaign runs it
     (the seed's host code refuses or runs every case; its kernels are recorded, not run)."""

@@ -129,7 +129,7 @@ def spec(la, lb, R, WA, WB) -> Case:
                 {"page_table_a": a, "page_table_b": b, "seq_len_a": np.asarray(la), "seq_len_b": np.asarray(lb)})
 
 
-@pytest.mark.parametrize("R", [5, 16, 64])
+@pytest.mark.parametrize("R", [5, 16, pytest.param(64, marks=pytest.mark.thorough)])  # 64: seconds
 def test_swa_spec_draft_trees_repeat_each_request_R_times(R, device):
     lb = RNG.integers(0, R + 1, size=2 * R)
     case = spec([1025, 256], lb, R, 1025, R)

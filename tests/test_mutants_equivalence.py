@@ -40,6 +40,7 @@ def _copy(tmp_path, name, old="", new=""):
     return str(folder / "q8kv8_topk_length.py")
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_survivor_beside_the_original(tmp_path, device):
     original = load_target(_copy(tmp_path, "original"), device)
     for name, (old, new, why) in MUTANTS.items():

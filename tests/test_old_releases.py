@@ -204,6 +204,7 @@ def test_0_5_10_has_0_5_14s_kernels_and_defect(device):
     assert "decode_metadata:swa:mismatch:swa_page_table:all" in judge(case, run_case(t, case, device)).signatures()
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_fuzzing_an_op_a_release_does_not_offer_is_refused_in_one_line(tmp_path):
     kernel_file("0.5.6")

@@ -57,6 +57,7 @@ def test_a_read_past_an_input_is_the_same_out_of_bounds_read_on_every_replay(dev
     assert sorted(c["read_at"] for c in f.cells) == [40, 40, 44, 44]  # two rows (R = 2), two cells after its 40 bytes
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_write_past_an_output_is_charged_to_it_not_to_the_neighbour_it_hit(device):
     r = replay(_saved(writes_past_dst(), device), device=device)
     assert r.verdict.signatures() == [WRITE]
@@ -109,6 +110,7 @@ def get_num_kv_splits_triton(out, seq_lens, num_seq, num_group, num_head, num_kv
 '''
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_read_the_batch_cannot_place_is_found_once_the_case_runs_alone(tmp_path, device):
     """A kernel that only tests a guard-band word: in a batch the re-run differs in a way no
     value explains (nondeterministic, as far as two runs can tell); the case alone (its probe

@@ -25,6 +25,7 @@ from kvfuzz.targets import load_target
 from kvfuzz.targets.releases import PA_PAGE_TABLE, RELEASES, parse_version
 
 from kv_index_ops import short_campaign, stream_findings, violations_leave_contract
+from sampling import sampled
 
 OP = "pa_page_table"
 KERNEL = Path(__file__).resolve().parents[1] / "kvfuzz" / "kernels" / "pa_page_table.py"
@@ -135,7 +136,7 @@ def release_file(version: str) -> Path:
 
 # (release, where its wrapper is): 0.5.15's inside flashattention_backend.py (extracted); 0.5.23's
 # in sglang/kernels/ops/attention/pa_page_table.py (0.5.16's file, byte for byte)
-@pytest.mark.parametrize("version", ["0.5.15", "0.5.23"])
+@pytest.mark.parametrize("version", sampled("pa release", ["0.5.15", "0.5.23"], share=2))
 def test_a_release_target_offers_the_op_and_runs_in_contract_cases_clean(version, device):
     release_file(version)
     t = load_target(f"sglang=={version}", device)

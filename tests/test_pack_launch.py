@@ -148,6 +148,7 @@ def test_a_byte_no_case_owns_loses_the_pack(device):
     assert len(verdicts) == 3 and all(not v.findings for _, _, v in verdicts)
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_same_seed_finds_the_same_with_and_without_packing(tmp_path, device):
     op = "flashinfer_kv_indices"
     path = mutant_copy(KERNELS / f"{op}.py", "ids.to(out.dtype.element_ty), mask=mask)",

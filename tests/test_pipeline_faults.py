@@ -25,6 +25,7 @@ from kvfuzz.corpus import DirectoryCorpus
 from kvfuzz.corpus.store import iter_cases
 from kvfuzz.pipeline import FindingPipeline
 from kvfuzz.worker import InProcessExecutor
+from sampling import sampled
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 
@@ -119,7 +120,7 @@ def _inject(stage: str, monkeypatch) -> None:
 STAGES = ["confirm", "minimize", "reduce", "save", "settle", "report"]
 
 
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage", sampled("fault per stage", STAGES, share=3))
 def test_a_fault_in_one_stage_loses_no_finding(stage, clean, tmp_path, monkeypatch, capsys):
     seed, corpus_at, sigs, first_cases = clean
     corpus = tmp_path / "corpus"

@@ -72,6 +72,7 @@ def test_collects_one_test_per_case_with_readable_ids():
         assert kind in (*KINDS, "regression")
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_outcomes_pass_strict_xfail_skip_and_unreadable(tmp_path):
     corpus = tmp_path / "corpus"
     good, fixed = builtin_pass_cases(2)
@@ -112,6 +113,7 @@ def test_outcomes_pass_strict_xfail_skip_and_unreadable(tmp_path):
     assert "not available here" in skip["message"] and "no_such_kernels.py" in skip["message"]
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_corpus_option_and_target_override(tmp_path):
     corpus = tmp_path / "corpus"
     [good] = builtin_pass_cases(1)

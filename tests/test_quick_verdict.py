@@ -17,6 +17,7 @@ from kvfuzz.engines.batch_engine import case_stream
 from kvfuzz.execute import Outcome, RunResult, prepare
 from kvfuzz.judge import clean_image, judge, quick_verdict
 from kvfuzz.ops import CONTRACTS
+from sampling import sampled
 
 pytestmark = pytest.mark.nokernel  # no kernel runs here (conftest: runs where the interpreter is refused)
 
@@ -73,7 +74,7 @@ def test_clean_runs_pass_the_fast_path(op):
     assert seen >= 60 and quick >= seen * 0.9
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", sampled("fast path damaged", OPS))
 def test_the_fast_path_never_passes_a_damaged_run(op):
     rnd = random.Random(f"damage:{op}")
     damaged = 0
@@ -133,7 +134,7 @@ def whole_image(p) -> tuple[np.ndarray, np.ndarray]:
     return want, care
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", sampled("fast path every byte", OPS))
 def test_the_fast_path_checks_every_byte(op):
     """`CleanImage.holds` says exactly what comparing the whole arena with its clean image says,
     for a byte changed at every edge of every region (guards, storage, elements) and anywhere."""

@@ -17,6 +17,7 @@ from kvfuzz.minimize import minimize, rank
 from kvfuzz.reduce import CHOICES, recorded, reduce, replay
 from kvfuzz.strategies import GENERATORS
 from kvfuzz.strategies.draw import RandomDraw, RecordingDraw, ReplayDraw
+from sampling import sampled
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 
@@ -97,7 +98,7 @@ def _first_rows(case) -> int:
     return case.tensors[FIRST[case.op]].shape[0]
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", sampled("generic reducer", OPS))
 def test_the_generic_reducer_shrinks_its_choices_while_the_predicate_holds(op):
     """A pure predicate (two rows or more in the op's first tensor): the reducer ends at a
     smaller case that still holds it, with a shorter or simpler record that replays to it."""
@@ -185,7 +186,7 @@ def planted(tmp_path_factory):
     ex.close()
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", sampled("planted defect", OPS))
 def test_on_a_planted_defect_choices_then_passes_is_no_larger_than_the_passes(op, planted):
     """The first in-contract case the planted defect shows on (a seeded stream): the generic
     reducer shrinks it, and with the passes after it the case is as small as, or smaller

@@ -520,6 +520,7 @@ def test_a_short_campaign_on_0_5_19_has_no_false_crash(tmp_path, device):
     assert doc["ops"]["decode_metadata"]["contract_variant"] == "read_table"
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_replay_against_another_release_judges_by_that_releases_variant(tmp_path, device):
     from kvfuzz.corpus import SavedCase, environment_versions
     from kvfuzz.replay import replay

@@ -72,6 +72,7 @@ def test_an_atheris_run_reports_its_figures_in_markdown_junit_and_the_summary(tm
     assert line.endswith(f"; {engine_line(engine)}") and f"{engine['execs']} execs, " in line
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_hypothesis_run_has_no_engine_figures(tmp_path):
     report, props, md, stdout = fuzz(tmp_path, "hypothesis", "--budget", "2", "--max-cases", "30")

@@ -279,6 +279,7 @@ def test_num_kv_splits_uneven_batch(kv, tmp_path):
 # --------------------------------------------------------------------------- usage errors
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_kernel_file_is_judged_by_its_own_variant(kv, tmp_path):
     """A case of SGLang 0.5.19's read_table variant carries swa_src_table and src_is_read_table;
     kvfuzz's kernel package, given by path, is judged by the variant its signature selects
@@ -333,6 +334,7 @@ def write_kernels(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_must_refuse(kv, tmp_path):
     case = decode_swa_transposed(kv).with_scalars(page_size=3)  # not a power of two: must be refused
     script = emit(kv, tmp_path, kv.saved(case))
@@ -361,6 +363,7 @@ def test_must_refuse(kv, tmp_path):
         in r_late.stdout, show(r_late)
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_checks_with_plain_function(kv, tmp_path):
     """num_kv_splits as a plain function (called, not launched): the right answer passes; a
     wrong cell, an input write and a guard-band write are each reported; a raise is a crash,
@@ -528,6 +531,7 @@ def test_lint_catches_what_it_should():
     assert not any("'sys'" in p or "'a'" in p or "'d'" in p for p in problems), problems
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_template_module_is_clean_and_standalone():
     """repro_script.py and every module an emitted script embeds compile, pass the lint and
     import only stdlib, torch, triton and each other; the script's part holds the line the
@@ -622,6 +626,7 @@ def test_template_without_a_case_is_a_usage_error(capsys):
     assert len(err) == 1 and "holds no case" in err[0] and "--emit-repro" in err[0]
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_emitted_script_is_kvfuzz_modules_plus_its_case(kv, tmp_path):
     """An emitted script holds, verbatim, every function and class of each module it embeds
     (kvfuzz runs the same code: a change in one of its rules changes the script) and of

@@ -33,6 +33,7 @@ import pytest
 
 from conftest import DEVICE, seed_kernel_path
 from kvfuzz.corpus import SavedCase, iter_cases
+from sampling import fast_if_first, sampled
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpora"
@@ -45,16 +46,16 @@ CASES = list(iter_cases(CORPUS))
 
 
 def _one_per_kind(cases) -> list:
-    """Every case, the first of each (op, kind, expectation) in the fast suite and the rest
-    marked slow (`pytest -m slow` runs them: each is a script run in a process of its own)."""
-    seen, out = set(), []
-    for item in cases:
-        path, saved = item
-        key = (saved.case.op, saved.finding.kind if saved.finding else None, saved.expected) \
-            if isinstance(saved, SavedCase) else ("unreadable", path.name, None)
-        out.append(pytest.param(item, id=_case_id(item), marks=[pytest.mark.slow] if key in seen else []))
-        seen.add(key)
-    return out
+    """Every case; in the fast suite the first of each kind, op and expectation, the rest marked
+    thorough (each is a script run in a process of its own)."""
+    keys = []
+    for path, saved in cases:
+        if isinstance(saved, SavedCase):
+            keys.append([("kind", saved.finding.kind if saved.finding else None), ("op", saved.case.op),
+                         ("expected", saved.expected)])
+        else:
+            keys.append([("unreadable", path.name)])
+    return fast_if_first([pytest.param(item, id=_case_id(item)) for item in cases], keys)
 
 
 def _case_id(item) -> str:
@@ -211,7 +212,7 @@ KERNELS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("name", sampled("hand-made kernels", sorted(KERNELS), share=2))
 def test_script_verdict_equals_replay_on_hand_made_kernels(name, judge_on, tmp_path):
     import numpy as np
 
@@ -265,7 +266,7 @@ RELEASE_PATHS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(RELEASE_PATHS))
+@pytest.mark.parametrize("name", sampled("release swa paths", sorted(RELEASE_PATHS), share=2))
 def test_script_verdict_equals_replay_on_release_swa_paths(name, judge_on, tmp_path):
     import cases as c
     from kvfuzz.corpus import environment_versions
@@ -284,7 +285,7 @@ def test_script_verdict_equals_replay_on_release_swa_paths(name, judge_on, tmp_p
     assert script_verdict(r) == judged, f"kvfuzz's judge: {judged}\n{show(r)}"
 
 
-@pytest.mark.parametrize("name", ["reads_past_a", "writes_past_dst"])
+@pytest.mark.parametrize("name", sampled("overruns", ["reads_past_a", "writes_past_dst"], share=2))
 def test_script_verdict_equals_replay_on_a_triton_kernel_that_overruns(name, judge_on, tmp_path):
     """tests/fixtures/overrun_kernels.py: a read past an input (decoded from the values
     stored) and a write past an output into a neighbour's guard band, named alike."""

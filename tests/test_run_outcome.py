@@ -198,6 +198,7 @@ def _wait_for(path: Path, proc, timeout=300):
     assert path.exists(), proc.communicate()
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_sigterm_writes_every_report_cut_short(tmp_path):
     """SIGTERM once the first op is fuzzing: JSON, JUnit and Markdown written, cut short, the op
     that ran cut short, the one never reached a JUnit failure; exit 130."""

@@ -20,6 +20,7 @@ from kvfuzz.cli import main
 from kvfuzz.corpus import SavedCase, iter_cases
 from kvfuzz.findings import Finding
 from kvfuzz.short_repro import _run_list, render_short, why_not_short, write_short_repro
+from sampling import fast_if_first
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora"
@@ -32,14 +33,11 @@ def _corpus():
 
 
 def _one_per_kind(shown) -> list:
-    """The first case of each (op, kind, expectation) in the fast suite, the rest marked slow
-    (each runs its script twice in processes of their own; CI's slow stage runs them all)."""
-    seen, out = set(), []
-    for p, s in shown:
-        key = (s.case.op, s.finding.kind if s.finding else None, s.expected)
-        out.append(pytest.param(p, s, id=p.name, marks=[pytest.mark.slow] if key in seen else []))
-        seen.add(key)
-    return out
+    """In the fast suite the first case of each kind, op and expectation, the rest marked
+    thorough (each runs its script twice in processes of their own)."""
+    keys = [[("kind", s.finding.kind if s.finding else None), ("op", s.case.op), ("expected", s.expected)]
+            for _, s in shown]
+    return fast_if_first([pytest.param(p, s, id=p.name) for p, s in shown], keys)
 
 
 SHOWN = [pytest.param(p, s, id=p.name) for p, s in _corpus() if why_not_short(s) is None]
@@ -149,6 +147,7 @@ def test_a_strided_input_is_its_storage_through_as_strided_and_runs_are_folded()
     assert statement.endswith(".as_strided((1,), (2,), 1)"), statement
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_must_refuse_case_passes_only_when_the_call_raises(tmp_path):
     case = cases.decode(ps=4).with_scalars(page_size=3)

@@ -42,6 +42,7 @@ def test_a_crash_case_gets_the_site_of_its_out_of_range_load():
                                                 "reading 1 element past the end of req_to_token_ptr")
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_wild_load_that_kills_the_interpreter_is_named_by_the_guarded_trace(tmp_path):
     wild = tmp_path / "wild_kernels.py"
     wild.write_text(FAULTS.read_text().replace("+ offset, mask=mask)  # SITE load",
@@ -84,6 +85,7 @@ def test_two_stores_to_one_output_give_no_static_site(tmp_path):
     assert "none" in meta and "no single `tl.store`" in meta["none"], meta
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_seeds_wild_row_read_crash_is_named_at_the_load(seed_path):
     """SGLang 0.5.14: a req_pool_indices value past req_to_token's rows is read unchecked; the
     interpreter dies by SIGSEGV on that read (the saved case's signature), and the guarded

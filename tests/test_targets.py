@@ -12,6 +12,7 @@ from kvfuzz.ops import CONTRACTS
 from kvfuzz.errors import TargetLoadError
 from kvfuzz.targets import load_target
 from kvfuzz.targets.sglang_shim import ensure_swa_pool_type, make_swa_pool
+from sampling import sampled
 
 
 def test_missing_entry_point_is_reported_for_that_op_only(tmp_path, device):
@@ -97,10 +98,10 @@ def _run_cli_with_broken_interpreter(tmp_path, break_with: str):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("break_with, needle", [
-    ("raise", "only 0-dimensional arrays"),
-    ("wrong", "computes wrong values"),
-])
+@pytest.mark.parametrize("break_with, needle", sampled("broken interpreter", [
+    pytest.param("raise", "only 0-dimensional arrays"),
+    pytest.param("wrong", "computes wrong values"),
+], share=2))
 def test_a_broken_triton_interpreter_is_refused_before_fuzzing(tmp_path, break_with, needle):
     r = _run_cli_with_broken_interpreter(tmp_path, break_with)
     assert r.returncode == 2, r.stdout + r.stderr

@@ -43,6 +43,7 @@ def stream_findings(target, device, seed=3, n=30, in_contract_only=False, first=
     return out
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_builtin_passes_a_short_campaign(device):
     from kvfuzz.campaign import CampaignConfig, run_campaign
 

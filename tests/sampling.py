@@ -1,0 +1,48 @@
+"""The fast suite's sample of a long family of tests. The rest is marked `thorough`: not in the
+README's test command (which must stay within 5 minutes on 2 cores), run by CI's second stage and
+by `pytest -n auto -m thorough`.
+
+* `fast_if_first`: an item runs in the fast suite where it is the first to show one of its
+  keys (its kind, its op, its expectation);
+* `sampled`: a per-op (or per-anything) family runs one value in `share` in the fast suite; which
+  values is fixed by the family's name, so different families cover different ops."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+
+import pytest
+
+THOROUGH = pytest.mark.thorough
+
+
+def first_of_each(keys: Sequence[Iterable]) -> list[bool]:
+    """Per item, whether it leaves the fast suite: True where every key it has was shown by an
+    item before it."""
+    seen: set = set()
+    out = []
+    for ks in keys:
+        ks = set(ks)
+        out.append(ks <= seen)
+        seen |= ks
+    return out
+
+
+def _thorough(p, leave: bool):
+    if not leave:
+        return p
+    return pytest.param(*p.values, id=p.id, marks=[*p.marks, THOROUGH])
+
+
+def fast_if_first(params: Sequence, keys: Sequence[Iterable]) -> list:
+    """`params` (pytest.param objects), `thorough` added to every one `first_of_each` sends there."""
+    return [_thorough(p, leave) for p, leave in zip(params, first_of_each(keys))]
+
+
+def sampled(family: str, values: Iterable, share: int = 4) -> list:
+    """`values` as params, one in `share` in the fast suite (at least one), the rest `thorough`.
+    A value may be a pytest.param already (its marks are kept)."""
+    params = [v if isinstance(v, type(pytest.param(0))) else pytest.param(v) for v in values]
+    at = zlib.crc32(family.encode()) % min(share, len(params) or 1)
+    return [_thorough(p, i % share != at) for i, p in enumerate(params)]
