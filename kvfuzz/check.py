@@ -104,8 +104,12 @@ class Checker:
         batch's arena, valid while `result` lives; a packed case's own arena unpacked from its
         launch's, packing.Packs) and its verdict: the fast path where whole arrays prove the run
         clean, else the full judge. A pack that changed a byte no case owns has its cases run alone."""
-        unpacked = packs.outcomes(batch, result) if packs is not None else {}
+        clean = packs.clean(batch, result) if packs is not None else {}
+        unpacked = packs.outcomes(batch, result, skip=clean) if packs is not None else {}
         for i, p in enumerate(prepared):
+            if i in clean:  # its whole pack proved clean (judge.quick_pack)
+                yield p, clean[i], Verdict(p.status, p.reasons, expected=p.expected)
+                continue
             if unpacked is None and i in packs.member_of:
                 again = self.run(p, repeats=2 if batch[packs.launch_of[packs.member_of[i][0]]].repeat else 1)
                 yield p, again[1], self.verdict(*again)

@@ -285,6 +285,44 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
 
 
+def quick_pack(pack, runs, own: list[Outcome]) -> bool:
+    """Whether a packed launch's runs prove every member clean at once (what `quick_verdict`
+    on each member's unpacked arena would say, without unpacking): the first run left the
+    packed image with each member's clean output bytes (`Pack.clean_after`; free bytes aside),
+    a run from the same image left the same bytes, a run from the alternate image left that
+    image with the first run's output bytes, and each member's torch oracle agrees with its
+    NumPy oracle. False sends the pack to the member-by-member path."""
+    got = pack.clean_after()
+    if got is None or not runs:
+        return False
+    want, outputs, free = got
+    first = runs[0]
+    if first.error is not None or first.after is None or first.after.shape != want.shape:
+        return False
+    after = first.after
+    if not (_same_bytes(after, want) if free is None else bool(((after == want) | free).all())):
+        return False
+    for later in runs[1:]:
+        if later.error is not None or later.after is None or later.after.shape != after.shape:
+            return False
+        if later.alt:
+            alt_want = pack.alt_image.copy()
+            alt_want[outputs] = after[outputs]
+            if not _same_bytes(later.after, alt_want):
+                return False
+        elif not _same_bytes(later.after, after):
+            return False
+    for p, outcome in zip(pack.members, own):
+        if outcome.torch_ref_error:
+            return False
+        if outcome.torch_ref is not None:
+            for name, ours, required in clean_image(p).oracle:
+                theirs = np.asarray(outcome.torch_ref[name])
+                if not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
+                    return False
+    return True
+
+
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     """np.array_equal for integer arrays, without its overhead (it runs many times a case)."""
     return a.shape == b.shape and bool((a == b).all())

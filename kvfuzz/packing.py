@@ -176,6 +176,7 @@ class Pack:
         self.indexes = spec.indexes
         self.image: np.ndarray | None = None
         self._alt: np.ndarray | None = None
+        self._clean = None  # clean_after's answer, () for none
 
     def write(self, buf: np.ndarray) -> bool:
         """Write the packed image into `buf` (`size` bytes): the canary, each case's elements
@@ -242,6 +243,57 @@ class Pack:
             outs[w.member][pos] = after[sel]
         return outs
 
+    def clean_after(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """What a correct run of every member leaves in the packed arena, for the pack's fast
+        path (`judge.quick_pack`): (want, outputs, free), `want` the packed image with each
+        member's clean-image output bytes (`judge.clean_image`) at their packed places,
+        `outputs` a mask of the outputs' element bytes among them, `free` a mask of the
+        may-write bytes (None: none).
+        None where a member has no clean image or an output's bytes leave its window (then the
+        members are unpacked and judged one by one)."""
+        if self._clean is None:
+            self._clean = self._clean_after() or ()
+        return self._clean or None
+
+    def _clean_after(self):
+        from .judge import clean_image
+
+        window = {(w.tensor, w.member): w for w in self._windows}
+        want = self.image.copy()
+        outputs = np.zeros(self.size, dtype=bool)
+        free = None
+        for j, p in enumerate(self.members):
+            clean = clean_image(p)
+            if clean is None:
+                return None
+            regions = p.plan.regions
+            for start, bytes_, care in clean.outputs:
+                name = next((n for n, r in regions.items() if r.start <= start < r.start + max(r.nbytes, 1)), None)
+                w = window.get((name, j))
+                if w is None:
+                    return None
+                a, b = start + w.shift, start + w.shift + bytes_.size
+                lo, hi = max(a, w.lo), min(b, w.hi)  # a whole storage's edges may lie in a neighbour's window
+                if lo >= hi:
+                    return None
+                cut = slice(lo - a, hi - a)
+                if start == regions[name].start and bytes_.size == regions[name].nbytes:  # its whole storage
+                    elements = p.plan.element_mask(name)
+                    if elements[: cut.start].any() or elements[cut.stop :].any():
+                        return None
+                    outputs[lo:hi] = elements[cut]  # the alternate run refills the rest
+                elif (lo, hi) != (a, b):  # its elements alone, and not all in its window
+                    return None
+                else:
+                    outputs[lo:hi] = True
+                # the bytes cut off are never this member's when unpacking: its image keeps them
+                want[lo:hi] = bytes_[cut]
+                if care is not None:
+                    if free is None:
+                        free = np.zeros(self.size, dtype=bool)
+                    free[lo:hi] |= ~care[cut]
+        return want, outputs, free
+
     def launch(self, base: int, repeat: bool) -> Launch:
         """The packed launch as a worker runs it: the merged views, the first case's scalars."""
         case = self.members[0].case
@@ -271,14 +323,36 @@ class Packs:
     def packed(self) -> int:
         return len(self.member_of)
 
-    def outcomes(self, batch: list[Launch], result) -> dict[int, Outcome] | None:
-        """Each packed case's outcome from its pack's runs (None: a pack lost a byte to no case;
-        the caller judges the batch's cases alone)."""
+    def clean(self, batch: list[Launch], result) -> dict[int, Outcome]:
+        """The packed cases whose pack the fast path proves clean as a whole (`judge.quick_pack`:
+        no unpacking), each with an outcome that carries its runs' errors and seconds (no arena)
+        and its own torch oracle."""
+        from .execute import outcome_of
+        from .judge import quick_pack
+
+        out: dict[int, Outcome] = {}
+        case_at = {place: i for i, place in self.member_of.items()}
+        for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
+            ran = outcome_of(batch, result, li, copy=False)
+            n = len(pack.members)
+            own = [outcome_of(batch, result, case_at[(k, m)], copy=False) for m in range(n)]
+            if any(o.cross is not None or o.baseline is not None for o in own) or not quick_pack(pack, ran.runs, own):
+                continue
+            for m in range(n):
+                runs = [RunResult(None, None, None, r.seconds / n, None, r.alt) for r in ran.runs]
+                out[case_at[(k, m)]] = Outcome(runs, own[m].torch_ref, own[m].torch_ref_error)
+        return out
+
+    def outcomes(self, batch: list[Launch], result, skip=frozenset()) -> dict[int, Outcome] | None:
+        """Each packed case's outcome from its pack's runs, but the packs of cases in `skip`
+        (None: a pack lost a byte to no case; the caller judges the batch's cases alone)."""
         from .execute import outcome_of
 
         out: dict[int, Outcome] = {}
         case_at = {place: i for i, place in self.member_of.items()}
         for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
+            if case_at[(k, 0)] in skip:
+                continue
             ran = outcome_of(batch, result, li, copy=False)
             afters = [pack.unpack(r.after, r.alt) if r.after is not None else None for r in ran.runs]
             if any(a is None for a, r in zip(afters, ran.runs) if r.after is not None):
