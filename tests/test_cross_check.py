@@ -173,6 +173,7 @@ def test_a_divergence_replays_on_both_backends_and_so_does_its_repro_script(same
     assert _defects(out) == ["decode_metadata:ps1:backend_divergence:-:lost"] and "SIGKILL" in out
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_a_divergence_on_its_own_backend_is_refused_by_replay_and_skipped_by_pytest(tmp_path, capsys, device):
     from test_pytest_plugin import junit_results, run_pytest
 

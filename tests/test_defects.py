@@ -107,6 +107,7 @@ def _replays(seed_path, device, capsys, n: int) -> None:
         assert "runs (its runs differ by nature)" not in next(x for x in out.splitlines() if x.startswith("verdict"))
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_stray_read_case_replays_as_out_of_bounds_read(seed_path, device, capsys):
     """SGLang 0.5.14's kernel reads past a .contiguous() copy of a strided SWA mapping, where no
     guard band lies: the value read varies, and a replay judged by the runs alone flipped. The

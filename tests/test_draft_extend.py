@@ -153,6 +153,7 @@ def test_releases_before_0_5_16_do_not_offer_it(tmp_path, device):
 # ------------------------------------------------------------------ repro script, minimizer, corpus
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_repro_script_runs_the_op(tmp_path, device):
     from kvfuzz.corpus import SavedCase, environment_versions
     from kvfuzz.repro import write_repro

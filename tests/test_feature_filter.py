@@ -28,6 +28,7 @@ def _campaign(tmp_path: Path, op: str, feature: str, **kw) -> dict:
     return json.loads((tmp_path / "r.json").read_text())
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter
 def test_a_class_level_mode_restricts_the_pool_and_drops_no_case(tmp_path):
     doc = _campaign(tmp_path, "num_kv_splits", "max_num_seq:1024")

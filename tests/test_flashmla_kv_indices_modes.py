@@ -141,6 +141,7 @@ def test_seeded_defects_in_the_builtins_mode_are_found(name, tmp_path, device):
     assert campaign_finds(mutant_copy(KERNELS / f"{OP}.py", old, new, tmp_path / "mutant.py"), device)
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 @pytest.mark.interpreter  # the script runs under Triton's interpreter, in another process
 def test_a_short_repro_launches_the_unified_pools_remap(tmp_path):
     """The short script passes v2p_ptr and PAGE_MULT as TRT-LLM MLA does; it runs clean on

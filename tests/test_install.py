@@ -82,7 +82,7 @@ def test_pyproject_puts_no_upper_bound_on_triton():
 
 def test_the_test_command_leaves_the_slow_campaigns_to_an_opt_in():
     ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert ini["addopts"] == ["-m", "not slow and not thorough"]
+    assert ini["addopts"][:2] == ["-m", "not slow and not thorough"]
     ci = (REPO / ".ci" / "run").read_text()
     assert re.search(r"pytest -n auto -m slow", ci)
     assert re.search(r"pytest -n auto -m thorough$", ci, re.M)  # CI runs every thorough test

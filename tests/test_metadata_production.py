@@ -151,7 +151,7 @@ SLOW_HAND = {"q8kv8", "swa_spec_batch"}
 
 
 @pytest.mark.parametrize("name", sampled("production hand", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_HAND
-                                                            else n for n in HAND], share=3))
+                                                            else n for n in HAND], share=4))
 def test_a_hand_case_at_a_production_size_where_builtin_release_and_oracles_agree(name, device):
     case = HAND[name]()
     out = agree(case)
@@ -193,7 +193,7 @@ DEFECTS = {
 }
 
 
-@pytest.mark.parametrize("name", sampled("production defect", list(DEFECTS), share=3))
+@pytest.mark.parametrize("name", sampled("production defect", list(DEFECTS), share=4))
 def test_a_seeded_production_defect_fails_its_hand_case(name, tmp_path, device):
     """The hand cases catch each seeded defect (and pass on the builtin: the test above)."""
     op, old, new, _ = DEFECTS[name]

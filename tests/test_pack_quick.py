@@ -22,6 +22,7 @@ from kvfuzz.execute import Outcome, RunResult, outcome_of
 from kvfuzz.judge import judge, quick_pack, quick_verdict
 from kvfuzz.worker import InProcessExecutor
 
+from sampling import sampled
 from test_pack_launch import PACKED, stream
 
 
@@ -56,7 +57,7 @@ def _pack_runs(batch, packs, result):
         yield pack, ran, own
 
 
-@pytest.mark.parametrize("op", PACKED)
+@pytest.mark.parametrize("op", sampled("pack fast path clean", PACKED, share=3))
 def test_a_clean_pack_passes_at_once_and_only_where_each_member_passes(op, device):
     executor = InProcessExecutor("builtin", device)
     batch, packs, result = packed_run(executor, stream(op, 12))
@@ -74,7 +75,7 @@ def _damaged(ran, run: int, at: int, xor: int):
     return runs
 
 
-@pytest.mark.parametrize("op", PACKED)
+@pytest.mark.parametrize("op", sampled("pack fast path damaged", PACKED, share=3))
 def test_one_damaged_byte_anywhere_in_a_clean_pack_is_refused_unless_it_is_free(op, device):
     """Every byte the pack's fast path reads that is not a may-write cell's: flipped in the first
     run or the re-run, the pack is refused (the member-by-member path judges it), and where the
@@ -101,7 +102,7 @@ def test_one_damaged_byte_anywhere_in_a_clean_pack_is_refused_unless_it_is_free(
     assert tried >= 64
 
 
-@pytest.mark.parametrize("op", PACKED[:2])
+@pytest.mark.parametrize("op", sampled("pack fast path torch", PACKED[:2], share=2))
 def test_a_torch_oracle_that_disagrees_is_refused(op, device):
     executor = InProcessExecutor("builtin", device)
     batch, packs, result = packed_run(executor, stream(op, 8))

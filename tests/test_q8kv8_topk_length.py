@@ -83,6 +83,7 @@ def test_releases_before_0_5_23_do_not_offer_it(device):
     assert run_campaign(CampaignConfig(ops=[OP], **cfg)).stats[0].skipped  # a campaign over every op
 
 
+@pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_repro_script_runs_the_op(tmp_path, device):
     from kvfuzz.corpus import SavedCase, environment_versions
     from kvfuzz.repro import write_repro

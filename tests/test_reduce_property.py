@@ -109,9 +109,10 @@ _REDUCE_ARGS = dict(op=st.sampled_from(OPS), raw=st.one_of(raw_choices, st.integ
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 # the fast suite's share: a step of 0 never ends the budget, so an example runs to its fixpoint
-# (up to seconds); the thorough run below draws ten times as many
+# (up to seconds): the fast suite's eight are the same on every run (derandomized), and the
+# thorough run below draws ten times as many, new ones each run
 test_reduce_ends_and_returns_a_case_that_still_fails = settings(
-    max_examples=8, deadline=None, suppress_health_check=_HEALTH)(given(**_REDUCE_ARGS)(
+    max_examples=8, derandomize=True, deadline=None, suppress_health_check=_HEALTH)(given(**_REDUCE_ARGS)(
         _reduce_ends_and_returns_a_case_that_still_fails))
 test_reduce_ends_and_returns_a_case_that_still_fails_thoroughly = pytest.mark.thorough(settings(
     max_examples=80, deadline=None, suppress_health_check=_HEALTH)(given(**_REDUCE_ARGS)(
