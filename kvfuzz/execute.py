@@ -177,11 +177,17 @@ def run_case(target, case: Case, device: str, repeats: int = 1, torch_ref: bool 
     if torch_ref is None:
         torch_ref = contract.classify(case)[0] == "in_contract"
     if torch_ref:
-        try:
-            out.torch_ref = {k: v.numpy() for k, v in contract.torch_ref(case, HOST).items()}
-        except Exception as exc:
-            out.torch_ref_error = one_line(exc)
+        out.torch_ref, out.torch_ref_error = torch_ref_alone(case)
     return out
+
+
+def torch_ref_alone(case: Case) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """(answer, None) or (None, the error's line): the torch oracle on the case's own values,
+    on the host."""
+    try:
+        return {k: v.numpy() for k, v in CONTRACTS[case.op].torch_ref(case, HOST).items()}, None
+    except Exception as exc:
+        return None, one_line(exc)
 
 
 def _fill_matters(p: Plan, first: RunResult, alt: RunResult) -> bool:

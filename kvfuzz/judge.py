@@ -237,7 +237,7 @@ def _clean_image(prepared: Prepared) -> CleanImage | None:
         if every and r.contiguous:  # the common case: its elements' bytes are the values (the rest: a span)
             outputs.append((r.start + spec.offset * r.itemsize, cast.reshape(-1).view(np.uint8), None))
             continue
-        storage = r.typed(p.image).copy()  # the output's storage only, written through its layout
+        storage = p.storage(name)  # the output's storage only, written through its layout
         view = elements_view(spec, storage)
         if every:
             view[...] = cast
@@ -285,15 +285,16 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
 
 
-def quick_pack(pack, runs, own: list[Outcome]) -> bool:
+def quick_pack(pack, runs, torch_ref: dict[str, np.ndarray] | None, torch_error: str | None) -> bool:
     """Whether a packed launch's runs prove every member clean at once (what `quick_verdict`
     on each member's unpacked arena would say, without unpacking): the first run left the
     packed image with each member's clean output bytes (`Pack.clean_after`; free bytes aside),
     a run from the same image left the same bytes, a run from the alternate image left that
-    image with the first run's output bytes, and each member's torch oracle agrees with its
-    NumPy oracle. False sends the pack to the member-by-member path."""
+    image with the first run's output bytes, and the torch oracle over the merged inputs
+    (`torch_ref`, one answer for the whole pack) agrees with each member's NumPy oracle at the
+    member's rows. False sends the pack to the member-by-member path."""
     got = pack.clean_after()
-    if got is None or not runs:
+    if got is None or not runs or torch_error is not None or torch_ref is None:
         return False
     want, outputs, free = got
     first = runs[0]
@@ -312,14 +313,13 @@ def quick_pack(pack, runs, own: list[Outcome]) -> bool:
                 return False
         elif not _same_bytes(later.after, after):
             return False
-    for p, outcome in zip(pack.members, own):
-        if outcome.torch_ref_error:
-            return False
-        if outcome.torch_ref is not None:
-            for name, ours, required in clean_image(p).oracle:
-                theirs = np.asarray(outcome.torch_ref[name])
-                if not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
-                    return False
+    for m, p in enumerate(pack.members):
+        for name, ours, required in clean_image(p).oracle:
+            if name not in torch_ref:
+                return False
+            theirs = np.asarray(torch_ref[name])[pack.rows_of(name, m)]
+            if theirs.shape != np.shape(ours) or not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
+                return False
     return True
 
 

@@ -166,6 +166,27 @@ class Plan:
         buf.setflags(write=False)
         self._image = buf
 
+    def elements(self, name: str) -> np.ndarray:
+        """Tensor `name`'s elements as the image holds them (read-only), from the case's values
+        where each storage element is written once, so a pack can copy them without this
+        case's image being written."""
+        r = self.regions[name]
+        if self._image is None and r.numel and (r.name in self._outputs or r.contiguous or disjoint(r.spec)):
+            if r.name in self._outputs:
+                return np.broadcast_to(POISON[r.spec.dtype], r.spec.shape)
+            return np.broadcast_to(np.asarray(self._case.values[r.name], dtype=r.spec.dtype), r.spec.shape)
+        return r.view(self.image)
+
+    def storage(self, name: str) -> np.ndarray:
+        """Tensor `name`'s storage as the image holds it (a writable copy, of its dtype): its
+        elements, the canary between them; without writing the whole image."""
+        r = self.regions[name]
+        if self._image is not None or not r.numel:
+            return r.typed(self.image).copy()
+        out = np.full(r.nbytes, CANARY_BYTE, dtype=np.uint8).view(r.spec.dtype)
+        elements_view(r.spec, out)[...] = self.elements(name)
+        return out
+
     @property
     def alt_image(self) -> np.ndarray:
         """The image under the alternate fill (read-only): the same elements, every other byte

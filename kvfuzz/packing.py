@@ -123,6 +123,7 @@ class Pack:
         case0 = members[0].case
         bs = [next(t.shape[0] for n, t in sorted(p.case.tensors.items()) if spec.kind(n) == ROWS) for p in members]
         self.first_rows: dict[str, list[int]] = {}
+        self._block: dict[tuple[str, int], slice] = {}  # (tensor, member) -> its rows of the merged tensor
         for name in sorted(case0.tensors):
             kind = spec.kind(name)
             specs = [p.case.tensors[name] for p in members]
@@ -144,7 +145,9 @@ class Pack:
             self.first_rows[name] = first
             shape = (first[-1] + rows[-1],) + t0.shape[1:]
             merged = TensorSpec(t0.dtype, shape, t0.strides, t0.offset)
-            guard = max(max(r.guard for r in regions), round_up(min(GUARD_MAX, max(GUARD_MIN, merged.storage_size * item))))
+            # each member's own band: a stray access reaches as far past its block as past its
+            # tensor alone (bands sized to the merged tensor would double a pack's arena)
+            guard = round_up(max(GUARD_MIN, max(r.guard for r in regions)))
             start = cursor + guard
             nbytes = merged.storage_size * item
             end = round_up(start + nbytes) + guard
@@ -167,6 +170,8 @@ class Pack:
                     self.blocks.append((name, t0.dtype, start, nbytes, block_shape, t0.strides,
                                         t0.offset + first[j] * s0))
             placed.append((name, kind, start, merged, first, rows))
+            for j in range(len(members)):
+                self._block[(name, j)] = slice(first[j], first[j] + rows[j])
             cursor = end
         self.size = max(cursor, GUARD_MIN)
         self._placed = placed
@@ -178,6 +183,15 @@ class Pack:
         self._alt: np.ndarray | None = None
         self._clean = None  # clean_after's answer, () for none
 
+    def rows_of(self, name: str, member: int) -> slice:
+        """Member `member`'s rows of merged tensor `name` (its elements, as the launch sees them)."""
+        return self._block[(name, member)]
+
+    def member_refs(self, ref: dict[str, np.ndarray], member: int) -> dict[str, np.ndarray]:
+        """A member's part of the torch oracle's answer for the whole pack (`ref`, one answer
+        over the merged tensors): each output's rows of the member."""
+        return {name: np.asarray(v)[self.rows_of(name, member)] for name, v in ref.items()}
+
     def write(self, buf: np.ndarray) -> bool:
         """Write the packed image into `buf` (`size` bytes): the canary, each case's elements
         in its block, the index inputs offset to their blocks. False where an offset value
@@ -188,7 +202,7 @@ class Pack:
             for j, p in enumerate(self.members):
                 if not rows[j]:
                     continue
-                src = p.plan.regions[name].view(p.plan.image)[: rows[j]]
+                src = p.plan.elements(name)[: rows[j]]  # no member's own image is written
                 dst = _view(buf, merged, start, first[j], rows[j])
                 dst[...] = src
         placed = {x[0]: x for x in self._placed}
@@ -295,10 +309,12 @@ class Pack:
         return want, outputs, free
 
     def launch(self, base: int, repeat: bool) -> Launch:
-        """The packed launch as a worker runs it: the merged views, the first case's scalars."""
+        """The packed launch as a worker runs it: the merged views, the first case's scalars,
+        and the torch oracle once over the merged inputs (rows are independent in contract, so
+        its answer holds every member's at the member's rows: `member_refs`)."""
         case = self.members[0].case
         merged = case.replace(values={}, meta={}, tensors={v[0]: TensorSpec(v[1], v[4], v[5], v[6]) for v in self.views})
-        return Launch(merged, tuple(self.views), base, self.size, repeat, False, fill=tuple(self.blocks))
+        return Launch(merged, tuple(self.views), base, self.size, repeat, True, fill=tuple(self.blocks))
 
 
 def _view(buf: np.ndarray, merged: TensorSpec, start: int, first: int, rows: int) -> np.ndarray:
@@ -326,7 +342,7 @@ class Packs:
     def clean(self, batch: list[Launch], result) -> dict[int, Outcome]:
         """The packed cases whose pack the fast path proves clean as a whole (`judge.quick_pack`:
         no unpacking), each with an outcome that carries its runs' errors and seconds (no arena)
-        and its own torch oracle."""
+        and its rows of the pack's torch oracle."""
         from .execute import outcome_of
         from .judge import quick_pack
 
@@ -334,19 +350,21 @@ class Packs:
         case_at = {place: i for i, place in self.member_of.items()}
         for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
             ran = outcome_of(batch, result, li, copy=False)
-            n = len(pack.members)
-            own = [outcome_of(batch, result, case_at[(k, m)], copy=False) for m in range(n)]
-            if any(o.cross is not None or o.baseline is not None for o in own) or not quick_pack(pack, ran.runs, own):
+            if ran.cross is not None or ran.baseline is not None or \
+                    not quick_pack(pack, ran.runs, ran.torch_ref, ran.torch_ref_error):
                 continue
+            n = len(pack.members)
             for m in range(n):
                 runs = [RunResult(None, None, None, r.seconds / n, None, r.alt) for r in ran.runs]
-                out[case_at[(k, m)]] = Outcome(runs, own[m].torch_ref, own[m].torch_ref_error)
+                out[case_at[(k, m)]] = Outcome(runs, pack.member_refs(ran.torch_ref, m))
         return out
 
     def outcomes(self, batch: list[Launch], result, skip=frozenset()) -> dict[int, Outcome] | None:
         """Each packed case's outcome from its pack's runs, but the packs of cases in `skip`
-        (None: a pack lost a byte to no case; the caller judges the batch's cases alone)."""
-        from .execute import outcome_of
+        (None: a pack lost a byte to no case; the caller judges the batch's cases alone). Each
+        member's torch oracle is its own, computed here from its values: the pack's answer is
+        one over every member, and a pack that gets here may be one it does not hold for."""
+        from .execute import outcome_of, torch_ref_alone
 
         out: dict[int, Outcome] = {}
         case_at = {place: i for i, place in self.member_of.items()}
@@ -358,12 +376,10 @@ class Packs:
             if any(a is None for a, r in zip(afters, ran.runs) if r.after is not None):
                 return None
             n = len(pack.members)
-            for m in range(n):
+            for m, p in enumerate(pack.members):
                 runs = [RunResult(r.error, r.error_type, None if a is None else a[m], r.seconds / n, r.detail, r.alt)
                         for r, a in zip(ran.runs, afters)]
-                i = case_at[(k, m)]
-                own = outcome_of(batch, result, i, copy=False)  # its torch oracle, from its own image
-                out[i] = Outcome(runs, own.torch_ref, own.torch_ref_error)
+                out[case_at[(k, m)]] = Outcome(runs, *torch_ref_alone(p.case))
         return out
 
 
@@ -385,8 +401,9 @@ def group(spec: PackSpec, prepared: list[Prepared], repeat: list[bool], cross: l
 
 
 def _written(pk: "Pack", part: np.ndarray) -> bool:
-    """Whether a pack's image could be written; one that cannot (or raises on a layout the pack
-    spec did not foresee) is dropped, and its cases launch alone: packing never costs a case."""
+    """Whether a pack's image could be written into `part`; one that cannot (or raises on a
+    layout the pack spec did not foresee) is dropped, and its cases launch alone: packing never
+    costs a case."""
     try:
         return bool(pk.write(part))
     except Exception:
@@ -394,51 +411,53 @@ def _written(pk: "Pack", part: np.ndarray) -> bool:
 
 
 def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int) -> tuple:
-    """(image, launches, packs) of a batch: every case's own image and launch (a packed case's
-    launch computes its torch oracle only), then one launch per pack. `packs` is None where
-    nothing packed."""
+    """(image, launches, packs) of a batch: one launch per case (a packed case's launch runs
+    nothing and has no bytes in the batch's image: its pack's launch runs it and computes the
+    torch oracle for every member), then one launch per pack. `packs` is None where nothing
+    packed."""
     from .execute import launches as plain
 
     spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
     groups = group(spec, prepared, repeat, cross, k) if spec is not None else []
-    if not groups:
-        image, batch = plain(prepared, repeat, cross)
-        return image, batch, None
     try:
         packs = [Pack(spec, [prepared[i] for i in g]) for g in groups]
     except Exception:  # a layout the pack spec did not foresee: these cases run alone, as unpacked
-        packs, groups = [], []
-    if not groups:
+        packs = []
+    kept = list(zip(groups, packs))
+    while kept:  # a pack whose image cannot be written is dropped and the batch laid out again
+        member_of = {i: (n, place) for n, (g, _) in enumerate(kept) for place, i in enumerate(g)}
+        sizes = [0 if i in member_of else p.plan.size for i, p in enumerate(prepared)] + [pk.size for _, pk in kept]
+        bases, cursor = [], 0
+        for n in sizes:
+            bases.append(cursor)
+            cursor = round_up(cursor + n)
+        image = np.empty(max(cursor, 1), dtype=np.uint8)
+        failed = [n for n, ((_, pk), base) in enumerate(zip(kept, bases[len(prepared):]))
+                  if not _written(pk, image[base : base + pk.size])]
+        if not failed:
+            break
+        kept = [x for n, x in enumerate(kept) if n not in failed]
+    if not kept:
         image, batch = plain(prepared, repeat, cross)
         return image, batch, None
-    sizes = [p.plan.size for p in prepared] + [pk.size for pk in packs]
-    bases, cursor = [], 0
-    for n in sizes:
-        bases.append(cursor)
-        cursor = round_up(cursor + n)
-    image = np.empty(max(cursor, 1), dtype=np.uint8)
-    for p, base in zip(prepared, bases):
+    for i, (p, base) in enumerate(zip(prepared, bases)):
+        if i in member_of:
+            continue
         part = image[base : base + p.plan.size]
         if p.plan._image is None:
             p.plan._write(part)
         else:
             part[:] = p.plan._image
-    kept, member_of, launch_of = [], {}, []
-    for g, pk, base in zip(groups, packs, bases[len(prepared):]):
-        if _written(pk, image[base : base + pk.size]):
-            for place, i in enumerate(g):
-                member_of[i] = (len(kept), place)
-            kept.append((pk, base, repeat[g[0]]))
-    members = set(member_of)
-    batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size,
-                    rep and i not in members, p.status == "in_contract", x, run=i not in members)
+    batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, 0, 0, False, False, x, run=False)
+             if i in member_of else
+             Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size, rep,
+                    p.status == "in_contract", x)
              for i, (p, base, rep, x) in enumerate(zip(prepared, bases, repeat, cross))]
-    for pk, base, rep in kept:
+    launch_of = []
+    for (g, pk), base in zip(kept, bases[len(prepared):]):
         launch_of.append(len(batch))
-        batch.append(pk.launch(base, rep))
-    if not kept:
-        return image, batch, None
-    return image, batch, Packs([pk for pk, _, _ in kept], launch_of, member_of)
+        batch.append(pk.launch(base, repeat[g[0]]))
+    return image, batch, Packs([pk for _, pk in kept], launch_of, member_of)
 
 
 __all__ = ["DEFAULT_K", "NoPacking", "POOL", "PREFIX", "PackSpec", "Packs", "ROWS", "Pack", "group", "launches",

@@ -6,6 +6,8 @@ without unpacking each member's arena. It must never pass where the member-by-me
   member-by-member path passes, and it passes them (the point: a clean pack is judged at once);
 * any one damaged byte of a clean pack's first or re-run arena (an output cell, an input, a
   guard band, the gap between two cases), and a torch oracle that disagrees: it refuses;
+* the pack's one torch oracle over its merged inputs answers, at each member's rows, what
+  the member's own torch oracle answers;
 * a campaign's findings on a seeded defect are the same with the fast path as without.
 """
 
@@ -18,7 +20,7 @@ import pytest
 
 from kvfuzz import packing
 from kvfuzz.check import Checker
-from kvfuzz.execute import Outcome, RunResult, outcome_of
+from kvfuzz.execute import Outcome, RunResult, outcome_of, torch_ref_alone
 from kvfuzz.judge import judge, quick_pack, quick_verdict
 from kvfuzz.worker import InProcessExecutor
 
@@ -50,11 +52,36 @@ def members_pass(pack, ran, own) -> bool:
 
 
 def _pack_runs(batch, packs, result):
-    case_at = {place: i for i, place in packs.member_of.items()}
-    for k, (pack, li) in enumerate(zip(packs.packs, packs.launch_of)):
+    """Each pack, its launch's outcome and each member's own torch oracle (as `Outcome`s)."""
+    for pack, li in zip(packs.packs, packs.launch_of):
         ran = outcome_of(batch, result, li, copy=True)
-        own = [outcome_of(batch, result, case_at[(k, m)], copy=True) for m in range(len(pack.members))]
+        own = [Outcome([], *torch_ref_alone(p.case)) for p in pack.members]
         yield pack, ran, own
+
+
+def fast(pack, runs, ran) -> bool:
+    return quick_pack(pack, runs, ran.torch_ref, ran.torch_ref_error)
+
+
+@pytest.mark.parametrize("op", sampled("pack torch oracle", PACKED, share=2))
+def test_the_packs_one_torch_oracle_answers_each_members_own_at_its_rows(op, device):
+    """The worker runs the torch oracle once per pack, over the merged inputs (members' launches
+    carry no bytes and compute nothing); at each member's rows it must say what the member's
+    own torch oracle says, cell for cell."""
+    executor = InProcessExecutor("builtin", device)
+    batch, packs, result = packed_run(executor, stream(op, 12))
+    compared = 0
+    for i, (k, _) in packs.member_of.items():
+        assert not batch[i].run and not batch[i].torch_ref and batch[i].size == 0
+    for pack, ran, own in _pack_runs(batch, packs, result):
+        assert ran.torch_ref_error is None and ran.torch_ref is not None
+        for m, alone in enumerate(own):
+            mine = pack.member_refs(ran.torch_ref, m)
+            assert set(mine) == set(alone.torch_ref)
+            for name, v in alone.torch_ref.items():
+                assert np.array_equal(mine[name], v), (name, m)
+                compared += 1
+    assert compared
 
 
 @pytest.mark.parametrize("op", sampled("pack fast path clean", PACKED, share=3))
@@ -63,9 +90,9 @@ def test_a_clean_pack_passes_at_once_and_only_where_each_member_passes(op, devic
     batch, packs, result = packed_run(executor, stream(op, 12))
     passed = 0
     for pack, ran, own in _pack_runs(batch, packs, result):
-        fast = quick_pack(pack, ran.runs, own)
-        assert not fast or members_pass(pack, ran, own)
-        passed += fast
+        ok = fast(pack, ran.runs, ran)
+        assert not ok or members_pass(pack, ran, own)
+        passed += ok
     assert passed >= 1, "no clean pack of the builtin kernel took the fast path"
 
 
@@ -85,7 +112,7 @@ def test_one_damaged_byte_anywhere_in_a_clean_pack_is_refused_unless_it_is_free(
     rng = random.Random(op)
     tried = 0
     for pack, ran, own in _pack_runs(batch, packs, result):
-        if not quick_pack(pack, ran.runs, own):
+        if not fast(pack, ran.runs, ran):
             continue
         want, outputs, free = pack.clean_after()
         size = want.size
@@ -95,7 +122,7 @@ def test_one_damaged_byte_anywhere_in_a_clean_pack_is_refused_unless_it_is_free(
         for run in range(len(ran.runs)):
             for at in spots:
                 runs = _damaged(ran, run, at, 1 << rng.randrange(8))
-                if quick_pack(pack, runs, own):
+                if fast(pack, runs, ran):
                     assert free is not None and free[at], (run, at)
                     assert members_pass(pack, Outcome(runs), own)
                 tried += 1
@@ -107,15 +134,14 @@ def test_a_torch_oracle_that_disagrees_is_refused(op, device):
     executor = InProcessExecutor("builtin", device)
     batch, packs, result = packed_run(executor, stream(op, 8))
     for pack, ran, own in _pack_runs(batch, packs, result):
-        if not quick_pack(pack, ran.runs, own) or own[-1].torch_ref is None:
+        if not fast(pack, ran.runs, ran):
             continue
-        name, values = next((n, np.asarray(v)) for n, v in own[-1].torch_ref.items() if np.asarray(v).size)
-        bad = dict(own[-1].torch_ref)
-        bad[name] = values + 1
-        own[-1] = Outcome(own[-1].runs, bad, None)
-        assert not quick_pack(pack, ran.runs, own)
-        own[-1] = Outcome(own[-1].runs, None, "RuntimeError: the torch oracle failed")
-        assert not quick_pack(pack, ran.runs, own)
+        last = len(pack.members) - 1
+        name = next(n for n in ran.torch_ref if pack.member_refs(ran.torch_ref, last)[n].size)
+        bad = {n: np.array(v) for n, v in ran.torch_ref.items()}
+        bad[name][pack.rows_of(name, last)] += 1  # the last member's rows only
+        assert not quick_pack(pack, ran.runs, bad, None)
+        assert not quick_pack(pack, ran.runs, None, "RuntimeError: the torch oracle failed")
         return
     pytest.fail("no clean pack with a torch oracle")
 
