@@ -33,6 +33,7 @@ from .case import Case
 from .contract import Expected
 from .device import torch_device
 from .faults import CUDA_FAULT, is_device_fault, one_line
+from .fills import alt_words
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 from .rerun_schedule import run_schedule
@@ -52,6 +53,10 @@ class RunResult:
     detail: str | None = None  # the traceback's last frames, for replay output
     alt: bool = False  # the run started from the alternate image (guard bands and gaps refilled)
     probe: str | None = None  # "tensor:where": only that guard band or gap held the alternate fill
+    # for a re-run from the alternate image in a batch on a GPU: whether it differs from the first
+    # run only in words holding the alternate fill (`Plan.fill_only`), checked on the device
+    # (`fill_checks`); None: not checked there
+    fill_ok: bool | None = None
 
 
 @dataclass
@@ -238,6 +243,7 @@ class BatchResult:
     cross: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the cross-check backend
     cross_backend: str | None = None
     baseline: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the baseline target
+    fill_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `fill_checks`' answer
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -323,6 +329,8 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     stages["torch_oracle"] += time.perf_counter() - t0
     try:
         t0 = time.perf_counter()
+        fill_ok = fill_checks(arenas[0], arenas[1], batch) \
+            if dev.type in FILL_ON_DEVICE and arenas[1] is not None else {}
         _sync(device)
         for (pass_, i), line in guard.settle().items():  # a store past a wrapper's scratch buffer
             errors[pass_][i] = errors[pass_][i] or (line, OVERRUN, "")
@@ -341,11 +349,46 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             else:
                 afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs, host)
+        fill_ok = dict(zip(fill_ok[0], fill_ok[1].tolist())) if fill_ok else {}
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
     except Exception as exc:
         return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
-    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages)
+    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok)
+
+
+# where the re-runs' fill rule is checked by the worker, on the device, for the whole batch at
+# once: on a GPU it is free there, and on the host it was the judge's costliest pass (a pass
+# over every word of every re-run arena); the interpreter's arenas are host memory already
+FILL_ON_DEVICE = {"cuda"}
+
+
+def fill_checks(first, second, batch: list[Launch]):
+    """For each launch re-run from its alternate image (`second`, the second arena) whose
+    bytes are whole words: whether its bytes differ from the first run's (`first`) only in
+    words that hold the alternate fill of their place in the launch's arena (`Plan.fill_only`'s
+    rule, the fill from `materialize.alt_fill`). A dozen tensor operations over the batch's
+    words wherever the arenas are, nothing read back: returns (launch indices, a bool tensor)
+    for the caller to read after its synchronisation ({} where none is checked)."""
+    import torch
+
+    picked = [(i, b) for i, b in enumerate(batch)
+              if b.repeat and b.run and b.size and b.base % 4 == 0 and b.size % 4 == 0]
+    if not picked:
+        return {}
+    dev = first.device
+    nw = min(first.numel(), second.numel()) // 4
+    starts = torch.tensor([b.base // 4 for _, b in picked], dtype=torch.int64).to(dev, non_blocking=True)
+    ends = torch.tensor([(b.base + b.size) // 4 for _, b in picked], dtype=torch.int64).to(dev, non_blocking=True)
+    w1 = first[: 4 * nw].view(torch.int32)
+    w2 = second[: 4 * nw].view(torch.int32)
+    g = torch.arange(nw, device=dev, dtype=torch.int64)
+    k = (torch.searchsorted(starts, g, right=True) - 1).clamp_(min=0)  # the picked launch at or before each word
+    local = g - starts[k]
+    inside = (local >= 0) & (g < ends[k])
+    bad = inside & (w1 != w2) & ((w2.to(torch.int64) & 0xFFFFFFFF) != alt_words(local))
+    counts = torch.zeros(len(picked), dtype=torch.int64, device=dev).index_add_(0, k, bad.to(torch.int64))
+    return [i for i, _ in picked], counts == 0
 
 
 def _alternate_into(image: np.ndarray, batch: list[Launch], out: np.ndarray) -> None:
@@ -421,7 +464,8 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
             after = after.copy() if copy and after is not None else after
         else:
             after = result.afters[1][i]
-        run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1)
+        run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1,
+                        fill_ok=result.fill_ok.get(i) if p == 1 else None)
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)

@@ -281,7 +281,8 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     for later in outcome.runs[1:]:
         if later.error is not None or later.after is None or later.after.shape != first.after.shape:
             return None
-        if not (prepared.plan.fill_only(later.after, first.after) if later.alt
+        if not ((later.fill_ok if later.fill_ok is not None else prepared.plan.fill_only(later.after, first.after))
+                if later.alt
                 else _same_bytes(later.after, first.after)):
             return None
     return Verdict(prepared.status, prepared.reasons, expected=prepared.expected)
@@ -309,7 +310,10 @@ def quick_pack(pack, runs, torch_ref: dict[str, np.ndarray] | None, torch_error:
     for later in runs[1:]:
         if later.error is not None or later.after is None or later.after.shape != after.shape:
             return False
-        if later.alt:  # the first run left every byte but the outputs' elements alone: as `Plan.fill_only`,
+        if later.alt and later.fill_ok is not None:  # checked on the device (execute.fill_checks)
+            if not later.fill_ok:
+                return False
+        elif later.alt:  # the first run left every byte but the outputs' elements alone: as `Plan.fill_only`,
             # where the two runs differ the re-run must hold the alternate fill (of packed positions)
             if after.size % 4:
                 return False
