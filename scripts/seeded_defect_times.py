@@ -9,7 +9,7 @@ Each defect (`DEFECTS`) is one line of a kernel file replaced: the seed's (SGLan
 beside the checkout), whose page-size-1 decode kernel the issue's survivors came from, and
 kvfuzz's builtin kernels of two ops that pack. Each mutant file is fuzzed in contract by a real
 `kvfuzz fuzz` subprocess (`--budget` seconds, no minimizing, `--jobs`), once with packing at the
-device's default (`on`) and once with `--no-pack` (`off`). The unmodified file is fuzzed the same
+device's pack size (`on`: `--pack 16` on CUDA, 8 on the CPU) and once with `--no-pack` (`off`). The unmodified file is fuzzed the same
 way first (per op and mode): a signature it shows (the seed's own defects) kills no mutant. The
 table gives, per defect and mode, whether it was found, the seconds of fuzzing to its first new
 finding (the report's `found_after_s`) and the cases by then (`found_at_case`), and the run's
@@ -76,7 +76,10 @@ def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, o
     cmd = [sys.executable, "-m", "kvfuzz.cli", "fuzz", "--target", str(target), "--op", op, "--device", args.device,
            "--budget", str(args.budget), "--minimize-budget", "0", "--in-contract-only", "--seed", str(args.seed),
            "--jobs", str(args.jobs), "--report", str(report), "--corpus", str(out / f"{name}-{pack}-corpus")]
-    cmd += ["--no-pack"] if pack == "off" else []
+    from kvfuzz.packing import DEFAULT_K
+
+    # a campaign packs only when asked to: "on" asks for the device's pack size
+    cmd += ["--no-pack"] if pack == "off" else ["--pack", str(DEFAULT_K.get(args.device, 8))]
     t0 = time.monotonic()
     with (out / f"{name}-{pack}.log").open("w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
