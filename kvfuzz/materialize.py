@@ -174,7 +174,10 @@ class Plan:
         if self._image is None and r.numel and (r.name in self._outputs or r.contiguous or disjoint(r.spec)):
             if r.name in self._outputs:
                 return np.broadcast_to(POISON[r.spec.dtype], r.spec.shape)
-            return np.broadcast_to(np.asarray(self._case.values[r.name], dtype=r.spec.dtype), r.spec.shape)
+            v = self._case.values[r.name]
+            if isinstance(v, np.ndarray) and v.shape == r.spec.shape:  # the common case: as drawn
+                return v
+            return np.broadcast_to(np.asarray(v, dtype=r.spec.dtype), r.spec.shape)
         return r.view(self.image)
 
     def storage(self, name: str) -> np.ndarray:
