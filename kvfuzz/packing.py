@@ -12,9 +12,12 @@ can therefore run as one launch over their stacked rows. An op record's `packing
 * `POOL`: its first dimension is indexed by values (a request-pool table, a flat CSR output):
   the cases' blocks are stacked with a gap between two blocks at least as wide as both cases'
   guard bands, and the inputs that index it (`indexes`) get their values offset by the block's
-  first row.
+  first row (but negative ones where they mean "none": `keep_negative`; in whole units where
+  one value spans several rows: `units`, each block then starting at a unit). An input can be both:
+  a token table is a `POOL` indexed by request-pool indices whose values index a token mapping,
+  a `POOL` too (the kernel writes the mapping's values, never the ids: the ids may move).
 
-A tensor the spec does not name (shared by every row: a token mapping) makes a case unpackable.
+A tensor the spec does not name (shared by every row) makes a case unpackable.
 
 Each case keeps its own plan, image and oracles (`execute.prepare`). The packed arena
 (`Pack`) holds one region per tensor, the merged view the launch gets, with the cases' blocks
@@ -123,6 +126,10 @@ class Pack:
         case0 = members[0].case
         bs = [next(t.shape[0] for n, t in sorted(p.case.tensors.items()) if spec.kind(n) == ROWS) for p in members]
         self.first_rows: dict[str, list[int]] = {}
+        # pool -> rows per unit of the values that index it (a block starts at a whole unit)
+        units = dict(spec.units)
+        unit = {pool: int(case0.scalars.get(units[inp], 1)) for inp, pool in spec.indexes if inp in units}
+        self.units = unit
         self._block: dict[tuple[str, int], slice] = {}  # (tensor, member) -> its rows of the merged tensor
         for name in sorted(case0.tensors):
             kind = spec.kind(name)
@@ -139,7 +146,8 @@ class Pack:
                     r, nxt = regions[j], regions[j + 1]
                     tail = round_up(r.nbytes) - r.nbytes + r.guard + nxt.guard
                     span = specs[j].storage_size - specs[j].offset + specs[j + 1].offset + -(-tail // item)
-                    first.append(first[-1] + -(-span // s0))
+                    at = first[-1] + -(-span // s0)
+                    first.append(-(-at // unit.get(name, 1)) * unit.get(name, 1))  # whole units of its index
                 else:
                     first.append(first[-1] + rows[j])
             self.first_rows[name] = first
@@ -179,6 +187,7 @@ class Pack:
         self._lo = np.array([w.lo for w in windows], dtype=np.int64)
         self.scalars = dict(case0.scalars)
         self.indexes = spec.indexes
+        self.keep_negative = spec.keep_negative
         self.image: np.ndarray | None = None
         self._alt: np.ndarray | None = None
         self._clean = None  # clean_after's answer, () for none
@@ -215,7 +224,9 @@ class Pack:
                 if not rows[j]:
                     continue
                 dst = _view(buf, merged, start, first[j], rows[j])
-                moved = dst.astype(np.int64) + firsts[pool][j]
+                moved = dst.astype(np.int64)
+                shift = firsts[pool][j] // self.units.get(pool, 1)
+                moved += shift if inp not in self.keep_negative else np.where(moved < 0, 0, shift)
                 if moved.size and (moved.max() > info.max or moved.min() < info.min):
                     return False
                 dst[...] = moved

@@ -11,10 +11,14 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from kvfuzz import packing
+from kvfuzz.case import TensorSpec
 from kvfuzz.check import Checker
 from kvfuzz.engines.batch_engine import case_stream, fuzz_op
 from kvfuzz.execute import prepare
@@ -24,14 +28,27 @@ from kvfuzz.worker import InProcessExecutor
 
 from kv_index_ops import KERNELS, mutant_copy
 
-PACKED = sorted(op for op, r in records().items() if isinstance(r.packing, PackSpec))
+# the packable ops, and "op:tensor" for an op's cases with that optional tensor (their own pack
+# rule: a token mapping's ids move with it), drawn from the variant that takes it
+MAPPED = {"flashinfer_kv_indices:token_mapping": "token_mapping"}
+PACKED = sorted(op for op, r in records().items() if isinstance(r.packing, PackSpec)) + sorted(MAPPED)
 
 
-def stream(op: str, n: int, seed: int = 2, stint: int = 6) -> list:
+def op_of(name: str) -> str:
+    return name.split(":")[0]
+
+
+def stream(name: str, n: int, seed: int = 2, stint: int = 6) -> list:
     """The first `n` cases that can pack of the op's seeded in-contract stream, a class every
-    `stint` cases (a class whose table repeats one row by stride 0 does not pack)."""
+    `stint` cases (a class whose table repeats one row by stride 0 does not pack); for an
+    "op:tensor" name, its cases with that tensor."""
+    op, _, tensor = name.partition(":")
     spec, out = packing.spec_of(op), []
-    for i, (_, c) in enumerate(case_stream(op, seed, 40 * n, "cpu", in_contract_only=True, stint=stint)):
+    cases = case_stream(op, seed, 40 * n * (4 if tensor else 1), "cpu", in_contract_only=True, stint=stint,
+                        variant=MAPPED.get(name))
+    for i, (_, c) in enumerate(cases):
+        if tensor and tensor not in c.tensors:
+            continue
         p = prepare(c, i)
         if packing.refusal(spec, p) is None:
             out.append(p)
@@ -58,7 +75,7 @@ def alone(executor, op: str, case, repeats: int):
 
 def test_the_ops_that_pack_and_those_that_say_why_not():
     assert {"flashinfer_kv_indices", "chunked_prefix_kv_indices", "flashmla_kv_indices", "trtllm_mha_kv_indices",
-            "q8kv8_topk_length"} <= set(PACKED)
+            "q8kv8_topk_length", "flashinfer_kv_indices:token_mapping"} <= set(PACKED)
     for op in ("decode_metadata", "num_kv_splits"):
         assert isinstance(records()[op].packing, NoPacking) and records()[op].packing.why
 
@@ -67,9 +84,9 @@ def test_the_ops_that_pack_and_those_that_say_why_not():
 def test_each_packed_case_is_judged_as_it_is_alone(op, device):
     executor = InProcessExecutor("builtin", device)
     prepared = stream(op, 12)
-    packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
+    packs, repeat, verdicts = packed_verdicts(executor, op_of(op), prepared)
     for i, v in verdicts.items():
-        again = alone(executor, op, prepared[i].case, 2 if repeat[i] else 1)  # a pack's cases share their flag
+        again = alone(executor, op_of(op), prepared[i].case, 2 if repeat[i] else 1)  # a pack's cases share their flag
         assert (v.status, v.signatures()) == (again.status, again.signatures()), prepared[i].case.describe()
         assert v.status == "in_contract" and not v.findings  # the builtin kernel is clean
 
@@ -92,6 +109,65 @@ def test_a_seeded_defect_is_found_in_its_own_case_packed_as_alone(tmp_path, devi
         assert bool(got) == bool((lens >= 3).any()), (lens, got)
         shown += bool(got)
     assert 0 < shown < len(verdicts)  # some cases show it, some do not: nothing leaks to a neighbour
+
+
+def mapped_cases(ps: int, k: int = 3, seed: int = 0) -> list:
+    """k hand cases of flashinfer_kv_indices with a token mapping read through a table of
+    `ps`-token entries: pages in the mapping (or -1), mapping entries -1 or ids, starts off a
+    page, a -1 page read in each."""
+    from test_flashinfer_kv_indices_modes import gather
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(k):
+        m = int(rng.integers(2, 6)) * ps  # the mapping: whole pages
+        table = rng.integers(0, m // ps, size=(3, 4))
+        if ps == 1:  # a -1 page reads as token -ps + pos % ps: in contract only where that is -1
+            table[rng.random(table.shape) < 0.25] = -1
+        table[2, 0] = -1  # the first request's first page, read at its last token: -1 in each case
+        mapping = rng.integers(0, 1 << 20, size=m)
+        mapping[rng.random(m) < 0.2] = -1
+        lens = [1 + int(rng.integers(0, 2 * ps + 1)), int(rng.integers(1, 3 * ps + 1))]
+        starts = [ps - 1, int(rng.integers(0, ps))]
+        out.append(prepare(gather(table, [2, 0], lens, starts=starts, ps=ps, mapping=mapping, out="int64", blocks=1)))
+    return out
+
+
+@pytest.mark.parametrize("ps", [1, 3, 4])
+def test_a_token_mapping_packs_with_its_ids_moved_by_whole_entries_and_minus_one_kept(ps, device):
+    """With a token mapping the kernel writes the mapping's values: each case's mapping gets its
+    own block, starting at a whole entry, the table's entries move by its first row / ps and -1
+    stays -1 (page -1 reads no mapping). Each packed case is judged as alone: the builtin clean,
+    and a kernel that writes 0 for a -1 token found in the cases that have one."""
+    op = "flashinfer_kv_indices"
+    prepared = mapped_cases(ps)
+    assert all(p.status == "in_contract" for p in prepared)
+    image, batch, packs = packing.launches(prepared, [False] * 3, [False] * 3, 3)
+    assert packs is not None and packs.packed() == 3
+    pack = packs.packs[0]
+    first = pack.first_rows["token_mapping"]
+    assert first[0] == 0 and all(f % ps == 0 and f > 0 for f in first[1:])
+    table = next(v for v in pack.views if v[0] == "req_to_token")
+    packed = packing._view(pack.image, TensorSpec(*table[1:2], table[4], table[5], table[6]), table[2], 0,
+                           table[4][0])
+    for j, p in enumerate(prepared):
+        mine = np.asarray(packed[pack.rows_of("req_to_token", j)], dtype=np.int64)
+        drawn = np.asarray(p.case.values["req_to_token"], dtype=np.int64)
+        assert np.array_equal(mine, np.where(drawn < 0, drawn, drawn + first[j] // ps))
+    mutant = mutant_copy(KERNELS / f"{op}.py", "mask=hit, other=-1)", "mask=hit, other=0)",
+                         Path(tempfile.mkdtemp()) / "mutant.py")
+    shown = 0
+    for target, clean in (("builtin", True), (str(mutant), False)):
+        executor = InProcessExecutor(target, device)
+        result = executor.run_batch(image, batch)
+        outcomes = packs.outcomes(batch, result)
+        for i, o in outcomes.items():
+            v = Checker(executor, op).verdict(prepared[i], o)
+            again = alone(executor, op, prepared[i].case, 1)
+            assert (v.status, v.signatures()) == (again.status, again.signatures())
+            assert clean == (not v.findings)
+            shown += not clean
+    assert shown == 3
 
 
 def _pack_of(op: str, device: str, k: int = 3):
@@ -192,13 +268,15 @@ def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry
     target = InProcessExecutor("builtin", device).target
     dev = torch.device(device)
     alone_keys, packed_keys = defaultdict(set), defaultdict(set)
-    cases = [(k, c) for k, c in case_stream(op, 3, 8 * 24, "cpu", in_contract_only=True, stint=8)]
+    cases = [(k, c) for k, c in case_stream(op_of(op), 3, 8 * 24 * (4 if op in MAPPED else 1), "cpu",
+                                            in_contract_only=True, stint=8, variant=MAPPED.get(op))
+             if op not in MAPPED or op.partition(":")[2] in c.tensors]
     packed = 0
     for k in sorted({k for k, _ in cases}):
         prepared = [prepare(c, i) for i, (kk, c) in enumerate(cases) if kk == k]
         for p in prepared:
             before = set(dry.keys)
-            target.invoke(op, to_device(p.plan, dev)[1], p.case.scalars)
+            target.invoke(op_of(op), to_device(p.plan, dev)[1], p.case.scalars)
             alone_keys[k] |= set(dry.keys) - before
         image, batch, packs = packing.launches(prepared, [False] * len(prepared), [False] * len(prepared), 4)
         if packs is None:
@@ -206,7 +284,7 @@ def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry
         arena = torch.from_numpy(image.copy()).to(dev)
         for li in packs.launch_of:
             before = set(dry.keys)
-            target.invoke(op, views_at(arena, batch[li].regions, batch[li].base), batch[li].case.scalars)
+            target.invoke(op_of(op), views_at(arena, batch[li].regions, batch[li].base), batch[li].case.scalars)
             packed_keys[k] |= set(dry.keys) - before
             packed += 1
     assert packed >= 4, "too few packed launches to test"

@@ -25,7 +25,7 @@ from kvfuzz.judge import judge, quick_pack, quick_verdict
 from kvfuzz.worker import InProcessExecutor
 
 from sampling import sampled
-from test_pack_launch import PACKED, stream
+from test_pack_launch import PACKED, op_of, stream
 
 
 def packed_run(executor, prepared, k=4, every_repeated=True):

@@ -35,11 +35,17 @@ class ShortCall:
 class PackSpec:
     """How an op's cases pack into one launch (kvfuzz/packing.py): each tensor's kind (ROWS: its
     first dimension is the request row; PREFIX: a prefix sum over the rows; POOL: its first
-    dimension is indexed by values), the inputs whose values index a POOL tensor's rows, and
-    the op's own reason a case cannot pack."""
+    dimension is indexed by values), the inputs whose values index a POOL tensor's rows (an
+    entry whose tensors a case lacks is skipped), those of them whose negative values mean
+    "none" (the kernel masks them: kept as they are, not offset), and the op's own reason a
+    case cannot pack."""
 
     kinds: tuple[tuple[str, str], ...]  # (tensor, ROWS | PREFIX | POOL)
     indexes: tuple[tuple[str, str], ...] = ()  # (input, POOL tensor whose first dimension its values index)
+    keep_negative: tuple[str, ...] = ()  # index inputs whose negative values are a masked "none"
+    # (index input, scalar): one unit of the input's value is that many rows of its pool (a
+    # page-granular table's page p reads a mapping at p * entry_page_size + offset)
+    units: tuple[tuple[str, str], ...] = ()
     refuse: Callable[[Case], str | None] | None = None  # why a case cannot pack (the op's own rule), or None
 
     def kind(self, name: str) -> str | None:
