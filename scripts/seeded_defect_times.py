@@ -132,9 +132,9 @@ def main() -> int:
             first = "-" if not row.get("found") else f"{row['first_s']:.1f} s, case {row['first_case']}"
             print(f"{name:<16}{op:<24}pack {pack:<4}{'found' if row.get('found') else 'missed':<8}{first:<22}"
                   f"{row.get('cases', '?')} cases  {row.get('signature') or row.get('error', '')}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"device": args.device, "budget_s": args.budget, "jobs": args.jobs,
-                                         "seed": args.seed, "rows": rows}, indent=1) + "\n")
+            if args.json:  # after each row: a run cut short keeps the rows it finished
+                args.json.write_text(json.dumps({"device": args.device, "budget_s": args.budget, "jobs": args.jobs,
+                                                 "seed": args.seed, "rows": rows}, indent=1) + "\n")
     return 0
 
 
