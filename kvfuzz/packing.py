@@ -204,32 +204,37 @@ class Pack:
     def write(self, buf: np.ndarray) -> bool:
         """Write the packed image into `buf` (`size` bytes): the canary, each case's elements
         in its block, the index inputs offset to their blocks. False where an offset value
-        does not fit its dtype (the pack is then not used)."""
+        does not fit its dtype (the pack is then not used). Rows stacked back to back (`ROWS`,
+        `PREFIX`) are written in one assignment; a `POOL` tensor's blocks one by one (gaps
+        between them keep the canary)."""
         buf.fill(CANARY_BYTE)
-        firsts = self.first_rows
-        for name, kind, start, merged, first, rows in self._placed:
-            for j, p in enumerate(self.members):
-                if not rows[j]:
-                    continue
-                src = p.plan.elements(name)[: rows[j]]  # no member's own image is written
-                dst = _view(buf, merged, start, first[j], rows[j])
-                dst[...] = src
-        placed = {x[0]: x for x in self._placed}
+        placed = {x[0] for x in self._placed}
+        shifts: dict[str, np.ndarray] = {}  # index input -> each member's value shift (summed over its pools)
         for inp, pool in self.indexes:
-            if inp not in placed or pool not in placed:  # an optional tensor the cases lack
-                continue
-            _, _, start, merged, first, rows = placed[inp]
-            info = np.iinfo(merged.dtype)
-            for j in range(len(self.members)):
-                if not rows[j]:
-                    continue
-                dst = _view(buf, merged, start, first[j], rows[j])
-                moved = dst.astype(np.int64)
-                shift = firsts[pool][j] // self.units.get(pool, 1)
-                moved += shift if inp not in self.keep_negative else np.where(moved < 0, 0, shift)
-                if moved.size and (moved.max() > info.max or moved.min() < info.min):
-                    return False
-                dst[...] = moved
+            if inp in placed and pool in placed:  # else an optional tensor the cases lack
+                move = np.asarray(self.first_rows[pool], dtype=np.int64) // self.units.get(pool, 1)
+                shifts[inp] = shifts[inp] + move if inp in shifts else move
+        n = len(self.members)
+        for name, kind, start, merged, first, rows in self._placed:
+            shift = shifts.get(name)
+            if kind in (ROWS, PREFIX):  # one block of every member's rows
+                parts = [p.plan.elements(name)[: rows[j]] for j, p in enumerate(self.members) if rows[j]]
+                blocks = [(0, sum(rows), np.concatenate(parts) if len(parts) > 1 else parts[0],
+                           None if shift is None else np.repeat(shift, rows))]
+            else:
+                blocks = [(first[j], rows[j], p.plan.elements(name)[: rows[j]], None if shift is None else shift[j])
+                          for j, p in zip(range(n), self.members) if rows[j]]
+            for at, count, src, move in blocks:  # no member's own image is written
+                if move is not None:
+                    moved = src.astype(np.int64)
+                    if np.ndim(move):  # per row: as wide as the rows' elements
+                        move = move.reshape((-1,) + (1,) * (moved.ndim - 1))
+                    moved += np.where(moved < 0, 0, move) if name in self.keep_negative else move
+                    info = np.iinfo(merged.dtype)
+                    if moved.size and (moved.max() > info.max or moved.min() < info.min):
+                        return False
+                    src = moved
+                _view(buf, merged, start, at, count)[...] = src
         buf.setflags(write=False)
         self.image = buf
         return True
