@@ -287,7 +287,8 @@ class _Bare:
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
-              isolate: bool = True, jobs: int = 1, baseline: str | None = None, pack: int | None = None) -> dict:
+              isolate: bool = True, jobs: int = 1, baseline: str | None = None, pack: int | None = None,
+              sizes: str = "all") -> dict:
     from .errors import BadInput
     from .ops import get_contract
 
@@ -323,13 +324,13 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers and this process share it
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
                  "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "baseline": baseline,
-                 "pack": pack if pack is not None else DEFAULT_K.get(device, 8), "ops": {},
+                 "pack": pack if pack is not None else DEFAULT_K.get(device, 8), "sizes": sizes, "ops": {},
                  "skipped": skipped, "notes": environment.notes()}
     try:
         per_op = budget_s / len(ops)
         for op in ops:
             variant = variant_for(op, None, loaded)  # as a campaign on the target judges the op
-            production = _has_production(op, seed, variant)
+            production = sizes == "all" and _has_production(op, seed, variant)
             share = per_op * (2 / 3 if production else 1.0)  # the rest: the production classes
             before = _binaries(cache)
             cold, variants, unpacked, packed, bare = _checked(op, target, device, seed, share / COLD_SHARE, 1_000_000,

@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
     b.add_argument("--pack", type=int, metavar="K",
                    help="cases per packed launch in the packed checked pass (default 16 on CUDA, 8 on the CPU)")
+    b.add_argument("--sizes", choices=("all", "small"), default="all",
+                   help="size classes measured: all (small, then production where the op has them) or small "
+                        "(production tables under the CPU's interpreter take minutes; default all)")
     b.set_defaults(run=cmd_bench)
 
     mu = sub.add_parser("mutants", help="mutation self-check: mutate the target's kernels, fuzz each mutant, "
@@ -522,7 +525,8 @@ def cmd_bench(args) -> int:
 
     _check_writable(args.report)
     result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
-                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline, pack=args.pack)
+                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline, pack=args.pack,
+                       sizes=args.sizes)
     print(render(result))
     _say_notes(result)
     if args.report:

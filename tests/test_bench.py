@@ -226,3 +226,16 @@ def _gone(pids: list[int], within_s: float) -> list[str]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_sizes_small_measures_no_production_class(device):
+    """`--sizes small`: an op whose pool has production-size classes gets no production figures
+    (under the CPU's interpreter a production case takes minutes); the report says so."""
+    from kvfuzz.targets import load_target, variant_for
+
+    op = "flashinfer_kv_indices"
+    assert bench._has_production(op, 1, variant_for(op, None, load_target("builtin", device)))
+    result = run_bench([op], "builtin", device, budget_s=4.0, seed=1, sizes="small")
+    assert result["sizes"] == "small" and "production" not in result["ops"][op]
+    check_op(result["ops"][op], device)
