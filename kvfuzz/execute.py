@@ -36,6 +36,7 @@ from .faults import CUDA_FAULT, is_device_fault, one_line
 from .fills import alt_words
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
+from .places import round_up
 from .rerun_schedule import run_schedule
 from .wrapper_alloc import OVERRUN, Guard
 
@@ -291,7 +292,9 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             spare = torch.from_numpy(alt[: image.size]).to(dev, copy=True)
     # a large launch's torch oracle runs on the device, from a copy of its bytes taken before
     # any launch (the target may write its inputs)
-    pristine = {i: first[b.base : b.base + b.size].clone() for i, b in enumerate(batch)
+    # (whole 256-byte units: its dtype views need a multiple of their item size; the batch
+    # image is laid out in such units)
+    pristine = {i: first[b.base : b.base + round_up(b.size)].clone() for i, b in enumerate(batch)
                 if b.torch_ref and dev.type != "cpu" and b.size >= DEVICE_ORACLE_BYTES}
     stages["transfer"] += time.perf_counter() - t0
     for sel, arena in zip(passes, (first, spare)):
