@@ -300,7 +300,7 @@ def quick_pack(pack, runs, torch_ref: dict[str, np.ndarray] | None, torch_error:
     got = pack.clean_after()
     if got is None or not runs or torch_error is not None or torch_ref is None:
         return False
-    want, outputs, free = got
+    want, free = got
     first = runs[0]
     if first.error is not None or first.after is None or first.after.shape != want.shape:
         return False

@@ -191,6 +191,7 @@ class Pack:
         self.image: np.ndarray | None = None
         self._alt: np.ndarray | None = None
         self._clean = None  # clean_after's answer, () for none
+        self._outputs: list = []  # clean_after's output blocks (output_mask)
 
     def rows_of(self, name: str, member: int) -> slice:
         """Member `member`'s rows of merged tensor `name` (its elements, as the launch sees them)."""
@@ -273,12 +274,11 @@ class Pack:
             outs[w.member][pos] = after[sel]
         return outs
 
-    def clean_after(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    def clean_after(self) -> tuple[np.ndarray, np.ndarray | None] | None:
         """What a correct run of every member leaves in the packed arena, for the pack's fast
-        path (`judge.quick_pack`): (want, outputs, free), `want` the packed image with each
-        member's clean-image output bytes (`judge.clean_image`) at their packed places,
-        `outputs` a mask of the outputs' element bytes among them, `free` a mask of the
-        may-write bytes (None: none).
+        path (`judge.quick_pack`): (want, free), `want` the packed image with each member's
+        clean-image output bytes (`judge.clean_image`) at their packed places, `free` a mask of
+        the may-write bytes (None: none); `output_mask` says which bytes are the outputs'.
         None where a member has no clean image or an output's bytes leave its window (then the
         members are unpacked and judged one by one)."""
         if self._clean is None:
@@ -290,7 +290,7 @@ class Pack:
 
         window = {(w.tensor, w.member): w for w in self._windows}
         want = self.image.copy()
-        outputs = np.zeros(self.size, dtype=bool)
+        outputs = []  # (lo, hi, element mask or None: every byte) per output block
         free = None
         for j, p in enumerate(self.members):
             clean = clean_image(p)
@@ -311,18 +311,29 @@ class Pack:
                     elements = p.plan.element_mask(name)
                     if elements[: cut.start].any() or elements[cut.stop :].any():
                         return None
-                    outputs[lo:hi] = elements[cut]  # the alternate run refills the rest
+                    outputs.append((lo, hi, elements[cut]))  # the alternate run refills the rest
                 elif (lo, hi) != (a, b):  # its elements alone, and not all in its window
                     return None
                 else:
-                    outputs[lo:hi] = True
+                    outputs.append((lo, hi, None))
                 # the bytes cut off are never this member's when unpacking: its image keeps them
                 want[lo:hi] = bytes_[cut]
                 if care is not None:
                     if free is None:
                         free = np.zeros(self.size, dtype=bool)
                     free[lo:hi] |= ~care[cut]
-        return want, outputs, free
+        self._outputs = outputs
+        return want, free
+
+    def output_mask(self) -> np.ndarray | None:
+        """A mask of the packed arena's output element bytes (those `clean_after` sets), or
+        None where it has no answer; built on request (the fast path does not need it)."""
+        if self.clean_after() is None:
+            return None
+        mask = np.zeros(self.size, dtype=bool)
+        for lo, hi, elements in self._outputs:
+            mask[lo:hi] = True if elements is None else elements
+        return mask
 
     def launch(self, base: int, repeat: bool) -> Launch:
         """The packed launch as a worker runs it: the merged views, the first case's scalars,

@@ -114,7 +114,8 @@ def test_one_damaged_byte_anywhere_in_a_clean_pack_is_refused_unless_it_is_free(
     for pack, ran, own in _pack_runs(batch, packs, result):
         if not fast(pack, ran.runs, ran):
             continue
-        want, outputs, free = pack.clean_after()
+        want, free = pack.clean_after()
+        outputs = pack.output_mask()
         size = want.size
         # every output byte, then bytes anywhere (guard bands, gaps, inputs), in both runs
         spots = sorted(set(np.flatnonzero(outputs).tolist()[:: max(1, int(outputs.sum()) // 64)]
@@ -160,7 +161,7 @@ def test_the_checker_takes_the_fast_path_for_a_clean_pack_and_judges_the_rest_al
     assert not any(v.findings for v in verdicts.values())
     # an output byte of the first pack changed: its members are judged one by one, and one has a mismatch
     pack, li = packs.packs[0], packs.launch_of[0]
-    want, outputs, _ = pack.clean_after()
+    outputs = pack.output_mask()
     at = int(np.flatnonzero(outputs)[0])
     b = batch[li]
     result.afters[0][b.base + at] ^= 0x40
