@@ -43,9 +43,10 @@ from .wrapper_alloc import OVERRUN, Guard
 ENVIRONMENT = "EnvironmentError"  # Triton's own machinery failed (not the target): see environment.py
 HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, never a finding)
 HOST = "cpu"  # where the torch oracle runs, whatever runs the target (see oracles/torch_ref.py)
-# ... but for a launch of at least this many bytes on a GPU: there the host's oracle costs
-# milliseconds (production tables), the device's a few dozen small kernels
-DEVICE_ORACLE_BYTES = 1 << 20
+# ... but for a launch of at least this many bytes on a GPU, where set: there the host's oracle
+# costs milliseconds (production tables), the device's a few dozen small kernels. None (off):
+# its answers against the host's (tests/test_torch_oracle_device.py) are not yet checked on a GPU
+DEVICE_ORACLE_BYTES: int | None = None
 
 
 @dataclass
@@ -294,8 +295,9 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     # any launch (the target may write its inputs)
     # (whole 256-byte units: its dtype views need a multiple of their item size; the batch
     # image is laid out in such units)
+    limit = DEVICE_ORACLE_BYTES
     pristine = {i: first[b.base : b.base + round_up(b.size)].clone() for i, b in enumerate(batch)
-                if b.torch_ref and dev.type != "cpu" and b.size >= DEVICE_ORACLE_BYTES}
+                if limit is not None and b.torch_ref and dev.type != "cpu" and b.size >= limit}
     stages["transfer"] += time.perf_counter() - t0
     for sel, arena in zip(passes, (first, spare)):
         if not sel:

@@ -1,6 +1,7 @@
-"""The torch oracle of a large launch runs on the GPU (`execute.DEVICE_ORACLE_BYTES`): for every
-op, on small and production-size cases, its answer is the host's answer cell for cell, and it
-reads the inputs as the case drew them even where the target writes its inputs.
+"""The torch oracle of a large launch on the GPU (`execute.DEVICE_ORACLE_BYTES`, off by default;
+set to 0 here): for every op, on small and production-size cases, its answer is the host's
+answer cell for cell, and it reads the inputs as the case drew them even where the target
+writes its inputs.
 
 On a GPU only (the interpreter's launches run the host's oracle): run by hand on the H200."""
 
