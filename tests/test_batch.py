@@ -24,12 +24,13 @@ def _verdicts_both_ways(executor, cases):
     return batched, alone
 
 
-# the two slowest under the interpreter (tens of seconds each on 2 cores): campaign-sized
+# the two slowest under the interpreter (tens of seconds each on 2 cores): campaign-sized, slow
+# only (by hand: `pytest -m slow`); their packed-against-alone tests (test_pack_launch.py) run in CI
 HEAVY = {"flashinfer_kv_indices", "trtllm_mha_kv_indices"}
 
 
-@pytest.mark.parametrize("op", sampled("batch alone", [pytest.param(op, marks=pytest.mark.slow) if op in HEAVY
-                                                       else op for op in GENERATORS]))
+@pytest.mark.parametrize("op", sampled("batch alone", [op for op in GENERATORS if op not in HEAVY])
+                         + [pytest.param(op, marks=pytest.mark.slow) for op in sorted(HEAVY)])
 def test_a_batch_of_builtin_cases_is_judged_as_each_case_alone(op, device):
     ex = InProcessExecutor("builtin", device)
     cases = [c for _, c in case_stream(op, 3, 24, device)]  # in and out of contract, several classes
