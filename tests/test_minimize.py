@@ -264,7 +264,10 @@ def test_any_strategy_case_terminates_and_keeps_its_class(op):
     """Arbitrary (also out-of-contract) cases: candidates stay valid and in class, the
     result is no larger, and a fixpoint is reached."""
 
-    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    # derandomized: fixed examples, so a rare huge draw cannot make the wall-clock budget the
+    # test's verdict on a slower host
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+              derandomize=True)
     @given(cases(op))
     def run(case):
         path = CONTRACTS[op].kernel_path(case)
