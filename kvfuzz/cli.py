@@ -260,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a job scheduler's SIGTERM ends a run like Ctrl-C: workers closed, findings and report kept
     try:
         with stopping.stop_on_signals():
+            from .execute import device_oracle_bytes
+
+            device_oracle_bytes()  # a malformed setting refused here, not in a worker
             return args.run(args)
     except BadInput as exc:
         print(f"kvfuzz: error: {exc}", file=sys.stderr)

@@ -22,6 +22,7 @@ fault (`CudaFault`): the kernel made an illegal access, never an argument refusa
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ import numpy as np
 from .case import Case
 from .contract import Expected
 from .device import torch_device
+from .errors import BadInput
 from .faults import CUDA_FAULT, is_device_fault, one_line
 from .fills import alt_words
 from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
@@ -45,8 +47,25 @@ HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, neve
 HOST = "cpu"  # where the torch oracle runs, whatever runs the target (see oracles/torch_ref.py)
 # ... but for a launch of at least this many bytes on a GPU, where set: there the host's oracle
 # costs milliseconds (production tables), the device's a few dozen small kernels. None (off):
-# its answers against the host's (tests/test_torch_oracle_device.py) are not yet checked on a GPU
+# its answers against the host's (tests/test_torch_oracle_device.py) are not yet checked on a GPU.
+# KVFUZZ_DEVICE_ORACLE_BYTES=N sets it (workers inherit it), to measure it on a GPU
 DEVICE_ORACLE_BYTES: int | None = None
+DEVICE_ORACLE_ENV = "KVFUZZ_DEVICE_ORACLE_BYTES"
+
+
+def device_oracle_bytes() -> int | None:
+    """The launch size from which a GPU runs the torch oracle: `DEVICE_ORACLE_BYTES`, or the
+    environment's `KVFUZZ_DEVICE_ORACLE_BYTES` where set."""
+    raw = os.environ.get(DEVICE_ORACLE_ENV, "").strip()
+    if not raw:
+        return DEVICE_ORACLE_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise BadInput(f"{DEVICE_ORACLE_ENV}={raw!r}: expected a number of bytes, 0 or more")
+    return n
 
 
 @dataclass
@@ -295,7 +314,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     # any launch (the target may write its inputs)
     # (whole 256-byte units: its dtype views need a multiple of their item size; the batch
     # image is laid out in such units)
-    limit = DEVICE_ORACLE_BYTES
+    limit = device_oracle_bytes()
     pristine = {i: first[b.base : b.base + round_up(b.size)].clone() for i, b in enumerate(batch)
                 if limit is not None and b.torch_ref and dev.type != "cpu" and b.size >= limit}
     stages["transfer"] += time.perf_counter() - t0

@@ -2,7 +2,7 @@
 every verdict and plan image (to prove a speedup changed nothing).
 
 usage: PYTHONPATH=. python scripts/judge_speed.py [--n 400] [--seeds 0,1,2] [--repeat 3]
-                                   [--ops OP,...] [--out FILE] [--no-timing | --no-digest]
+                                   [--ops OP,...] [--sizes small|production] [--out FILE] [--no-timing | --no-digest]
                                    [--profile STAGE]
 
 No kernel runs. For each op, seed and in_contract_only in (True, False) it draws the engine's
@@ -160,11 +160,13 @@ def plan_bytes(plan) -> bytes:
     return head + plan.image.tobytes()
 
 
-def streams(ops, seeds, n):
+def streams(ops, seeds, n, sizes=None):
     for op in ops:
         for seed in seeds:
             for ico in (True, False):
-                yield op, seed, ico, [c for _, c in case_stream(op, seed, n, "cpu", in_contract_only=ico)]
+                cases = [c for _, c in case_stream(op, seed, n, "cpu", in_contract_only=ico, sizes=sizes)]
+                if cases:  # an op without production classes in its pool has none
+                    yield op, seed, ico, cases
 
 
 class Stage:
@@ -259,10 +261,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the output to this file")
     ap.add_argument("--no-timing", action="store_true", help="digests only (one pass)")
     ap.add_argument("--no-digest", action="store_true", help="timings only")
+    ap.add_argument("--sizes", choices=("small", "production"), default=None,
+                    help="the pool's small classes, or its production-size ones alone (default: the mix)")
     ap.add_argument("--profile", choices=STAGES, help="print the stage's profile (cProfile, by tottime), one pass")
     args = ap.parse_args(argv)
     ops, seeds = args.ops.split(","), [int(x) for x in args.seeds.split(",")]
-    cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n)}
+    cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n, args.sizes)}
     if args.profile:
         prof = cProfile.Profile()
         one_pass(cases_by_key, False, (args.profile, prof))
@@ -277,7 +281,7 @@ def main(argv=None) -> int:
     if not args.no_timing:
         lines.append("ms/case (least of %d passes)  " % args.repeat
                      + "  ".join(f"{st:>8}" for st in STAGES + ("total",)))
-        for op in ops:
+        for op in [op for op in ops if op in counts]:
             ms = {st: 1e3 * best[op][st] / counts[op] for st in STAGES}
             ms["total"] = ms["prepare"] + ms["launches"] + ms["judge"]
             lines.append(f"{op:28s} " + "  ".join(f"{ms[st]:8.4f}" for st in STAGES + ("total",)))

@@ -38,6 +38,26 @@ def test_bad_usage_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_a_malformed_device_oracle_setting_is_one_line_and_exit_2(value, monkeypatch):
+    monkeypatch.setenv("KVFUZZ_DEVICE_ORACLE_BYTES", value)
+    p = run("fuzz", "--budget", "1", "--op", "num_kv_splits", "--target", "builtin")
+    assert p.returncode == 2, p.stderr
+    assert "KVFUZZ_DEVICE_ORACLE_BYTES" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_the_device_oracle_threshold_comes_from_the_environment(monkeypatch):
+    from kvfuzz import execute
+
+    monkeypatch.delenv("KVFUZZ_DEVICE_ORACLE_BYTES", raising=False)
+    assert execute.device_oracle_bytes() is execute.DEVICE_ORACLE_BYTES
+    monkeypatch.setenv("KVFUZZ_DEVICE_ORACLE_BYTES", "1048576")
+    assert execute.device_oracle_bytes() == 1 << 20
+    monkeypatch.setenv("KVFUZZ_DEVICE_ORACLE_BYTES", "0")
+    assert execute.device_oracle_bytes() == 0
+
+
 def test_corrupt_case_is_refused(tmp_path):
     d = tmp_path / "case"
     d.mkdir()

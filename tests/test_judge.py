@@ -177,3 +177,20 @@ def test_written_more_than_once_counts_the_ranges_cut_to_the_output():
     got = written_more_than_once(6, [0, 2, 5, -3, 4], [3, 3, 4, 2, 0])
     assert got.tolist() == [False, False, True, False, False, False]
     assert not written_more_than_once(4, [0, 2], [2, 2]).any()
+
+
+def test_the_byte_comparison_sees_one_changed_byte_anywhere_at_any_size_and_offset():
+    # quick_verdict's comparisons go by 8-byte words over the bulk and by bytes over the tail:
+    # a change in either part, at any alignment of the slice, must show
+    from kvfuzz.judge import _same_bytes
+
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 8, 9, 4095, 65536, 65537, 70001, 70007, (1 << 17) + 3):
+        base = rng.integers(0, 256, n + 8, dtype=np.uint8)
+        for off in (0, 1, 3):
+            a = base[off:off + n]
+            assert _same_bytes(a, a.copy())
+            for pos in {0, n // 2, n - n % 8 - 1, n - n % 8, n - 1} - {-1, n}:
+                b = a.copy()
+                b[pos] ^= 0x10
+                assert not _same_bytes(a, b), (n, off, pos)

@@ -4,7 +4,7 @@ unfused torch operations each fused kernel replaced.
 kvfuzz runs it on the host (CPU torch), whatever device runs the kernel under test: it is a
 second, independent implementation of each contract beside the NumPy oracle, and on a GPU its
 dozen tiny kernels per case would take more device time than the kernel under test itself.
-Where `execute.DEVICE_ORACLE_BYTES` is set (off by default), a launch of that many bytes or
+Where `execute.DEVICE_ORACLE_BYTES` (or `KVFUZZ_DEVICE_ORACLE_BYTES`) is set (off by default), a launch of that many bytes or
 more (production tables) is the exception: on a GPU its oracle runs there, from a copy of the
 launch's bytes taken before any launch, where the host's would cost milliseconds.
 Returns int64 tensors shaped like the outputs (only the contract's required cells are
