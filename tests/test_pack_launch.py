@@ -305,10 +305,21 @@ def test_a_pack_that_cannot_be_made_launches_its_cases_alone(monkeypatch, where)
     assert len(batch) == 3 and all(b.run for b in batch)
 
 
-def test_a_campaign_packs_only_when_asked():
+def test_a_campaign_packs_by_default_only_where_a_gpu_bench_measured_it_to_pay():
     from kvfuzz.engines.base import EngineOptions
     from kvfuzz.engines.batch_engine import pack_size
 
     executor = object()
     assert pack_size(EngineOptions(device="cuda"), executor) == 1
     assert pack_size(EngineOptions(device="cuda", pack=16), executor) == 16
+    # q8kv8 packs 16 a launch on a GPU unless told otherwise; not under the interpreter
+    assert pack_size(EngineOptions(device="cuda"), executor, "q8kv8_topk_length") == 16
+    assert pack_size(EngineOptions(device="cuda:0"), executor, "q8kv8_topk_length") == 16
+    assert pack_size(EngineOptions(device="cpu"), executor, "q8kv8_topk_length") == 1
+    assert pack_size(EngineOptions(device="cuda", pack=1), executor, "q8kv8_topk_length") == 1
+    assert pack_size(EngineOptions(device="cuda", pack=4), executor, "q8kv8_topk_length") == 4
+    for op in ("flashinfer_kv_indices", "chunked_prefix_kv_indices", "trtllm_mha_kv_indices", "decode_metadata",
+               "num_kv_splits"):
+        assert pack_size(EngineOptions(device="cuda"), executor, op) == 1, op
+    # never beside a cross-check
+    assert pack_size(EngineOptions(device="cuda", cross_every=4), executor, "q8kv8_topk_length") == 1

@@ -79,7 +79,7 @@ class BatchEngine(Engine):
         batch = o.batch or BATCH.get(o.device, 16)
         stint = self.stint or STINT.get(o.device, 64)
         seed, rerun_every, cross_every = o.seed, o.rerun_every, o.cross_every
-        pack_k = pack_size(o, executor)
+        pack_k = pack_size(o, executor, op)
         packed_cases: set[int] = set()  # stream indices of cases judged from a packed launch
         tick = time.perf_counter
         t = tick()
@@ -323,12 +323,16 @@ def sized(classes: list, sizes: str | None) -> list:
     return [k for k in classes if is_production(k) == (sizes == "production")]
 
 
-def pack_size(o: EngineOptions, executor) -> int:
-    """Cases per packed launch: `o.pack` (None, 0 or 1: none); none beside a
+def pack_size(o: EngineOptions, executor, op: str | None = None) -> int:
+    """Cases per packed launch: `o.pack` (0 or 1: none), else the op's default on the device
+    (`PackSpec.default`: where a GPU bench measured packing to pay; elsewhere none); none beside a
     cross-check or a baseline (they run each case's own launch on a second worker)."""
     if o.cross_every or hasattr(executor, "primary"):  # cross.CrossExecutor, baseline.BaselineExecutor
         return 1
-    return 1 if o.pack is None else o.pack  # packing is opt-in: it does not pay yet (docs/performance.md)
+    if o.pack is not None:
+        return o.pack
+    spec = packing.spec_of(op) if op is not None else None
+    return dict(spec.default).get(o.device.split(":")[0], 1) if spec is not None else 1
 
 
 def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_cases: int, device: str = "cpu",

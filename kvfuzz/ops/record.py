@@ -47,6 +47,9 @@ class PackSpec:
     # page-granular table's page p reads a mapping at p * entry_page_size + offset)
     units: tuple[tuple[str, str], ...] = ()
     refuse: Callable[[Case], str | None] | None = None  # why a case cannot pack (the op's own rule), or None
+    # (device type, K): cases per launch a campaign packs there without --pack, where a GPU bench
+    # measured packing to pay (docs/performance.md); elsewhere one launch per case
+    default: tuple[tuple[str, int], ...] = ()
 
     def kind(self, name: str) -> str | None:
         return dict(self.kinds).get(name)
