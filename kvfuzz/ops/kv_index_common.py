@@ -328,6 +328,18 @@ def page_length(d: Draw, limit: int, ps: int, W: int) -> int:
     return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
 
 
+def strided_cells(starts, lens, ps: int) -> np.ndarray:
+    """The concatenation over requests i of np.arange(starts[i], starts[i] + lens[i], ps)
+    (int64; nothing for a length <= 0), in one pass rather than an arange per request."""
+    starts = np.asarray(starts, np.int64)
+    counts = np.maximum(-(-np.asarray(lens, np.int64) // ps), 0)
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    first = np.cumsum(counts) - counts  # each request's first position in the result
+    return np.repeat(starts - ps * first, counts) + ps * np.arange(total, dtype=np.int64)
+
+
 def page_length_features(ls: list[int], ps: int, W: int) -> set[str]:
     """A page table's length features for lengths `ls` and rows of W pages: zero, the page and
     block edges, two blocks, a request filling its row."""
