@@ -27,6 +27,7 @@ each op's folder. Not a standalone module: each op's call.py is (the full repro 
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
@@ -261,9 +262,26 @@ def production_class(d: Draw, p: dict) -> bool:
 def production_lengths(d: Draw, g, bs: int, cap: int, ps: int, W: int, least: int = 0) -> list[int]:
     """A production batch's tokens: one or two requests long (the row's end, the grid's block
     edges, any), the rest short (at least `least`, a verify's drafts)."""
-    lens = [int(g.integers(least, max(least, min(cap, 3 * ps)) + 1)) for _ in range(bs)]
+    lens = g.integers(least, max(least, min(cap, 3 * ps)) + 1, size=bs).tolist()  # = a scalar draw each
     for _ in range(min(bs, d.integer(1, 2))):
         lens[d.integer(0, bs - 1)] = max(page_length(d, cap, ps, W), least)
+    return lens
+
+
+def class_lengths(d: Draw, g, bs: int, cap: int, ps: int, W: int, least: int = 0) -> list[int]:
+    """An ordinary batch's tokens: every request of a small batch (one in eight of a big one) at
+    the edges (`page_length`, at least `least`), the rest short from the case's RNG `g`, drawn
+    together (the same values as a scalar draw per short request)."""
+    lens, short = [], []
+    for i in range(bs):
+        if bs <= 4 or d.integer(0, 7) == 0:
+            lens.append(max(page_length(d, cap, ps, W), least))
+        else:
+            short.append(i)
+            lens.append(0)
+    if short:
+        for i, n in zip(short, g.integers(least, max(least, min(cap, 3 * ps)) + 1, size=len(short)).tolist()):
+            lens[i] = n
     return lens
 
 
@@ -311,6 +329,20 @@ def live_slots(d: Draw, g, n: int, lo: int, top: int) -> np.ndarray:
             slots[0] = lo  # the pool's first slot (the first one read)
         if ends in ("last", "both"):
             slots[-1] = top - 1  # the pool's last slot (int32's largest without SWA, at top 2**31)
+    return slots
+
+
+def live_rows(d: Draw, g, rows: int, n: int, lo: int, top: int) -> np.ndarray:
+    """`live_slots` for each of `rows` rows, stacked: the slots in one draw from `g` (the same
+    values as a draw of n per row), then each row's ends."""
+    slots = g.integers(lo, top, size=(rows, n))
+    if n:
+        for row in slots:
+            ends = d.choice(("none", "first", "last", "both"))
+            if ends in ("first", "both"):
+                row[0] = lo
+            if ends in ("last", "both"):
+                row[-1] = top - 1
     return slots
 
 
@@ -400,23 +432,22 @@ def features(case: Case, kv_lens: list[int], slots: np.ndarray | None) -> set[st
     out = {kernel_path(case), f"page_size:{ps}"}
     if ps & (ps - 1):
         out.add("page_size:not_power_of_two")
-    for n in kv_lens:
-        if n < 0:
-            continue
-        pages = -(-n // ps)
-        if n == 0:
+    seen = sorted(set(kv_lens))  # the distinct lengths: membership and range tests, not a loop over requests
+    if seen:
+        if _any_in(seen, 0, 0):
             out.add("len:zero")
         for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
-            if n == e and e > 0:
+            if e > 0 and _any_in(seen, e, e):
                 out.add(f"edge:len:{name}")
-        if pages in BLOCK_EDGES:
-            out.add(f"edge:pages:{pages}")
-        if pages > BLOCK_SIZE:
+        for b in BLOCK_EDGES:  # the n with ceil(n / ps) == b
+            if _any_in(seen, max((b - 1) * ps + 1, 0), b * ps):
+                out.add(f"edge:pages:{b}")
+        if -(-seen[-1] // ps) > BLOCK_SIZE:
             out.add("pages:two_blocks")
-        if n > 0 and pages == W:
+        if _any_in(seen, max((W - 1) * ps + 1, 1), W * ps):
             out.add("width:full")
-    if kv_lens and max(kv_lens) >= 0 and -(-max(kv_lens) // ps) < W:
-        out.add("width:spare")
+        if seen[-1] >= 0 and -(-seen[-1] // ps) < W:
+            out.add("width:spare")
     if W > BLOCK_SIZE:
         out.add("grid:two_blocks")
     if W * ps >= 32768:
@@ -452,6 +483,12 @@ def features(case: Case, kv_lens: list[int], slots: np.ndarray | None) -> set[st
             if (int(m[0]) < 0 or int(m[0]) == 2**31 - 1) and live.size and int(live.min()) > 0:
                 out.add("swa:entry0_odd")  # only the lanes past the pages read it, and store nothing
     return out
+
+
+def _any_in(ascending: list[int], lo: int, hi: int) -> bool:
+    """Whether the sorted list holds a value in [lo, hi]."""
+    i = bisect.bisect_left(ascending, lo)
+    return i < len(ascending) and ascending[i] <= hi
 
 
 def required_features() -> set[str]:

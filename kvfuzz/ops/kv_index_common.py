@@ -283,7 +283,8 @@ def free_starts(d: Draw, g, C: int, lens: np.ndarray) -> np.ndarray:
 
 def pool_rows(d: Draw, g, P: int, bs: int) -> list[int]:
     """Each request's pool row, the pool's first and last rows among them."""
-    return [d.choice((0, P - 1, int(g.integers(0, P)))) for _ in range(bs)]
+    # one batched draw: the same values as bs scalar draws from `g`
+    return [d.choice((0, P - 1, r)) for r in g.integers(0, P, size=bs).tolist()]
 
 
 def token_table(d: Draw, g, P: int, C: int, top: int = 1 << 20) -> np.ndarray:
@@ -327,26 +328,40 @@ def page_length(d: Draw, limit: int, ps: int, W: int) -> int:
     return d.one_of(lambda: d.choice(edges), lambda: limit, lambda: d.integer(*last), lambda: d.integer(0, limit))
 
 
+def strided_cells(starts, lens, ps: int) -> np.ndarray:
+    """The concatenation over requests i of np.arange(starts[i], starts[i] + lens[i], ps)
+    (int64; nothing for a length <= 0), in one pass rather than an arange per request."""
+    starts = np.asarray(starts, np.int64)
+    counts = np.maximum(-(-np.asarray(lens, np.int64) // ps), 0)
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    first = np.cumsum(counts) - counts  # each request's first position in the result
+    return np.repeat(starts - ps * first, counts) + ps * np.arange(total, dtype=np.int64)
+
+
 def page_length_features(ls: list[int], ps: int, W: int) -> set[str]:
     """A page table's length features for lengths `ls` and rows of W pages: zero, the page and
     block edges, two blocks, a request filling its row."""
     out = set()
-    for n in ls:
-        if n < 0:
-            continue
-        if n == 0:
-            out.add("len:zero")
-        for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
-            if n == e and e > 0:
-                out.add(f"edge:len:{name}")
-        for e in PAGE_BLOCK_EDGES:
-            if n == e:
-                out.add(f"edge:len:{e}")
-        if n > PAGE_BLOCK:
-            out.add("len:two_blocks")
-        if n > 0 and pages(n, ps) == W:
-            out.add("width:full")  # the request's pages fill the row
-    if ls and max(ls) >= 0 and pages(max(ls), ps) < W:
+    if not ls:
+        return out
+    seen = set(ls)  # membership tests on the distinct lengths, not a loop over every request
+    if 0 in seen:
+        out.add("len:zero")
+    for name, e in (("page-1", ps - 1), ("page", ps), ("page+1", ps + 1)):
+        if e > 0 and e in seen:
+            out.add(f"edge:len:{name}")
+    for e in PAGE_BLOCK_EDGES:
+        if e in seen:
+            out.add(f"edge:len:{e}")
+    top = max(seen)
+    if top > PAGE_BLOCK:
+        out.add("len:two_blocks")
+    lo, hi = max((W - 1) * ps + 1, 1), W * ps  # the n > 0 with pages(n, ps) == W
+    if lo <= hi and any(lo <= n <= hi for n in seen):
+        out.add("width:full")  # the request's pages fill the row
+    if top >= 0 and pages(top, ps) < W:
         out.add("width:spare")
     return out
 

@@ -30,7 +30,7 @@ from ...strategies.draw import CompileClass, Draw
 from ...strategies.layouts import layout_class
 from ...strategies.values import rng
 from .. import aiter_page_table_common as common
-from ..kv_index_common import batch_size, editable, laid_out, production_batch, relaid
+from ..kv_index_common import batch_size, editable, laid_out, production_batch, relaid, strided_cells
 
 OP = "aiter_ragged_page_table"
 WIDTHS = (1, 2, 5, 64, 1023, 1024, 1025, 2049)  # W: pages per row
@@ -70,15 +70,14 @@ def ragged_in_class(d: Draw, k: CompileClass) -> Case:
     g = rng(d.seed())
     cap = W * ps  # a request holds at most W pages
     lens = common.production_lengths(d, g, bs, cap, ps, W) if production else \
-        [common.page_length(d, cap, ps, W) if bs <= 4 or d.integer(0, 7) == 0
-         else int(g.integers(0, min(cap, 3 * ps) + 1)) for _ in range(bs)]
+        common.class_lengths(d, g, bs, cap, ps, W)
     base = d.choice((0, 0, 0, 1, 7, 1024))
     ptr = base + np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     N = int(ptr[-1]) + d.choice((0, 0, 1, 5))
     values: dict[str, np.ndarray] = {}
     lo, top = common.slot_range(d, g, k, values)
     flat = g.integers(-(2**31), 2**31, size=N)  # what the kernel does not read: any int32
-    read = np.concatenate([ptr[i] + np.arange(0, n, ps) for i, n in enumerate(lens)] + [np.zeros(0, np.int64)])
+    read = strided_cells(ptr[:-1], lens, ps)
     flat[read] = common.live_slots(d, g, read.shape[0], lo, top)
     values.update({"kv_flat": flat, "kv_indptr": ptr})
     R, swa_R = common.table_rows(d, k, bs, (0, 0, 1, 3))
@@ -143,8 +142,7 @@ def _lens_and_slots(case: Case) -> tuple[list[int], np.ndarray | None]:
     ptr = np.asarray(ptr, np.int64)
     flat = np.asarray(flat, np.int64)
     lens = (ptr[1:] - ptr[:-1]).tolist()
-    read = [ptr[i] + np.arange(0, n, ps) for i, n in enumerate(lens) if n > 0 and ptr[i] >= 0]
-    read = np.concatenate(read) if read else np.zeros(0, np.int64)
+    read = strided_cells(ptr[:-1], np.where(ptr[:-1] >= 0, ptr[1:] - ptr[:-1], 0), ps)  # from offsets >= 0
     return lens, flat[read[read < flat.shape[0]]]
 
 

@@ -108,15 +108,14 @@ def r2t_in_class(d: Draw, k: CompileClass) -> Case:
     P = pool_size(d, k)
     g = rng(d.seed())
     kv = common.production_lengths(d, g, bs, cap, ps, W, D) if production else \
-        [max(common.page_length(d, cap, ps, W), D) if bs <= 4 or d.integer(0, 7) == 0
-         else int(g.integers(D, max(D, min(cap, 3 * ps)) + 1)) for _ in range(bs)]
+        common.class_lengths(d, g, bs, cap, ps, W, D)
     rows = pool_rows(d, g, P, bs)
     values: dict[str, np.ndarray] = {}
     lo, top = common.slot_range(d, g, k, values)
     table = token_table(d, g, P, C, top)
-    read = list(range(0, pages(max(kv, default=0), ps) * ps, ps))  # the columns of every page read
-    if read:  # the cells the kernel reads hold KV-pool slots, in every row (a repeated row too)
-        table[:, read] = np.stack([common.live_slots(d, g, len(read), lo, top) for _ in range(P)])
+    n_read = pages(max(kv, default=0), ps)  # the columns of every page read: every ps-th up to the longest
+    if n_read:  # the cells the kernel reads hold KV-pool slots, in every row (a repeated row too)
+        table[:, 0:n_read * ps:ps] = common.live_rows(d, g, P, n_read, lo, top)
     values.update({
         "req_to_token": table,
         "req_pool_indices": np.array(rows, np.int64),
@@ -181,8 +180,9 @@ def r2t_features(case: Case) -> set[str]:
     kv = (np.asarray(lens, np.int64) + D).tolist()
     P, C = table.shape
     vals = np.asarray(case.values["req_to_token"])
-    read = sorted({p * ps for n in kv if 0 <= n <= C for p in range(pages(n, ps))})
-    slots = vals[:, read].reshape(-1) if read and P else None
+    # every request reads from column 0: the union of their pages is the longest one's (within the row)
+    most = max((n for n in kv if 0 <= n <= C), default=0)
+    slots = vals[:, 0:pages(most, ps) * ps:ps].reshape(-1) if most and P else None
     out = common.features(case, kv, slots) | strided_rows(case) | last_pool_row(case) | {f"draft_num:{D}"}
     if any(n > 0 and n == C for n in kv):
         out.add("row_end")

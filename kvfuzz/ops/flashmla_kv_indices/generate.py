@@ -38,7 +38,7 @@ from ...strategies.layouts import LayoutClass, layout_class, relayout
 from ...strategies.values import rng
 from ..kv_index_common import PAGE_BLOCK, PAGE_BLOCK_EDGES, batch_size, editable, generic_required, laid_out, \
     last_pool_row, page_length, page_length_features, pages, pool_rows, pool_size, production_batch, relaid, \
-    start_in_row, start_path, strided_rows, table_layout, token_table
+    start_in_row, start_path, strided_cells, strided_rows, table_layout, token_table
 from .contract import VARIANT_ARGS
 
 OP = "flashmla_kv_indices"
@@ -132,18 +132,29 @@ def mla_in_class(d: Draw, k: CompileClass) -> Case:
     P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
-    lens, starts = [], []
+    lens, starts, short = [], [], []
     for i in range(bs):
         long = bs <= 4 or d.integer(0, 7) == 0 if not production else i < 2 and (i == 0 or d.boolean())
+        if not k["start"]:  # the short lengths are drawn together below
+            if long:
+                lens.append(page_length(d, cap, ps, W))
+            else:
+                short.append(i)
+                lens.append(0)
+            continue
         n = page_length(d, cap, ps, W) if long else int(g.integers(0, min(cap, 3 * ps) + 1))
         lens.append(n)
-        if k["start"]:
-            starts.append(start_in_row(d, g, C, n))
+        starts.append(start_in_row(d, g, C, n))
+    if short:  # one draw from `g`: the same values as a scalar draw per short length
+        for i, n in zip(short, g.integers(0, min(cap, 3 * ps) + 1, size=len(short)).tolist()):
+            lens[i] = n
     rows = pool_rows(d, g, P, bs)
     top = d.choice((1 << 20, 2**31))  # token ids up to int32's largest
     table = token_table(d, g, P, C, top)
-    read = np.unique(np.concatenate([np.arange(s, s + n, ps) for n, s in zip(lens, starts or [0] * bs)] or
-                                    [np.zeros(0, np.int64)])) if bs else np.zeros(0, np.int64)
+    if starts:  # every ps-th column of each request's range, each once
+        read = np.unique(strided_cells(starts, lens, ps))
+    else:  # every range starts at column 0: the longest one's columns
+        read = np.arange(0, pages(max(lens, default=0), ps) * ps, ps)
     V = 0
     if k.get("v2p"):
         V = d.choice((1, 2, 65, int(g.integers(1, 1 << 16))))  # virtual pages: the read ids stay within them
@@ -241,12 +252,14 @@ def mla_features(case: Case) -> set[str]:
     table = case.tensors.get("req_to_token")
     if table is not None and len(table.shape) == 2:
         C = table.shape[1]
-        starts = np.asarray(case.values.get("kv_start_idx", np.zeros(len(ls), np.int64))).tolist()
-        if any(n > 0 and s + n == C for s, n in zip(starts, ls)):
+        starts = np.asarray(case.values.get("kv_start_idx", np.zeros(len(ls), np.int64)), np.int64)
+        m = min(starts.shape[0], len(ls))  # array tests, not a loop over every request
+        n = np.asarray(lens, np.int64)[:m]
+        if ((n > 0) & (starts[:m] + n == C)).any():
             out.add("row_end")
-        if any(s > 0 for s in starts):
+        if (starts > 0).any():
             out.add("start:nonzero")
-        if any(s % ps for s in starts):
+        if (starts % ps != 0).any():
             out.add("start:unaligned")
         vals = case.values.get("req_to_token")
         if vals is not None and np.asarray(vals).size and int(np.asarray(vals).max()) == 2**31 - 1:

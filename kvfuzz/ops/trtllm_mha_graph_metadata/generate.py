@@ -363,8 +363,9 @@ def graph_features(case: Case) -> set[str]:
         return out
     seq = np.asarray(lens, np.int64) + int(s.get("seqlen_offset", 0))
     live = -(-np.maximum(seq, 0) // ps)
-    for n in live.tolist():
-        if n in P_EDGES and n <= P:
+    seen = set(live.tolist())  # the distinct page counts, not a loop over every request
+    for n in P_EDGES:
+        if n in seen and n <= P:
             out.add(f"live:{n}")
     if seq.size and int(seq.min()) == 0:
         out.add("len:zero")
@@ -397,13 +398,16 @@ def graph_features(case: Case) -> set[str]:
         out.add("strided_rows")
     if table is not None and case.variant in ("default", "live_prefix") and not s.get("skip_page_table"):
         try:
-            pages = row_pages(case)
+            pages = row_pages(case)  # >= 0
             rows = np.asarray(v["req_pool_indices"], np.int64)
-            tab = np.asarray(table, np.int64)
-            for i, (r, n) in enumerate(zip(rows.tolist(), pages.tolist())):
-                if 0 <= r < tab.shape[0] and n < P and (n * ps) < tab.shape[1] and tab[r, n * ps] < 0:
-                    out.add("stale:wild")
-                    break
+            tab = np.asarray(table)
+            m = min(rows.shape[0], pages.shape[0])
+            rows, pages = rows[:m], pages[:m]
+            # each row's first column past its pages, where it is in the table: one gather, not a loop
+            cols = pages * ps
+            ok = (rows >= 0) & (rows < tab.shape[0]) & (pages < P) & (cols < tab.shape[1])
+            if (tab[rows[ok], cols[ok]] < 0).any():
+                out.add("stale:wild")
         except (KeyError, ValueError, TypeError):
             pass
     return out

@@ -99,9 +99,12 @@ def trt_variant_class(d: Draw, variant: str) -> CompileClass:
     return CompileClass.of(OP, p)
 
 
-def _read_cells(lens: list[int], ps: int) -> list[int]:
-    """The columns the kernel reads: every ps-th token of each request's length."""
-    return sorted({p * ps for n in lens for p in range(pages(max(n, 0), ps))})
+def _read_cells(lens: list[int], ps: int) -> slice:
+    """The columns the kernel reads: every ps-th token of each request's length. Every request
+    starts at column 0, so their union is the longest one's pages: a slice, not a set over
+    every page."""
+    most = max(lens, default=0)
+    return slice(0, pages(max(most, 0), ps) * ps, ps)
 
 
 def trt_in_class(d: Draw, k: CompileClass) -> Case:
@@ -111,12 +114,20 @@ def trt_in_class(d: Draw, k: CompileClass) -> Case:
     P = pool_size(d, k)
     g = rng(d.seed())
     cap = min(C, W * ps)  # a request holds at most W pages and C tokens
-    lens = []
+    lens, short = [], []
     for i in range(bs):
         long = i < 2 and (i == 0 or d.boolean()) if production else bs <= 4 or d.integer(0, 7) == 0
-        lens.append(page_length(d, cap, ps, W) if long else int(g.integers(0, min(cap, 3 * ps) + 1)))
+        if long:
+            lens.append(page_length(d, cap, ps, W))
+        else:
+            short.append(i)
+            lens.append(0)
+    if short:  # the short lengths in one draw from `g`: the same values as one scalar draw each
+        for i, n in zip(short, g.integers(0, min(cap, 3 * ps) + 1, size=len(short)).tolist()):
+            lens[i] = n
     rows = pool_rows(d, g, P, bs)
     read = _read_cells(lens, ps)
+    n_read = len(range(read.start, read.stop, read.step))
     values: dict[str, np.ndarray] = {}
     if k["swa"]:  # the full pool's slots index the mapping: M entries, SGLang's ends with -1 (never read)
         M = d.choice((1, 2, 64, 65, 1000, 4097))
@@ -133,13 +144,13 @@ def trt_in_class(d: Draw, k: CompileClass) -> Case:
     else:
         top = d.choice((1 << 20, 2**31))  # slots up to int32's largest
     table = token_table(d, g, P, C, top)
-    if read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
-        table[:, read] = g.integers(0, top, size=(P, len(read)))
+    if n_read:  # the cells the kernel reads hold KV-pool slots (>= 0), in every row (a repeated row too)
+        table[:, read] = g.integers(0, top, size=(P, n_read))
         ends = d.choice(("none", "first", "last", "both"))
         if ends in ("first", "both"):
-            table[:, read[0]] = 0  # the pool's first slot
+            table[:, 0] = 0  # the pool's first slot
         if ends in ("last", "both"):
-            table[:, read[-1]] = top - 1  # the pool's last slot (int32's largest without SWA, at top 2**31)
+            table[:, (n_read - 1) * ps] = top - 1  # the pool's last slot (int32's largest without SWA, at top 2**31)
     values.update({
         "req_to_token": table,
         "req_pool_indices": np.array(rows, np.int64),
@@ -210,7 +221,8 @@ def trt_features(case: Case) -> set[str]:
     if lens is None or not isinstance(ps, int) or ps < 1 or out_spec is None or len(out_spec.shape) != 2:
         return set()
     R, W = out_spec.shape
-    ls = np.asarray(lens).tolist()
+    arr = np.asarray(lens)
+    ls = arr.tolist()
     out = {"swa" if "full_to_swa" in case.tensors else "no_swa", f"page_size:{ps}"} | strided_rows(case) | \
         last_pool_row(case) | page_length_features(ls, ps, W)
     if W > max(BLOCK // ps, 1):
@@ -222,12 +234,13 @@ def trt_features(case: Case) -> set[str]:
     table = case.tensors.get("req_to_token")
     if table is not None and len(table.shape) == 2:
         P, C = table.shape
-        if any(n > 0 and n == C for n in ls):
+        if C > 0 and C in ls:
             out.add("row_end")
         vals = case.values.get("req_to_token")
-        read = _read_cells([n for n in ls if n <= C], ps)
-        if vals is not None and read and P:
-            slots = np.asarray(vals)[:, [c for c in read if c < C]]
+        # the lengths within the row read columns below C only (p * ps < n <= C)
+        read = _read_cells(arr[arr <= C].tolist(), ps)
+        if vals is not None and read.stop > 0 and P:
+            slots = np.asarray(vals)[:, read]
             if slots.size and int(slots.max()) == 2**31 - 1:
                 out.add("slot:int32_max")
             if slots.size and int(slots.min()) == 0:
