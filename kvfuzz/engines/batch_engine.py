@@ -15,7 +15,8 @@
 * Out of contract: one stint in five applies one kind of contract violation to all its
   cases (`OpGenerator.stint`), so a violation that changes what a kernel specialises on
   costs one variant.
-* Packed launches (`pack`, `--pack K`; off by default): in-contract cases of one
+* Packed launches (`pack`, `--pack K`; by default only where the op's `PackSpec.default` says,
+  q8kv8 on a GPU): in-contract cases of one
   class share a launch, k at a time, where the op's record says how (kvfuzz/packing.py); each
   is judged on its own arena, and a finding of a packed case counts only once the case alone
   shows it (else it is a packing artefact).
