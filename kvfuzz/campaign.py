@@ -69,7 +69,9 @@ class CampaignConfig:
     engine: str = "batch"
     rerun_every: int | None = None  # determinism re-run of every N-th case; None: 1 on CUDA, 10 on the CPU
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
-    pack: int | None = None  # cases per packed launch (batched engine, packing.py); None: the op's default on the device (PackSpec.default), 1: none
+    # cases per packed launch (batched engine, packing.py); None: the op's default on the device
+    # (PackSpec.default), 1: none
+    pack: int | None = None
     confirm_tries: int = TRIES  # fresh processes each finding (and its minimized case) must show in
     shard: tuple[int, int] = (1, 1)  # (I, N): this process runs the I-th of N shards
     campaign_dir: Path | None = None  # resumable state (and, unless `corpus` says otherwise, the corpus)

@@ -49,7 +49,9 @@ class EngineOptions:
     variant: str | None = None
     rerun_every: int = 1  # the determinism re-run of every N-th case (0: never)
     batch: int | None = None  # cases per synchronisation (batched engine); None: per device
-    pack: int | None = None  # cases per packed launch (batched engine, packing.py); None: the op's default on the device (PackSpec.default), 0 or 1: none
+    # cases per packed launch (batched engine, packing.py); None: the op's default on the device
+    # (PackSpec.default), 0 or 1: none
+    pack: int | None = None
     cross_every: int = 0  # every N-th case also runs on the cross-check backend (batched engine)
     case_timeout_s: float = 60.0
     shrink_budget_s: float = 20.0  # Hypothesis' own shrinking of a new finding
