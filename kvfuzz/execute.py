@@ -81,6 +81,9 @@ class RunResult:
     # run only in words holding the alternate fill (`Plan.fill_only`), checked on the device
     # (`fill_checks`); None: not checked there
     fill_ok: bool | None = None
+    # for a first run in a batch on a GPU: whether every byte it changed lies in the case's
+    # outputs (`Launch.changes`), checked on the device (`keep_checks`); None: not checked there
+    keep_ok: bool | None = None
 
 
 @dataclass
@@ -244,6 +247,9 @@ class Launch:
     cross: bool = False  # also run it on the cross-check backend (cross.py)
     run: bool = True  # launch it (False: a case of a packed launch, here for its torch oracle: packing.py)
     fill: tuple[Layout, ...] | None = None  # the elements its alternate image keeps, where not `regions` (a pack's)
+    # the byte ranges (from `base`) a correct run may change: its outputs' storage, from its clean
+    # image (`judge.CleanImage`); None: no such single image (or a pack's launch)
+    changes: tuple[tuple[int, int], ...] | None = None
 
 
 def launches(prepared: list[Prepared], repeat: list[bool],
@@ -251,8 +257,17 @@ def launches(prepared: list[Prepared], repeat: list[bool],
     image, bases = pack([p.plan for p in prepared])
     cross = cross or [False] * len(prepared)
     return image, [Launch(p.case.replace(values={}, meta={}), layouts(p.plan), base, p.plan.image.size, rep,
-                          p.status == "in_contract", x)
+                          p.status == "in_contract", x, changes=changes_of(p))
                    for p, base, rep, x in zip(prepared, bases, repeat, cross)]
+
+
+def changes_of(prepared: Prepared) -> tuple[tuple[int, int], ...] | None:
+    """`Launch.changes`: the byte ranges a correct run of the case may change, its outputs'
+    storage in its clean image (None where no single clean image says it)."""
+    from .judge import clean_image  # (judge imports this module)
+
+    clean = clean_image(prepared)
+    return None if clean is None else tuple((start, start + want.size) for start, want, _ in clean.outputs)
 
 
 @dataclass
@@ -268,6 +283,7 @@ class BatchResult:
     cross_backend: str | None = None
     baseline: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the baseline target
     fill_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `fill_checks`' answer
+    keep_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `keep_checks`' answer
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -314,6 +330,9 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     # any launch (the target may write its inputs)
     # (whole 256-byte units: its dtype views need a multiple of their item size; the batch
     # image is laid out in such units)
+    # the batch's bytes before any launch, on the device, for `keep_checks`: a device-to-device copy
+    before = first.clone() if dev.type in FILL_ON_DEVICE and any(b.changes is not None and b.run for b in batch) \
+        else None
     limit = device_oracle_bytes()
     pristine = {i: first[b.base : b.base + round_up(b.size)].clone() for i, b in enumerate(batch)
                 if limit is not None and b.torch_ref and dev.type != "cpu" and b.size >= limit}
@@ -365,6 +384,7 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         t0 = time.perf_counter()
         fill_ok = fill_checks(arenas[0], arenas[1], batch) \
             if dev.type in FILL_ON_DEVICE and arenas[1] is not None else {}
+        keep_ok = keep_checks(before, arenas[0], batch) if before is not None else {}
         _sync(device)
         for (pass_, i), line in guard.settle().items():  # a store past a wrapper's scratch buffer
             errors[pass_][i] = errors[pass_][i] or (line, OVERRUN, "")
@@ -384,11 +404,12 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
                 afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs, host)
         fill_ok = dict(zip(fill_ok[0], fill_ok[1].tolist())) if fill_ok else {}
+        keep_ok = dict(zip(keep_ok[0], keep_ok[1].tolist())) if keep_ok else {}
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
     except Exception as exc:
         return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
-    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok)
+    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok, keep_ok=keep_ok)
 
 
 # where the re-runs' fill rule is checked by the worker, on the device, for the whole batch at
@@ -421,6 +442,37 @@ def fill_checks(first, second, batch: list[Launch]):
     local = g - starts[k]
     inside = (local >= 0) & (g < ends[k])
     bad = inside & (w1 != w2) & ((w2.to(torch.int64) & 0xFFFFFFFF) != alt_words(local))
+    counts = torch.zeros(len(picked), dtype=torch.int64, device=dev).index_add_(0, k, bad.to(torch.int64))
+    return [i for i, _ in picked], counts == 0
+
+
+def keep_checks(before, after, batch: list[Launch]):
+    """For each launch with `changes`: whether every byte of its part of the batch that the
+    first pass changed (`after` against `before`, the batch's bytes before any launch) lies
+    in one of its `changes` ranges, i.e. whether the bytes a correct run leaves alone
+    (`judge.CleanImage.spans`) were left alone. On the device, over the changed bytes only
+    (a clean batch changes its outputs' bytes and nothing else); returns (launch indices, a
+    bool tensor) for the caller to read after its synchronisation ({} where none is checked).
+    The judge then compares the outputs alone on the host (`quick_verdict`)."""
+    import torch
+
+    picked = [(i, b) for i, b in enumerate(batch) if b.changes is not None and b.run and b.size]
+    if not picked:
+        return {}
+    dev = after.device
+    n = min(after.numel(), before.numel())
+    starts = torch.tensor([b.base for _, b in picked], dtype=torch.int64)
+    ends = torch.tensor([b.base + b.size for _, b in picked], dtype=torch.int64)
+    ranges = sorted((b.base + a, b.base + z) for _, b in picked for a, z in b.changes if z > a)
+    r_starts = torch.tensor([a for a, _ in ranges] or [n], dtype=torch.int64).to(dev, non_blocking=True)
+    r_ends = torch.tensor([z for _, z in ranges] or [n], dtype=torch.int64).to(dev, non_blocking=True)
+    starts, ends = starts.to(dev, non_blocking=True), ends.to(dev, non_blocking=True)
+    changed = torch.nonzero(after[:n] != before[:n]).flatten()
+    k = (torch.searchsorted(starts, changed, right=True) - 1).clamp_(min=0)  # the picked launch at or before it
+    mine = (changed >= starts[k]) & (changed < ends[k])
+    r = (torch.searchsorted(r_starts, changed, right=True) - 1).clamp_(min=0)
+    allowed = (changed >= r_starts[r]) & (changed < r_ends[r])
+    bad = mine & ~allowed
     counts = torch.zeros(len(picked), dtype=torch.int64, device=dev).index_add_(0, k, bad.to(torch.int64))
     return [i for i, _ in picked], counts == 0
 
@@ -500,7 +552,8 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
         else:
             after = result.afters[1][i]
         run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1,
-                        fill_ok=result.fill_ok.get(i) if p == 1 else None)
+                        fill_ok=result.fill_ok.get(i) if p == 1 else None,
+                        keep_ok=result.keep_ok.get(i) if p == 0 else None)
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)

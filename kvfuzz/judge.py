@@ -175,11 +175,12 @@ class CleanImage:
         """Whether some bytes are free (may-write cells)."""
         return any(care is not None for _, _, care in self.outputs)
 
-    def holds(self, image: np.ndarray, after: np.ndarray) -> bool:
-        """Whether `after` is what a correct run leaves, from the plan's `image`."""
+    def holds(self, image: np.ndarray, after: np.ndarray, kept: bool = False) -> bool:
+        """Whether `after` is what a correct run leaves, from the plan's `image` (`kept`: its
+        spans are known to hold the image's bytes, `execute.keep_checks`: outputs alone)."""
         if after.shape != image.shape:
             return False
-        for a, b in self.spans:
+        for a, b in () if kept else self.spans:
             if not _same_bytes(after[a:b], image[a:b]):
                 return False
         for start, want, care in self.outputs:
@@ -272,7 +273,7 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     if clean is None or first.error is not None or first.after is None or outcome.torch_ref_error \
             or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
-    if not clean.holds(prepared.plan.image, first.after):
+    if first.keep_ok is False or not clean.holds(prepared.plan.image, first.after, kept=bool(first.keep_ok)):
         return None
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
         for name, ours, required in clean.oracle:

@@ -442,7 +442,7 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
     nothing and has no bytes in the batch's image: its pack's launch runs it and computes the
     torch oracle for every member), then one launch per pack. `packs` is None where nothing
     packed."""
-    from .execute import launches as plain
+    from .execute import changes_of, launches as plain
 
     spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
     groups = group(spec, prepared, repeat, cross, k) if spec is not None else []
@@ -478,7 +478,7 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
     batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, 0, 0, False, False, x, run=False)
              if i in member_of else
              Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size, rep,
-                    p.status == "in_contract", x)
+                    p.status == "in_contract", x, changes=changes_of(p))
              for i, (p, base, rep, x) in enumerate(zip(prepared, bases, repeat, cross))]
     launch_of = []
     for (g, pk), base in zip(kept, bases[len(prepared):]):
