@@ -2,7 +2,7 @@
 every verdict and plan image (to prove a speedup changed nothing).
 
 usage: PYTHONPATH=. python scripts/judge_speed.py [--n 400] [--seeds 0,1,2] [--repeat 3]
-                                   [--ops OP,...] [--sizes small|production] [--out FILE] [--no-timing | --no-digest]
+                                   [--ops OP,...] [--sizes small|production] [--kept] [--out FILE] [--no-timing | --no-digest]
                                    [--profile STAGE]
 
 No kernel runs. For each op, seed and in_contract_only in (True, False) it draws the engine's
@@ -132,11 +132,14 @@ def damaged(p, after: np.ndarray, ref: dict) -> list[tuple[str, Outcome]]:
     return out
 
 
+KEPT = [None]  # --kept: the first run's keep_ok, as the worker's keep check answers on a GPU
+
+
 def outcome_of(p) -> Outcome:
     """The run the campaign mostly sees: correct (in contract) or refused (out of contract)."""
     if p.status == "in_contract":
         after, ref = correct_after(p)
-        return Outcome([RunResult(after=after), RunResult(after=after.copy())], ref)
+        return Outcome([RunResult(after=after, keep_ok=KEPT[0]), RunResult(after=after.copy())], ref)
     return Outcome([RunResult(after=p.plan.image.copy(), error="ValueError: refused", error_type="ValueError")])
 
 
@@ -263,9 +266,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-digest", action="store_true", help="timings only")
     ap.add_argument("--sizes", choices=("small", "production"), default=None,
                     help="the pool's small classes, or its production-size ones alone (default: the mix)")
+    ap.add_argument("--kept", action="store_true",
+                    help="judge as on a GPU, where the worker's keep check (execute.keep_checks) said the "
+                    "first run changed only its outputs: quick_verdict compares the outputs alone")
     ap.add_argument("--profile", choices=STAGES, help="print the stage's profile (cProfile, by tottime), one pass")
     args = ap.parse_args(argv)
     ops, seeds = args.ops.split(","), [int(x) for x in args.seeds.split(",")]
+    KEPT[0] = True if args.kept else None
     cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n, args.sizes)}
     if args.profile:
         prof = cProfile.Profile()
