@@ -11,6 +11,8 @@ import pytest
 from kvfuzz import device as devmod
 from kvfuzz.errors import DeviceModeError
 
+from sampling import SHARD_ENV, in_shard, thorough_shard
+
 try:
     DEVICE = devmod.select(os.environ.get("KVFUZZ_DEVICE", "auto"))
     INTERPRETER_REFUSED: str | None = None
@@ -42,6 +44,14 @@ def pytest_collection_modifyitems(config, items):
     `nokernel` (and not `interpreter`) can run; every other one skips with kvfuzz's one-line
     reason."""
     items.sort(key=lambda item: item.originalname not in LONGEST_FIRST if hasattr(item, "originalname") else True)
+    shard = thorough_shard(os.environ.get(SHARD_ENV))
+    if shard is not None:  # one shard of the thorough tests; every other test stays
+        gone = [item for item in items if item.get_closest_marker("thorough") is not None
+                and not in_shard(item.nodeid, shard)]
+        if gone:
+            dropped = set(map(id, gone))
+            items[:] = [item for item in items if id(item) not in dropped]
+            config.hook.pytest_deselected(items=gone)
     if INTERPRETER_REFUSED:
         skip = pytest.mark.skip(reason=f"kvfuzz refuses this machine's Triton interpreter: {INTERPRETER_REFUSED}")
         for item in items:

@@ -1,6 +1,6 @@
 """The fast suite's sample of a long family of tests. The rest is marked `thorough`: not in the
-README's test command (which must stay within 5 minutes on 2 cores), run by CI's second stage and
-by `pytest -n auto -m thorough`.
+README's test command, run by `pytest -n auto -m thorough` and, a third of them a commit
+(`thorough_shard`), by CI's second stage.
 
 * `fast_if_first`: an item runs in the fast suite where it is the first to show one of its
   keys (its kind, its op, its expectation);
@@ -46,3 +46,27 @@ def sampled(family: str, values: Iterable, share: int = 4) -> list:
     params = [v if isinstance(v, type(pytest.param(0))) else pytest.param(v) for v in values]
     at = zlib.crc32(family.encode()) % min(share, len(params) or 1)
     return [_thorough(p, i % share != at) for i, p in enumerate(params)]
+
+
+SHARD_ENV = "KVFUZZ_THOROUGH_SHARD"
+
+
+def thorough_shard(raw: str | None) -> tuple[int, int] | None:
+    """`KVFUZZ_THOROUGH_SHARD=I/N`: run the I-th of N shards of the `thorough` tests (CI's
+    second stage, which its time cannot hold whole: the shard is chosen by the commit); None
+    where unset. A malformed value is a usage error."""
+    if raw is None or not raw.strip():
+        return None
+    i, sep, n = raw.strip().partition("/")
+    try:
+        shard = (int(i), int(n))
+    except ValueError:
+        shard = (-1, 0)
+    if not sep or not 0 <= shard[0] < shard[1]:
+        raise pytest.UsageError(f"{SHARD_ENV}={raw!r}: expected I/N with 0 <= I < N")
+    return shard
+
+
+def in_shard(nodeid: str, shard: tuple[int, int]) -> bool:
+    """Whether a test (by its node id, stable across machines) falls in shard (I, N)."""
+    return zlib.crc32(nodeid.encode()) % shard[1] == shard[0]
