@@ -110,3 +110,37 @@ def test_a_case_round_trips_through_the_corpus(tmp_path, device):
                          versions=environment_versions(), origin="hand"))
     (key,) = list(store.keys())
     assert store.load(key).case == HAND[3]
+
+
+def test_production_rows_are_each_of_their_kinds():
+    """A production batch's rows, made for all rows at once: each row holds valid indices in
+    [0, 2**31) and one pad value; across a few batches there are full rows, all-pad rows,
+    trailing pads, and pads scattered before the last valid slot, including in a row whose last
+    slot is valid. The same seed gives the same batch."""
+    import numpy as np
+
+    from kvfuzz.ops.q8kv8_topk_length.generate import PADS, PROD_ROW_KINDS, _rows
+    from kvfuzz.strategies.draw import RandomDraw
+    from kvfuzz.strategies.values import LazyRng
+
+    seen = set()
+    for seed in range(4):
+        rows = _rows(RandomDraw(seed), LazyRng(seed), 257, 2048, 512, PROD_ROW_KINDS)
+        again = _rows(RandomDraw(seed), LazyRng(seed), 257, 2048, 512, PROD_ROW_KINDS)
+        assert rows.shape == (257, 2048) and np.array_equal(rows, again)
+        assert not np.array_equal(rows, _rows(RandomDraw(seed + 9), LazyRng(seed + 9), 257, 2048, 512,
+                                              PROD_ROW_KINDS))
+        assert rows.max() < 2**31
+        for row in rows:
+            pads = np.unique(row[row < 0])
+            assert len(pads) <= 1 and set(pads.tolist()) <= set(PADS)
+            valid = np.flatnonzero(row >= 0)
+            if valid.size == 0:
+                seen.add("all_pad")
+            elif valid.size == 2048:
+                seen.add("full")
+            elif valid.size == valid[-1] + 1:
+                seen.add("trailing")
+            else:
+                seen.add("scattered_last" if valid[-1] == 2047 else "scattered")
+    assert seen == {"all_pad", "full", "trailing", "scattered", "scattered_last"}

@@ -68,30 +68,47 @@ ROW_KINDS = ("trailing", "all_pad", "full", "scattered")
 PROD_ROW_KINDS = ("full", "full", "full", "trailing", "scattered", "all_pad")
 
 
-def _row(d: Draw, lazy: LazyRng, K: int, block: int, row: np.ndarray, kinds: tuple[str, ...] = ROW_KINDS) -> None:
-    """Fill `row` (K int64 slots), its kind drawn from `kinds`."""
-    pad = d.choice(PADS)
-    kind = d.choice(kinds)
-    if K == 0 or kind == "all_pad":
-        row[:] = pad
-        return
+def _rows(d: Draw, lazy: LazyRng, S: int, K: int, block: int, kinds: tuple[str, ...] = ROW_KINDS) -> np.ndarray:
+    """S rows of K int64 slots, each row's kind drawn from `kinds`.
+
+    The Draw calls go row by row (pad, kind, then the last valid position of a partial row); the
+    values are made for all rows at once, so a production batch (1024 rows of 2048) costs NumPy
+    passes rather than a Python loop over its rows."""
+    if S == 0 or K == 0:
+        for _ in range(S):
+            d.choice(PADS), d.choice(kinds)
+        return np.zeros((S, K), np.int64)
     g = lazy()
-    valid = g.integers(0, 2**31, size=K)
-    valid[g.integers(0, K)] = 0  # 0 is a valid index
-    if kind == "full":
-        row[:] = valid
-        return
-    # the last valid position, on the edges of the backward scan's blocks
-    last = d.choice((0, K - 1, K - block, K - block - 1, K - block + 1, block - 1, block, K // 2,
-                     int(g.integers(0, K))))
-    last = min(max(last, 0), K - 1)
-    row[:] = pad
-    if kind == "trailing":
-        row[: last + 1] = valid[: last + 1]
-    else:
-        keep = g.random(last + 1) < 0.3
-        keep[last] = True
-        np.copyto(row[: last + 1], valid[: last + 1], where=keep)
+    picks = g.integers(0, K, size=(2, S)).tolist()  # per row: a random last valid position, the zero's slot
+    pads = np.empty(S, np.int64)
+    lasts = np.empty(S, np.int64)  # each row's last valid position; -1: all pads
+    scattered = np.zeros(S, bool)
+    for i in range(S):
+        pads[i] = d.choice(PADS)
+        kind = d.choice(kinds)
+        if kind == "all_pad":
+            lasts[i] = -1
+        elif kind == "full":
+            lasts[i] = K - 1
+        else:  # the last valid position, on the edges of the backward scan's blocks
+            last = d.choice((0, K - 1, K - block, K - block - 1, K - block + 1, block - 1, block, K // 2,
+                             picks[0][i]))
+            lasts[i] = min(max(last, 0), K - 1)
+            scattered[i] = kind == "scattered"
+    # valid indices in [0, 2**31): each row a window of one random run, one slot of it 0
+    run = g.integers(0, 2**31, size=2 * K)
+    values = np.lib.stride_tricks.sliding_window_view(run, K)[g.integers(0, K + 1, size=S)]
+    values[np.arange(S), picks[1]] = 0  # 0 is a valid index
+    part = np.flatnonzero((lasts < K - 1) | scattered)  # rows with pads: full rows are done
+    if part.size == 0:
+        return values
+    keep = np.arange(K) <= lasts[part, None]
+    scat = np.flatnonzero(scattered[part])
+    if scat.size:  # a random 30% of the slots before the last valid one, which stays
+        keep[scat] &= g.random((scat.size, K)) < 0.3
+        keep[scat, lasts[part[scat]]] = True
+    values[part] = np.where(keep, values[part], pads[part, None])
+    return values
 
 
 def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
@@ -100,10 +117,7 @@ def topk_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     lazy = LazyRng(d.seed())
     block = block_of(K)
     spec, bcast = class_layout(k, "indices", "int32", (S, K))
-    values = np.empty((S, K), np.int64) if S else np.zeros((0, K), np.int64)
-    kinds = PROD_ROW_KINDS if k["rows"] == "production" else ROW_KINDS
-    for i in range(S):
-        _row(d, lazy, K, block, values[i], kinds)
+    values = _rows(d, lazy, S, K, block, PROD_ROW_KINDS if k["rows"] == "production" else ROW_KINDS)
     out, _ = class_layout(k, "topk_length", "int32", (S,))
     return Case(OP, {}, {"indices": spec, "topk_length": out}, {"indices": apply_broadcast(values, bcast)},
                 variant=variant)

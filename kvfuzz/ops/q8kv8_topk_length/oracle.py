@@ -15,11 +15,14 @@ from ...oracles.torch_ref import Inputs, input_tensor
 
 def numpy_ref(case: Case) -> Expected:
     """1 + the last position holding a value >= 0, and 1 for a row without one."""
-    idx = np.asarray(case.values["indices"], dtype=np.int64)
+    idx = np.asarray(case.values["indices"])
     S, K = case.tensors["indices"].shape
-    ramp = np.arange(1, K + 1, dtype=np.int64)
-    last = np.where(idx >= 0, ramp[None, :], 0).max(axis=1, initial=0) if S else np.zeros(0, np.int64)
-    return Expected({"topk_length": np.maximum(last, 1)})
+    if S == 0 or K == 0:
+        return Expected({"topk_length": np.ones(S, np.int64)})
+    valid = idx >= 0
+    back = valid[:, ::-1].argmax(axis=1)  # from the row's end, the first valid slot (0 where none is)
+    has = valid[np.arange(S), K - 1 - back]
+    return Expected({"topk_length": np.where(has, K - back, 1).astype(np.int64)})
 
 
 # the torch oracle ------------------------------------------------------------------------
