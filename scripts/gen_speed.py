@@ -4,9 +4,11 @@ host before planning (`stream_case`, `fit_target`, `all_features`), per op, over
 `--repeats`), and the class pool's cost (once per campaign).
 
     PYTHONPATH=. python scripts/gen_speed.py [--cases 1000] [--repeats 5] [--ops OP ...] [--variant V]
+                                             [--sizes small|production]
     git archive REV | tar -x -C /tmp/rev && PYTHONPATH=. python scripts/gen_speed.py --against rev=/tmp/rev
 
-`--against NAME=DIR` also times the kvfuzz package under DIR (another revision), in the same
+`--sizes production` draws from the pool's production-size classes alone (an op without any is
+skipped), `small` from the rest. `--against NAME=DIR` also times the kvfuzz package under DIR (another revision), in the same
 process, chunk by chunk in turn with this checkout's, so that a busy machine slows both alike.
 """
 
@@ -31,7 +33,7 @@ def load(name: str, src: Path | None, scratch: Path):
     engine = importlib.import_module(f"{pkg}.engines.batch_engine")
     common = importlib.import_module(f"{pkg}.engines.common")
     strategies = importlib.import_module(f"{pkg}.strategies")
-    return engine.stream_case, common.fit_target, strategies.GENERATORS, engine.POOL, engine.STINT
+    return engine.stream_case, common.fit_target, strategies.GENERATORS, engine.POOL, engine.STINT, engine.sized
 
 
 def main() -> None:
@@ -43,6 +45,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--variant", default=None, help="a contract variant (decode_metadata: strict, fused, ...)")
     ap.add_argument("--ops", nargs="*", default=None)
+    ap.add_argument("--sizes", choices=("small", "production"), default=None,
+                    help="the pool's small classes, or its production-size ones alone (default: the mix)")
     ap.add_argument("--against", nargs="*", default=[], metavar="NAME=DIR", help="other kvfuzz trees to time alike")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="gen_speed."))
@@ -54,14 +58,18 @@ def main() -> None:
     ops = args.ops or list(versions["this"][2])
     for op in ops:
         runs = {}
-        for name, (stream_case, fit_target, generators, pool_size, stint) in versions.items():
+        for name, (stream_case, fit_target, generators, pool_size, stint, sized) in versions.items():
             gen = generators[op]
             pool_ms = []
             for _ in range(3):
                 t = time.perf_counter()
                 pool = gen.pool(args.seed, pool_size, args.variant)
                 pool_ms.append((time.perf_counter() - t) * 1e3)
+            pool = sized(pool, args.sizes)
             runs[name] = (stream_case, fit_target, gen, pool, stint[args.device], min(pool_ms))
+        if not all(run[3] for run in runs.values()):
+            print(f"{op:24s} no {args.sizes} classes")
+            continue
         best: dict[tuple[str, int], float] = {}
         for _ in range(args.repeats):
             for start in range(0, args.cases, args.chunk):
