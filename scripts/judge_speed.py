@@ -2,7 +2,7 @@
 every verdict and plan image (to prove a speedup changed nothing).
 
 usage: PYTHONPATH=. python scripts/judge_speed.py [--n 400] [--seeds 0,1,2] [--repeat 3]
-                                   [--ops OP,...] [--sizes small|production] [--kept] [--out FILE] [--no-timing | --no-digest]
+                                   [--ops OP,...] [--sizes small|production] [--variant V] [--kept] [--out FILE] [--no-timing | --no-digest]
                                    [--profile STAGE]
 
 No kernel runs. For each op, seed and in_contract_only in (True, False) it draws the engine's
@@ -163,11 +163,12 @@ def plan_bytes(plan) -> bytes:
     return head + plan.image.tobytes()
 
 
-def streams(ops, seeds, n, sizes=None):
+def streams(ops, seeds, n, sizes=None, variant=None):
     for op in ops:
+        v = variant if variant in (getattr(CONTRACTS[op], "variants", None) or {}) else None
         for seed in seeds:
             for ico in (True, False):
-                cases = [c for _, c in case_stream(op, seed, n, "cpu", in_contract_only=ico, sizes=sizes)]
+                cases = [c for _, c in case_stream(op, seed, n, "cpu", in_contract_only=ico, sizes=sizes, variant=v)]
                 if cases:  # an op without production classes in its pool has none
                     yield op, seed, ico, cases
 
@@ -266,6 +267,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-digest", action="store_true", help="timings only")
     ap.add_argument("--sizes", choices=("small", "production"), default=None,
                     help="the pool's small classes, or its production-size ones alone (default: the mix)")
+    ap.add_argument("--variant", default=None,
+                    help="the contract variant of the ops that have it (the KV-index family's production classes "
+                    "are drawn in its variants: --variant default), the others their own cases")
     ap.add_argument("--kept", action="store_true",
                     help="judge as on a GPU, where the worker's keep check (execute.keep_checks) said the "
                     "first run changed only its outputs: quick_verdict compares the outputs alone")
@@ -273,7 +277,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     ops, seeds = args.ops.split(","), [int(x) for x in args.seeds.split(",")]
     KEPT[0] = True if args.kept else None
-    cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n, args.sizes)}
+    cases_by_key = {(op, seed, ico): cases for op, seed, ico, cases in streams(ops, seeds, args.n, args.sizes, args.variant)}
     if args.profile:
         prof = cProfile.Profile()
         one_pass(cases_by_key, False, (args.profile, prof))

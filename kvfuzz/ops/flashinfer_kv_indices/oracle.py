@@ -56,21 +56,29 @@ def numpy_ref(case: Case) -> Expected:
     total = int(lens.sum())
     if not total:
         return Expected({"kv_indices": out})
-    req = np.repeat(np.arange(rows.shape[0]), lens)
-    j = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-    pos = starts[req] + j
-    ids = table[rows[req], pos] if ps == 1 else table[rows[req], pos // ps] * ps + pos % ps
+    # each request's ids are one slice of its row (of its pages' tokens where ps > 1), and
+    # kv_indptr is consistent, so they fill kv_indices[ptr[0], ptr[0] + total) in request order
+    parts = []
+    for r, s_, n in zip(rows.tolist(), starts.tolist(), lens.tolist()):
+        if n == 0:
+            continue
+        if ps == 1:
+            parts.append(table[r, s_:s_ + n])
+        else:
+            pages = table[r, s_ // ps:(s_ + n - 1) // ps + 1]
+            parts.append((pages[:, None] * ps + np.arange(ps)).reshape(-1)[s_ % ps:s_ % ps + n])
+    ids = np.concatenate(parts)
     if "token_mapping" in case.values:
         mapping = np.asarray(case.values["token_mapping"], dtype=np.int64)
         bad = np.flatnonzero((ids < -1) | (ids >= mapping.shape[0]))
         if bad.size:
-            raise OutOfContract(f"token id {int(ids[bad[0]])} (kv_indices[{int(ptr[req[bad[0]]] + j[bad[0]])}]) is "
+            raise OutOfContract(f"token id {int(ids[bad[0]])} (kv_indices[{int(ptr[0]) + int(bad[0])}]) is "
                                 f"neither -1 nor in token_mapping's [0, {mapping.shape[0]})")
         ids = np.where(ids >= 0, mapping[np.maximum(ids, 0)], -1)
         _fits(ids, out_dtype, "mapped id")
     else:
         _fits(ids, out_dtype, "token id")
-    out[ptr[req] + j] = ids
+    out[int(ptr[0]):int(ptr[0]) + total] = ids
     return Expected({"kv_indices": out})
 
 
