@@ -81,6 +81,13 @@ def refusal(spec: PackSpec, p: Prepared) -> str | None:
             return f"{name} is shared by every row"
         if not t.shape or t.strides[0] <= 0:
             return f"{name}'s rows are not stacked (first stride {t.strides[0] if t.shape else '-'})"
+        # stacked at its own row stride, a row must end before the next begins: a one-row tensor's
+        # row stride is free (a transposed (1, n) has (1, 1)), and with the next case's row at
+        # that stride the two would share elements
+        extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape[1:], t.strides[1:])) \
+            if all(t.shape[1:]) else 0
+        if t.strides[0] < extent:
+            return f"{name}'s rows overlap when stacked (row stride {t.strides[0]} < a row's {extent} elements)"
         if kind == ROWS:
             if bs is None:
                 bs = t.shape[0]

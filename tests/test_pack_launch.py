@@ -224,6 +224,29 @@ def test_a_byte_no_case_owns_loses_the_pack(device):
     assert len(verdicts) == 3 and all(not v.findings for _, _, v in verdicts)
 
 
+def test_rows_that_would_overlap_when_stacked_do_not_pack(device):
+    """A one-row tensor's row stride is free: q8kv8's transposed layout on one row, (1, 256)
+    strides (1, 1), is in contract (its column stride is 1), and stacked at that row stride two
+    such cases would share 255 of their 256 elements (a packed launch showed a mismatch that
+    neither case alone shows). Such a case runs alone, its verdict its own."""
+    import cases
+
+    op = "q8kv8_topk_length"
+    spec = TensorSpec("int32", (1, 256), (1, 1), 0, 256)
+    pair = [cases.topk([[5] * 200], K=256, spec=spec), cases.topk([[-1] * 256], K=256, spec=spec)]
+    prepared = [prepare(c, i) for i, c in enumerate(pair)]
+    assert [p.status for p in prepared] == ["in_contract"] * 2
+    assert all("overlap when stacked" in packing.refusal(packing.spec_of(op), p) for p in prepared)
+    image, batch, packs = packing.launches(prepared, [False, False], [False, False], 16)
+    assert packs is None or packs.packed() == 0
+    executor = InProcessExecutor("builtin", device)
+    verdicts = list(Checker(executor, op).verdicts(prepared, batch, executor.run_batch(image, batch), packs))
+    assert [v.findings for _, _, v in verdicts] == [[], []]
+    # the same rows at a row stride that clears a row pack as before
+    wide = TensorSpec("int32", (1, 256), (256, 1), 0, 256)
+    assert packing.refusal(packing.spec_of(op), prepare(cases.topk([[5] * 200], K=256, spec=wide))) is None
+
+
 @pytest.mark.thorough  # seconds of processes and campaigns: CI's thorough stage
 def test_the_same_seed_finds_the_same_with_and_without_packing(tmp_path, device):
     op = "flashinfer_kv_indices"
