@@ -36,6 +36,26 @@ def _host_spans_hold(p, b, after: np.ndarray) -> bool:
     return all(np.array_equal(part[a:z], image[a:z]) for a, z in clean_image(p).spans)
 
 
+def _outside(prepared, batch, after: np.ndarray, ok: list) -> str:
+    """Where each refused case's changed bytes outside its outputs lie: tensor (or gap) and the
+    bytes before and after, for the first few (a GPU-only failure has to be read from this)."""
+    lines = []
+    for p, b, good in zip(prepared, batch, ok):
+        if good:
+            continue
+        part, image = after[b.base : b.base + b.size], p.plan.image
+        at = [int(x) for a, z in clean_image(p).spans for x in np.flatnonzero(part[a:z] != image[a:z]) + a]
+        where = {}
+        for x in at:
+            name = next((n for n, r in p.plan.regions.items() if r.start - r.guard <= x < r.start + r.nbytes + r.guard),
+                        "gap")
+            where.setdefault(name, []).append(x)
+        lines.append(f"case {p.index} ({len(at)} bytes): " + "; ".join(
+            f"{n} {p.plan.regions[n].spec if n != 'gap' else ''} at {xs[:4]} "
+            f"{[hex(image[x]) for x in xs[:4]]} -> {[hex(part[x]) for x in xs[:4]]}" for n, xs in where.items()))
+    return "\n".join(lines[:4])
+
+
 @pytest.mark.parametrize("op", sampled("keep checks", OPS, share=3))
 def test_the_batch_keep_check_says_what_the_host_spans_say_of_every_first_run(op, device):
     target = InProcessExecutor("builtin", device).target
@@ -63,7 +83,8 @@ def test_the_batch_keep_check_says_what_the_host_spans_say_of_every_first_run(op
         assert idx == list(range(len(batch)))
         host = a.cpu().numpy()
         assert ok.tolist() == [_host_spans_hold(prepared[i], batch[i], host) for i in idx], trial
-        assert trial or all(ok.tolist()), "a clean batch changed a byte outside its outputs"
+        assert trial or all(ok.tolist()), "a clean batch changed bytes outside its outputs: " + \
+            _outside(prepared, batch, host, ok.tolist())
         refused += not all(ok.tolist())
         kept_damage += bool(trial) and all(ok.tolist())
     assert refused, "no damaged byte was refused: the check was not tried"
