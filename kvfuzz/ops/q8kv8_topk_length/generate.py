@@ -9,8 +9,9 @@ block's edge, with -1 or other negative pads and 0 as a valid index.
 One class in sixteen is a production class (`size: production`): DSA's top-k width 2048 (its
 `index_topk`) over 256 to 1024 query rows (a decode or verify batch past 256; the kernel runs one
 program per row), half the rows a full top-k (a context past 2048 tokens: the backward scan stops
-in its first block), the rest short, scattered or all pads. The interpreter takes one to a few
-seconds for such a case on the CPU (an all-pad row scans all 16 of the builtin's 128-wide blocks).
+in its first block), the rest short, scattered or all pads. The interpreter takes 4.6-18 s for
+such a case on the CPU (256-1024 rows, 2 cores; an all-pad row scans all 16 of the builtin's
+128-wide blocks).
 """
 
 from __future__ import annotations
