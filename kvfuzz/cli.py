@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="op to fuzz (repeatable; default: all)")
     _target_device(f)
     f.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
-                   help="generation time, split evenly over the ops the target has (default 60)")
+                   help="generation time, split evenly over the ops the target has; the batched "
+                        "engine starts no case that its stint's measured cost says would end past "
+                        "an op's share (default 60)")
     f.add_argument("--max-cases", type=int, default=1_000_000, metavar="N", help="at most N cases per op")
     f.add_argument("--seed", type=int, default=0, help="same seed, same cases (default 0)")
     f.add_argument("--corpus", type=Path, metavar="DIR", help="save each finding's minimized case here")

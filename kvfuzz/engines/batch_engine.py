@@ -53,6 +53,7 @@ from ..strategies.draw import RandomDraw
 from ..strategies.feature_filter import SAMPLES, FeatureFilter, class_hits
 from ..worker import Executor
 from .base import Engine, EngineOptions, OpRun, run_engine
+from .case_cost import CaseCost
 from .common import Found, OpStats, fit_target
 
 POOL = 48  # compile classes per op and campaign
@@ -103,19 +104,59 @@ class BatchEngine(Engine):
         max_cases = run.max_cases + run.start  # the count is this run's
         skip_until = [0]  # after a known hang or fault, the rest of its stint is skipped (each would repeat it)
         held = HeldBack()  # cases like a known crash, drawn in one stint of ten
+        cost = CaseCost(o.device)  # seconds a case of each stint takes: batches sized to the budget left
+        stint_of: dict[int, tuple] = {}  # stream index -> its stint's key (class, violation)
+        ahead: dict[int, tuple] = {}  # a case drawn but left to open the next batch
+        spent_budget = [False]  # the next case would end past the budget: draw no more
+
+        def room() -> float:
+            """Seconds of the budget left for a batch drawn now: after the one in flight."""
+            left = run.time_left()
+            if flight and "result" not in flight:
+                expected = cost.predicted([stint_of[p.index] for p in flight["prepared"]])
+                left -= max(0.0, expected - (tick() - flight["submitted"]))
+            return left
+
+        def keep_ahead(i: int, k_index: int, violation, case: Case, t: float) -> None:
+            """Case `i`, drawn, opens the next batch instead."""
+            ahead.clear()
+            ahead[i] = (k_index, violation, case)
+            stats.add_stage("generate", tick() - t)
 
         def draw_batch(n: int) -> list[Prepared]:
             nonlocal drawn
             out = []
             drawn = max(drawn, skip_until[0])
+            first = drawn == run.start  # the op's first batch runs at least one case (OpRun.first_by)
+            left, expected = room(), 0.0
+            spent_budget[0] = False
             tries = HELD_DRAWS * n  # cases held back count too: a batch is drawn in bounded time
             while len(out) < n and drawn < max_cases and tries > 0:
                 tries -= 1
                 t = tick()
-                k_index, case = stream_case(gen, classes, seed, drawn, stint, o.shard, o.in_contract_only)
-                if o.variant:
-                    case = case.replace(variant=o.variant)
-                case = fit_target(case, lacks)
+                got = ahead.pop(drawn, None)
+                if got is None:
+                    k_index, violation, case = _stream_case(gen, classes, seed, drawn, stint, o.shard,
+                                                            o.in_contract_only)
+                    if o.variant:
+                        case = case.replace(variant=o.variant)
+                    case = fit_target(case, lacks)
+                else:
+                    k_index, violation, case = got
+                key = (k_index, violation)
+                each = cost.of(key)
+                # a stint not yet measured opens a batch of its own (its probe, on the CPU); a
+                # case that would end past the budget is not drawn (one of unknown cost: once
+                # the budget is spent), bar the op's first
+                if (each is None and cost.probe and out) or (expected + (each or 0.0) >= left and (out or not first)):
+                    spent_budget[0] = not out
+                    keep_ahead(drawn, k_index, violation, case, t)
+                    break
+                # nor one past half the case timeout: the worker's deadline for a batch is the
+                # case timeout and a second a case, and a batch past it is lost as a hang
+                if out and each is not None and expected + each > o.case_timeout_s / 2:
+                    keep_ahead(drawn, k_index, violation, case, t)
+                    break
                 if flt is not None and not flt.keeps(gen.all_features(case)):  # --feature: a case without it
                     stats.add_stage("generate", tick() - t)
                     drawn += 1
@@ -127,7 +168,11 @@ class BatchEngine(Engine):
                 visited.add(k_index)
                 stats.add_stage("generate", tick() - t)
                 out.append(self.checker.prepare(case, drawn, stats.add_stage))
+                stint_of[drawn] = key
+                expected += each or 0.0
                 drawn += 1
+                if each is None and cost.probe:
+                    break
             stats.held_back = held.to_json()
             if flt is not None:
                 stats.feature_filter = flt.to_json()
@@ -166,6 +211,9 @@ class BatchEngine(Engine):
                 flight["result"] = executor.collect()
                 stats.add_stage("wait", tick() - t)
                 batch_s[0] = tick() - flight["submitted"]
+                keys = [stint_of.pop(p.index, None) for p in flight["prepared"]]
+                if not flight["result"].lost:  # a lost batch's time is its fault's, not its cases'
+                    cost.learn(keys, batch_s[0])
 
         def recorded(p: Prepared) -> Case:
             """A finding's case with its choices recorded: drawn again, so only findings pay for it."""
@@ -248,7 +296,7 @@ class BatchEngine(Engine):
             stats.compiled = executor.compiled - compiled_before
 
         def more() -> bool:
-            if max(drawn, skip_until[0]) >= max_cases:
+            if max(drawn, skip_until[0]) >= max_cases or spent_budget[0]:
                 return False
             if drawn == run.start:  # the first batch: whenever the op is in time (OpRun.first_by included)
                 return run.in_time()
@@ -345,7 +393,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
             on_case: Callable[[OpStats, Verdict], None] | None = None,
             on_new: Callable[[Found], None] | None = None,
             stats: OpStats | None = None, start: int = 0,
-            until: float | None = None) -> tuple[OpStats, dict[str, Found]]:
+            until: float | None = None, case_timeout_s: float = 60.0) -> tuple[OpStats, dict[str, Found]]:
     """Fuzz one op with the batched engine outside a campaign (the benchmark, tests): from case
     `start` of the stream until the budget or the case count runs out. Returns stats and
     findings keyed by signature. `on_new` sees each new finding once, after it reproduced
@@ -354,7 +402,7 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
     shard's own case stream and `pool_seed` the campaign's pool."""
     options = EngineOptions(seed=seed, pool_seed=pool_seed, shard=shard, device=device,
                             in_contract_only=in_contract_only, variant=variant, rerun_every=rerun_every,
-                            batch=batch, pack=pack, cross_every=cross_every)
+                            batch=batch, pack=pack, cross_every=cross_every, case_timeout_s=case_timeout_s)
     return run_engine(BatchEngine(op, executor, options, stint=stint, pool=pool, sizes=sizes), budget_s=budget_s,
                       max_cases=max_cases, start=start, until=until, known=known, stats=stats,
                       on_case=on_case, sink=on_new)
@@ -363,8 +411,15 @@ def fuzz_op(op: str, executor: Executor, *, seed: int, budget_s: float, max_case
 def stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int] = (1, 1),
                 in_contract_only: bool = False) -> tuple[int, Case]:
     """(class index, case) of the `i`-th case of a stream: the engine's and the benchmark's."""
+    k_index, _, case = _stream_case(gen, classes, seed, i, stint, shard, in_contract_only)
+    return k_index, case
+
+
+def _stream_case(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
+                 in_contract_only: bool) -> tuple[int, str | None, Case]:
+    """(class index, violation, case): `stream_case` with the stint's violation."""
     k_index, violation = _stream_place(gen, classes, seed, i, stint, shard, in_contract_only)
-    return k_index, gen.case_in_stint(RandomDraw(f"{seed}:{gen.op}:{i}"), classes[k_index], violation)
+    return k_index, violation, gen.case_in_stint(RandomDraw(f"{seed}:{gen.op}:{i}"), classes[k_index], violation)
 
 
 def _stream_place(gen, classes: list, seed: int, i: int, stint: int, shard: tuple[int, int],
