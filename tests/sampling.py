@@ -1,5 +1,5 @@
 """The fast suite's sample of a long family of tests. The rest is marked `thorough`: not in the
-README's test command, run by `pytest -n auto -m thorough` and, a fifth of them a commit
+README's test command, run by `pytest -n auto -m thorough` and, a sixth of them a commit
 (`thorough_shard`), by CI's second stage.
 
 * `fast_if_first`: an item runs in the fast suite where it is the first to show one of its
