@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--rerun-every", type=int, metavar="N",
                    help="run every N-th case twice to check determinism (0: never; default 1 on CUDA, 10 on the CPU)")
     f.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="a case (or a batch, plus 1 s a case) running longer is a hang: a crash finding (default 60)")
+                   help="a run of a case (each of its runs, where it runs twice; or a batch, plus 1 s a "
+                        "case) lasting longer is a hang: a crash finding (default 60)")
     f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
     _pack_option(f)
     f.add_argument("--confirm-tries", type=int, default=3, metavar="N",

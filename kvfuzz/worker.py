@@ -386,7 +386,8 @@ class WorkerExecutor:
         return payload, None, t0
 
     def run(self, case: Case, repeats: int = 1, torch_ref: bool | None = None) -> Outcome:
-        self._begin(("run", case, repeats, torch_ref), self.timeout_s)
+        # the timeout is each run's: a case run twice (its determinism re-run) gets twice as long
+        self._begin(("run", case, repeats, torch_ref), self.timeout_s * max(1, repeats))
         outcome, lost, t0 = self._end()
         if lost:
             kind, why = lost.split(": ", 1)

@@ -45,6 +45,30 @@ def test_hang_is_a_timeout_crash(tmp_path, device):
         ex.close()
 
 
+SLOW = """
+import time
+from kvfuzz.kernels import get_num_kv_splits
+
+
+def get_num_kv_splits_triton(out, *args):
+    time.sleep(1.5)
+    get_num_kv_splits(out, *args)
+"""
+
+
+def test_the_timeout_is_each_runs_so_a_case_run_twice_is_not_a_hang(tmp_path, device):
+    # a case's determinism re-run doubles its time: an interpreted production case of 35 s run
+    # twice is no hang under the 60 s default
+    f = tmp_path / "slow.py"
+    f.write_text(SLOW)
+    ex = WorkerExecutor(str(f), device, timeout_s=2.5)
+    try:
+        out = ex.run(cases.splits([4]), repeats=2)
+        assert len(out.runs) == 2 and judge(cases.splits([4]), out).findings == []
+    finally:
+        ex.close()
+
+
 THREADS = """
 import torch
 def get_num_kv_splits_triton(out, *args):
