@@ -49,6 +49,10 @@ class OpGenerator:
     class_features: Callable[[CompileClass], set[str]] = _no_class_features  # combinations the pool must cover
     # (draw, contract variant) -> a class using only the arguments that variant's targets take
     variant_class: Callable[[Draw, str], CompileClass] | None = None
+    # the class items that choose which kernel (or which branch of one) a case runs: the
+    # pool's first classes take each of their values, so a campaign's first stints (and each
+    # shard's first) reach every path, not the fifth or sixth stint a plain cover gave them
+    path_items: tuple[str, ...] = ()
 
     def class_for(self, variant: str | None) -> Callable[[Draw], CompileClass]:
         """The class drawer for cases judged by `variant` (None: the op's base arguments)."""
@@ -94,7 +98,8 @@ class OpGenerator:
 def _pool(gen: OpGenerator, seed: int, size: int, variant: str | None,
           feature: FeatureFilter | None = None) -> tuple[CompileClass, ...]:
     keep = None if feature is None else (lambda k: class_hits(gen, k, feature) > 0)
-    return tuple(class_pool(gen.class_for(variant), gen.op, seed, size, gen.class_features, keep=keep))
+    return tuple(class_pool(gen.class_for(variant), gen.op, seed, size, gen.class_features, keep=keep,
+                            path_items=gen.path_items))
 
 
 @functools.lru_cache(maxsize=256)  # asked once per case of the stint

@@ -79,11 +79,13 @@ def class_features(k: CompileClass) -> set[str]:
 
 def class_pool(draw_class: Callable, op: str, seed: int, size: int,
                extra_features: Callable[[CompileClass], set[str]] | None = None,
-               candidates: int = CANDIDATES, keep: Callable[[CompileClass], bool] | None = None) -> list[CompileClass]:
+               candidates: int = CANDIDATES, keep: Callable[[CompileClass], bool] | None = None,
+               path_items: tuple[str, ...] = ()) -> list[CompileClass]:
     """`size` compile classes: a greedy cover of every class feature the candidates show (and
     of the op's own combinations, `extra_features`), then random ones; the same (op, seed,
-    size) gives the same pool. `keep`: only the candidates it accepts (`--feature`; the pool
-    may then be smaller than `size`, or empty)."""
+    size) gives the same pool. The cover takes each value of the kernel-path items
+    (`path_items`) first. `keep`: only the candidates it accepts (`--feature`; the pool may
+    then be smaller than `size`, or empty)."""
     cands = [draw_class(RandomDraw(f"{seed}:{op}:class:{i}")) for i in range(candidates)]
     for i, k in enumerate(cands):  # where each was drawn from, to record its choices (kvfuzz.reduce)
         k.memo[CLASS_SEED] = f"{seed}:{op}:class:{i}"
@@ -99,8 +101,8 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
         # others have not
         n_big = max(1, size // PRODUCTION_EVERY)
         plain = _cover([cands[i] for i in range(len(cands)) if i not in set(big)], size - n_big,
-                       extra_features)
-        prod = _cover([cands[i] for i in big], n_big, extra_features)
+                       extra_features, path_items)
+        prod = _cover([cands[i] for i in big], n_big, extra_features, path_items)
         pool, at = [], 0
         for k in plain:
             pool.append(k)
@@ -108,7 +110,7 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
                 pool.append(prod[at])
                 at += 1
         return (pool + prod[at:])[:size]
-    return _cover(cands, size, extra_features)
+    return _cover(cands, size, extra_features, path_items)
 
 
 PRODUCTION_EVERY = 16  # the pool's share of production-size classes, and where they sit in it
@@ -123,14 +125,19 @@ def is_production(k: CompileClass) -> bool:
 
 
 def _cover(cands: list[CompileClass], size: int,
-           extra_features: Callable[[CompileClass], set[str]] | None) -> list[CompileClass]:
+           extra_features: Callable[[CompileClass], set[str]] | None,
+           path_items: tuple[str, ...] = ()) -> list[CompileClass]:
     """`size` of `cands`: a greedy cover of their class features, then the rest in order."""
     extra = [extra_features(k) if extra_features else set() for k in cands]
-    feats = [class_features(k) | e for k, e in zip(cands, extra)]
+    paths = [{f"{name}={k.get(name)}" for name in path_items} for k in cands]
+    feats = [class_features(k) | e | p for k, e, p in zip(cands, extra, paths)]
     uncovered = set().union(*feats)
 
-    def gain(i: int) -> int:  # the op's combinations first: they hold its block edges
-        return 100 * len(extra[i] & uncovered) + len(feats[i] & uncovered)
+    def gain(i: int) -> int:
+        # each kernel path first (a defect of one path shows in its first stint: the sooner a
+        # campaign reaches every path, the sooner it finds one), then the op's combinations
+        # (they hold its block edges), then the rest
+        return 10_000 * len(paths[i] & uncovered) + 100 * len(extra[i] & uncovered) + len(feats[i] & uncovered)
     pool: list[CompileClass] = []
     chosen: set[int] = set()
     while uncovered and len(pool) < size:

@@ -404,4 +404,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, decode_class, decode_in_class, decode_violation, OUT_OF_CONTRACT, decode_features,
-                        all_required_features, class_combinations, decode_class)
+                        all_required_features, class_combinations, decode_class, path_items=("path",))

@@ -291,4 +291,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, draft_extend_campaign_class, draft_extend_in_class, draft_extend_violation, OUT_OF_CONTRACT,
-                        draft_extend_features, all_required_features, class_combinations)
+                        draft_extend_features, all_required_features, class_combinations, path_items=("path",))
