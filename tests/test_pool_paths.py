@@ -51,3 +51,18 @@ def test_one_job_reaches_the_page_size_1_path_within_its_first_three_stints(op, 
     first = next(i for i in range(0, 48 * stint, stint)
                  if classes[_stream_place(gen, classes, seed, i, stint, (1, 1), True)[0]].get("path") == "ps1")
     assert first < 3 * stint
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("op", ["decode_metadata", "draft_extend_metadata"])
+def test_each_path_comes_first_in_a_class_with_more_than_one_row(op, seed):
+    """A one-row pool (`R` one) reads row 0 alone, so a kernel that steps rows by the column
+    stride (the seed's `ps1-row-stride` defect) passes it: the path-first classes are the
+    typical ones, whose rows and requests are several."""
+    gen = GENERATORS[op]
+    classes = gen.pool(seed, POOL, None)
+    firsts = {}
+    for k in classes:
+        firsts.setdefault(k.get("path"), k)
+    for path, k in firsts.items():
+        assert k.get("R") != "one" and k.get("B") != "one", f"{op} seed {seed}: {path} first in {k.describe()}"

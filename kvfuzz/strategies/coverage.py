@@ -113,6 +113,8 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
     return _cover(cands, size, extra_features, path_items)
 
 
+# size classes and layouts that degenerate a dimension: one row, zero pages, a table repeated by stride 0
+DEGENERATE = ("one", "zero")
 PRODUCTION_EVERY = 16  # the pool's share of production-size classes, and where they sit in it
 
 
@@ -133,11 +135,16 @@ def _cover(cands: list[CompileClass], size: int,
     feats = [class_features(k) | e | p for k, e, p in zip(cands, extra, paths)]
     uncovered = set().union(*feats)
 
-    def gain(i: int) -> int:
+    degenerate = [sum(v in DEGENERATE or getattr(v, "kind", None) == "broadcast" for _, v in k) for k in cands]
+
+    def gain(i: int) -> tuple[int, int, int]:
         # each kernel path first (a defect of one path shows in its first stint: the sooner a
-        # campaign reaches every path, the sooner it finds one), then the op's combinations
-        # (they hold its block edges), then the rest
-        return 10_000 * len(paths[i] & uncovered) + 100 * len(extra[i] & uncovered) + len(feats[i] & uncovered)
+        # campaign reaches every path, the sooner it finds one), each in a typical class (a
+        # one-row pool hides a wrong row stride, a zero-page batch a wrong gather), then the op's
+        # combinations (they hold its block edges), then the rest
+        new_paths = len(paths[i] & uncovered)
+        return (new_paths, -degenerate[i] if new_paths else 0,
+                100 * len(extra[i] & uncovered) + len(feats[i] & uncovered))
     pool: list[CompileClass] = []
     chosen: set[int] = set()
     while uncovered and len(pool) < size:
