@@ -372,7 +372,7 @@ class FindingPipeline:
             host = hosts.setdefault((key, x.found.finding.kind), x)
             if host is not x:
                 self.saved.remove(x)
-                self._absorb(host, list(x.signatures), [x.new] * len(x.signatures))
+                self._absorb(host, list(x.signatures), [x.new] * len(x.signatures), [x.found])
 
     def _keep(self, f: Found) -> None:
         """After an internal error settling `f`: it is in `saved`, as it stands, unless it is there."""
@@ -690,7 +690,7 @@ class FindingPipeline:
         host = next((g for g in groups if sig in g.shows), None)
         if host is not None:
             try:
-                self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")])
+                self._absorb(host, [sig], [self.first_saved.get(sig) in (None, "new")], [f])
             except Exception as exc:  # not merged: `f` stays a finding of its own, its first case saved
                 self._fault("absorb", exc, sig)
                 if sig not in host.signatures:
@@ -712,17 +712,25 @@ class FindingPipeline:
         self.saved.append(x)
         if taken:
             try:
-                self._absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures])
+                self._absorb(x, [s for g in taken for s in g.signatures], [g.new for g in taken for _ in g.signatures],
+                             [g.found for g in taken])
             except Exception as exc:  # not merged: the findings it would have taken in stay
                 self._fault("absorb", exc, sig)
                 for g in taken:
                     if not set(g.signatures) <= set(x.signatures):
                         self.saved.append(g)
 
-    def _absorb(self, host: Saved, sigs: list[str], new: list[bool]) -> None:
+    def _absorb(self, host: Saved, sigs: list[str], new: list[bool], founds: list[Found] = ()) -> None:
         """`host` stands for `sigs` too: its saved case is saved again listing them, and the cases
         this campaign saved for them are deleted once it holds the list (never a case that was in
-        the corpus before: that is an earlier run's)."""
+        the corpus before: that is an earlier run's). `founds`, the findings it takes in: the
+        defect was first seen at the earliest of theirs and its own (`found_after_s`,
+        `found_at_case`), not when the case that stands for it was found."""
+        earliest = min((g for g in (host.found, *founds) if g.found_after_s is not None),
+                       key=lambda g: g.found_after_s, default=None)
+        if earliest is not None and earliest is not host.found:
+            host.found = dataclasses.replace(host.found, found_after_s=earliest.found_after_s,
+                                             found_at_case=earliest.found_at_case)
         sigs = [s for s in sigs if s not in host.signatures]
         if not sigs:
             return
