@@ -115,6 +115,7 @@ def class_pool(draw_class: Callable, op: str, seed: int, size: int,
 
 # size classes and layouts that degenerate a dimension: one row, zero pages, a table repeated by stride 0
 DEGENERATE = ("one", "zero")
+STRIDED = ("padded", "step", "transposed")  # layouts whose elements are not back to back
 PRODUCTION_EVERY = 16  # the pool's share of production-size classes, and where they sit in it
 
 
@@ -136,14 +137,16 @@ def _cover(cands: list[CompileClass], size: int,
     uncovered = set().union(*feats)
 
     degenerate = [sum(v in DEGENERATE or getattr(v, "kind", None) == "broadcast" for _, v in k) for k in cands]
+    strided = [sum(getattr(v, "kind", None) in STRIDED for _, v in k) for k in cands]
 
     def gain(i: int) -> tuple[int, int, int]:
         # each kernel path first (a defect of one path shows in its first stint: the sooner a
         # campaign reaches every path, the sooner it finds one), each in a typical class (a
-        # one-row pool hides a wrong row stride, a zero-page batch a wrong gather), then the op's
-        # combinations (they hold its block edges), then the rest
+        # one-row pool hides a wrong row stride, a zero-page batch a wrong gather) with the most
+        # strided tensors (a kernel or wrapper that assumes contiguity fails there), then the
+        # op's combinations (they hold its block edges), then the rest
         new_paths = len(paths[i] & uncovered)
-        return (new_paths, -degenerate[i] if new_paths else 0,
+        return (new_paths, -degenerate[i] if new_paths else 0, strided[i] if new_paths else 0,
                 100 * len(extra[i] & uncovered) + len(feats[i] & uncovered))
     pool: list[CompileClass] = []
     chosen: set[int] = set()
