@@ -179,5 +179,4 @@ def ragged_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, ragged_class, ragged_in_class, ragged_violation, OUT_OF_CONTRACT, ragged_features,
-                        all_required_features, ragged_class_features, variant_class=ragged_variant_class,
-                        path_items=("swa",))
+                        all_required_features, ragged_class_features, variant_class=ragged_variant_class)

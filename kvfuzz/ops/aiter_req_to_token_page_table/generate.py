@@ -206,5 +206,4 @@ def r2t_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, r2t_class, r2t_in_class, r2t_violation, OUT_OF_CONTRACT, r2t_features,
-                        all_required_features, r2t_class_features, variant_class=r2t_variant_class,
-                        path_items=("swa",))
+                        all_required_features, r2t_class_features, variant_class=r2t_variant_class)

@@ -212,7 +212,9 @@ def decode_in_class(d: Draw, k: CompileClass, variant: str = "default") -> Case:
     }
     N = 0
     if swa:
-        N = R * T + d.choice((0, 1, 1000))
+        # two entries at least: a one-entry mapping is contiguous whatever its layout's stride,
+        # so Triton would specialise its stride to 1 in some cases of a class and not others
+        N = max(R * T + d.choice((0, 1, 1000)), 2)
         shapes["swa_page_table"] = ("int32", (B, width(pages + d.choice((0, 1, 5)), k["W2"])))
         if read_table:  # 0.5.19: the SWA read table, req_to_token's shape (and layout, below)
             shapes["swa_src_table"] = (k["dtype:swa_src_table"], (R, T))

@@ -128,7 +128,7 @@ def draft_extend_in_class(d: Draw, k: CompileClass, variant: str = "default") ->
     }
     N = 0
     if swa:
-        N = R * T + d.choice((0, 1, 1000))
+        N = max(R * T + d.choice((0, 1, 1000)), 2)  # a one-entry mapping's stride would leave the class
         shapes["full_to_swa_index_mapping"] = (k["dtype:full_to_swa_index_mapping"], (N,))
         shapes["out_cache_loc"] = (k["dtype:out_cache_loc"], (B * tpr,))
         shapes["swa_out_cache_loc"] = (k["dtype:swa_out_cache_loc"], (B * tpr,))

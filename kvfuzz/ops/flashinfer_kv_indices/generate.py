@@ -309,5 +309,4 @@ def kv_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, kv_class, kv_in_class, kv_violation, OUT_OF_CONTRACT, kv_features,
-                        all_required_features, kv_class_features, variant_class=kv_variant_class,
-                        path_items=("start",))
+                        all_required_features, kv_class_features, variant_class=kv_variant_class)

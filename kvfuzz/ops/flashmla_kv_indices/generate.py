@@ -307,5 +307,4 @@ def mla_class_features(k: CompileClass) -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, mla_class, mla_in_class, mla_violation, V2P_OUT_OF_CONTRACT, mla_features,
-                        all_required_features, mla_class_features, variant_class=mla_variant_class,
-                        path_items=("start",))
+                        all_required_features, mla_class_features, variant_class=mla_variant_class)

@@ -383,5 +383,4 @@ def all_required_features() -> set[str]:
     return GENERIC_REQUIRED | required_features()
 
 
-GENERATOR = OpGenerator(OP, pa_campaign_class, pa_in_class, pa_violation, OUT_OF_CONTRACT, pa_features, all_required_features,
-                        path_items=("mode",))
+GENERATOR = OpGenerator(OP, pa_campaign_class, pa_in_class, pa_violation, OUT_OF_CONTRACT, pa_features, all_required_features)

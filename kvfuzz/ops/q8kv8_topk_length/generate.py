@@ -196,4 +196,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, topk_campaign_class, topk_in_class, topk_violation, OUT_OF_CONTRACT, topk_features,
-                        all_required_features, class_combinations, path_items=("block",))
+                        all_required_features, class_combinations)

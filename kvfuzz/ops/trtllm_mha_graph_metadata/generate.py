@@ -447,4 +447,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, graph_class, graph_in_class, graph_violation, OUT_OF_CONTRACT, graph_features,
-                        all_required_features, class_combinations, graph_variant_class, path_items=("q_mode", "swa"))
+                        all_required_features, class_combinations, graph_variant_class)

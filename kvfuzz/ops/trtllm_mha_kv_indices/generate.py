@@ -282,4 +282,4 @@ def all_required_features() -> set[str]:
 
 
 GENERATOR = OpGenerator(OP, trt_class, trt_in_class, trt_violation, OUT_OF_CONTRACT, trt_features,
-                        all_required_features, variant_class=trt_variant_class, path_items=("swa",))
+                        all_required_features, variant_class=trt_variant_class)
