@@ -47,7 +47,8 @@ HARNESS = "HarnessError"  # kvfuzz itself failed on the case (a kvfuzz bug, neve
 HOST = "cpu"  # where the torch oracle runs, whatever runs the target (see oracles/torch_ref.py)
 # ... but for a launch of at least this many bytes on a GPU, where set: there the host's oracle
 # costs milliseconds (production tables), the device's a few dozen small kernels. None (off):
-# its answers against the host's (tests/test_torch_oracle_device.py) are not yet checked on a GPU.
+# its answers agree with the host's on an H100 (tests/test_torch_oracle_device.py), but one H200
+# bench saw it gain for one op of two (docs/performance.md).
 # KVFUZZ_DEVICE_ORACLE_BYTES=N sets it (workers inherit it), to measure it on a GPU
 DEVICE_ORACLE_BYTES: int | None = None
 DEVICE_ORACLE_ENV = "KVFUZZ_DEVICE_ORACLE_BYTES"
