@@ -381,10 +381,15 @@ def class_combinations(k: CompileClass) -> set[str]:
         # 128-column blocks, whose edges the general path's classes reach): the cover draws
         # these classes for their flags, and keeps the combinations for the paths' own blocks
         return set()
+    # the SWA token mapping's dtypes: a class feature of every class, but a tensor of the SWA
+    # classes that draw the mapping only
+    mapping = set()
+    if k["swa"] and k.get("swa_map") != "v2p" and not k.get("read_table"):
+        mapping = {f"swa/mapping:{k['dtype:full_to_swa_index_mapping']}"}
     block = block_of(k["page_size"], k["swa"])
     if k["page_size"] >= 64 and MAX_TOKENS // k["page_size"] <= block:
-        return set()
-    return {f"{k['path']}/P={k['P']}"}
+        return mapping
+    return {f"{k['path']}/P={k['P']}"} | mapping
 
 
 def required_features() -> set[str]:
