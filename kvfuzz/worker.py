@@ -405,9 +405,12 @@ class WorkerExecutor:
 
     def _drop_shared(self) -> None:
         if self._shm is not None:
-            self._shm.close()
-            self._shm.unlink()
-            self._shm = None
+            shm, self._shm = self._shm, None
+            shm.close()
+            try:
+                shm.unlink()
+            except FileNotFoundError:  # already gone (another process's sweep on a SIGTERM): what close wants
+                pass
 
     def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
         """Start a batch; the caller prepares the next one while the worker runs this one."""

@@ -50,3 +50,19 @@ def test_a_segment_left_by_a_killed_owner_is_unlinked_by_the_next_sweep():
     assert left.exists()  # nobody cleaned up after the SIGKILL
     assert left.name in segments.sweep_orphans()
     assert not left.exists()
+
+
+def test_closing_an_executor_whose_segment_is_already_gone_does_not_raise():
+    """A SIGTERMed nightly's campaign closed its worker after the segment had been unlinked
+    elsewhere: `shm_unlink` raised FileNotFoundError, a traceback and exit 1 instead of 130."""
+    from multiprocessing import shared_memory
+
+    from kvfuzz.worker import WorkerExecutor
+
+    ex = object.__new__(WorkerExecutor)  # its segment alone: no worker process
+    ex._shm = segments.create(1 << 12)
+    gone = shared_memory.SharedMemory(name=ex._shm.name)
+    gone.close()
+    gone.unlink()
+    ex._drop_shared()
+    assert ex._shm is None
