@@ -6,8 +6,8 @@ usage: python scripts/seeded_defect_times.py [--device cpu|cuda] [--budget S] [-
 
 Each defect (`DEFECTS`) is one line of a kernel file replaced: the seed's (SGLang 0.5.14's
 `metadata.py`, `--seed-file`, default $KVFUZZ_SEED_PATH or ../shared/seed/metadata_kernels.py
-beside the checkout), whose page-size-1 decode kernel the issue's survivors came from, and
-kvfuzz's builtin kernels of two ops that pack. Each mutant file is fuzzed in contract by a real
+beside the checkout): each of its kernels, the page-size-1 and general decode kernels, the SWA
+speculative page table and the split counts; and kvfuzz's builtin kernels of two ops that pack. Each mutant file is fuzzed in contract by a real
 `kvfuzz fuzz` subprocess (`--budget` seconds, no minimizing, `--jobs`), once with packing at the
 device's pack size (`on`: `--pack 16` on CUDA, 8 on the CPU) and once with `--no-pack` (`off`). The unmodified file is fuzzed the same
 way first (per op and mode): a signature it shows (the seed's own defects) kills no mutant. The
@@ -43,6 +43,22 @@ DEFECTS = (
      "tl.store(cu_seqlens_k + (B - 1) * cu_seqlens_k_stride_0, acc)"),
     ("ps1-row-stride", "decode_metadata", "seed", "_fused_metadata_kernel_ps1_no_swa",
      "row_offset = row_idx * req_to_token_stride_0", "row_offset = row_idx * req_to_token_stride_1"),
+    # the seed's general decode kernel (page sizes > 1): a shift taken for a product, a mask one column long
+    ("gen-shift-mul", "decode_metadata", "seed", "_fused_metadata_kernel_general",
+     "col_idx = col_offsets << SHIFT", "col_idx = col_offsets * SHIFT"),
+    ("gen-mask-le", "decode_metadata", "seed", "_fused_metadata_kernel_general",
+     "mask = col_offsets < max_seq_pages", "mask = col_offsets <= max_seq_pages"),
+    # the seed's SWA speculative page table: the mixed block's first b entry lost, a strided row
+    ("spec-mixed-b0", "swa_spec_page_table", "seed", "_prepare_swa_spec_page_table_kernel",
+     "b_mask = (b_offs >= 0) & (b_offs < seq_len_b) & (b_offs < LEN_B)",
+     "b_mask = (b_offs > 0) & (b_offs < seq_len_b) & (b_offs < LEN_B)"),
+    ("spec-dst-stride", "swa_spec_page_table", "seed", "_prepare_swa_spec_page_table_kernel",
+     "dst = dst_ptr + pid_m * dst_stride_m + offs_n * dst_stride_n", "dst = dst_ptr + pid_m * dst_stride_m + offs_n"),
+    # the seed's split counts: a store mask one row long, grouped heads' block taken the wrong way
+    ("nkv-store-le", "num_kv_splits", "seed", "get_num_kv_splits_triton",
+     "mask_token = offs_token < num_seq * num_group", "mask_token = offs_token <= num_seq * num_group"),
+    ("nkv-group-max", "num_kv_splits", "seed", "get_num_kv_splits_triton",
+     "block_h = tl.minimum(block_h, num_kv_group)", "block_h = tl.maximum(block_h, num_kv_group)"),
     ("fi-skip-cell", "flashinfer_kv_indices", "flashinfer_kv_indices", None,
      "ids.to(out.dtype.element_ty), mask=mask)", "ids.to(out.dtype.element_ty), mask=mask & (j != 2))"),
     ("fi-start-late", "flashinfer_kv_indices", "flashinfer_kv_indices", None,
