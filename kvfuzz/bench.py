@@ -24,8 +24,10 @@ first pass, all wait for each other, then each runs passes over its own first pa
 until a common window closes (every shard busy all the while, as in a campaign, where no
 shard waits for another), `ROUNDS` windows in all; `checked_per_s` is all their cases in the
 windows over the windows' length.
-The bare figure stays one process's; `checked_one_job_per_s` keeps the single process's
-steady figure. On the CPU `jobs_speedup` compares like with like: after each window each
+The bare figure is then the target called on each shard's first pass's cases (the classes the
+windows checked; one process, after the windows, the fastest pass of each of `ROUNDS` seconds),
+and the ratios are against it; `bare_one_job_per_s` keeps the one-process mix's bare figure and
+`checked_one_job_per_s` the single process's steady figure. On the CPU `jobs_speedup` compares like with like: after each window each
 shard, in turn and alone on the machine, runs its pass again, timed case by case; the seconds
 one job takes for exactly the cases the shards checked in the windows (each shard's whole
 passes and the prefix each window's end cut) over the windows' length. (Under the interpreter
@@ -156,7 +158,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     barrier.wait()
         finally:
             executor.close()
-        results.put((shard[0], cases, windows, stages, one_job_s))
+        results.put((shard[0], cases, windows, stages, one_job_s, n))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((shard[0], repr(exc)))
@@ -174,12 +176,16 @@ def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, in
     return stamps
 
 
+def _stream_seed(seed: int, shard: tuple[int, int]) -> int:
+    """The case stream's seed of shard `shard` of a campaign of seed `seed`."""
+    return seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
+
+
 def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_cases: int, budget_s: float,
          on_case=None, pack: int | None = None, sizes: str | None = None, variant: str | None = None):
     """One pass of the campaign loop over shard `shard`'s first `max_cases` cases (`pack`: cases
     per packed launch, None the device's default; `sizes`: the pool's classes of that size only)."""
-    stream_seed = seed if shard[1] == 1 else seed * 1_000_003 + shard[0]  # as a campaign's shard
-    stats, _ = batch_engine.fuzz_op(op, executor, seed=stream_seed, pool_seed=seed, shard=shard, budget_s=budget_s,
+    stats, _ = batch_engine.fuzz_op(op, executor, seed=_stream_seed(seed, shard), pool_seed=seed, shard=shard, budget_s=budget_s,
                                     max_cases=max_cases, device=device, in_contract_only=True,
                                     rerun_every=1 if device == "cuda" else 10, on_case=on_case, pack=pack,
                                     sizes=sizes, variant=variant)
@@ -188,9 +194,10 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int, baseline: str | None = None, variant: str | None = None,
-                  pack: int | None = None) -> tuple[int, float, dict, float | None]:
+                  pack: int | None = None) -> tuple[int, float, dict, float | None, list]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
-    job alone takes for those cases, on the CPU) of `jobs` shards run at once."""
+    job alone takes for those cases, on the CPU, and each shard's (shard, cases of a pass): the
+    cases its windows repeat) of `jobs` shards run at once."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -221,7 +228,8 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     # what one job takes to check the very cases the shards checked in the window, each shard's
     # passes timed alone (a class can cost several times another under the interpreter)
     one_job_s = sum(g[4] for g in got) if alone else None
-    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s
+    mix = sorted(((g[0], jobs), g[5]) for g in got)
+    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix
 
 
 def _stop(procs: list, grace_s: float = 20.0) -> None:
@@ -240,16 +248,22 @@ def _stop(procs: list, grace_s: float = 20.0) -> None:
 
 
 class _Bare:
-    """The target called on the checked run's first `n` cases, prepared in this process."""
+    """The target called on the checked run's first `n` cases, prepared in this process; or,
+    with `shards` ((shard, n) each), on each shard's first cases, the classes `--jobs` shards
+    check (each shard runs its own classes of the pool: a bare figure over one shard's would
+    compare the target on other classes than the checked figure's)."""
 
     def __init__(self, op: str, target: str, device: str, seed: int, n: int, sizes: str | None = None,
-                 variant: str | None = None) -> None:
+                 variant: str | None = None, shards: list[tuple[tuple[int, int], int]] | None = None) -> None:
         from .targets import load_target
 
         self.op, self.device, self.target = op, device, load_target(target, device)
+        streams = [(seed, (1, 1), n)] if shards is None else \
+            [(_stream_seed(seed, shard), shard, min(m, max(n // len(shards), 1))) for shard, m in shards]
         cases = [fit_target(case, self.target.lacks)
-                 for _, case in batch_engine.case_stream(op, seed, n, device, in_contract_only=True, sizes=sizes,
-                                                          variant=variant)]
+                 for s, shard, m in streams
+                 for _, case in batch_engine.case_stream(op, s, m, device, in_contract_only=True, shard=shard,
+                                                          pool_seed=seed, sizes=sizes, variant=variant)]
         dev = devmod.torch_device(device)
         self.inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
         if device != "cpu":
@@ -349,12 +363,19 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
-                cases_u, seconds_u, _, _ = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
-                                                         baseline, variant, 1)
+                cases_u, seconds_u, _, _, _ = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
+                                                            baseline, variant, 1)
+                cases_j, seconds_j, stages, one_job_s, mix = _checked_jobs(op, target, device, seed, per_op / 3,
+                                                                          isolate, jobs, baseline, variant, pack)
+                # the bare calls on the shards' own cases: the classes the windows checked
+                figures["bare_one_job_per_s"] = round(bare, 1)
+                shards_bare = _Bare(op, target, device, seed, MAX_BARE, "small", variant, shards=mix)
+                bare = len(shards_bare.inputs) / max(min(shards_bare.pass_seconds() for _ in range(ROUNDS)), 1e-9)
+                figures["bare_per_s"] = round(bare, 1)
+                figures["bare_cases"] = len(shards_bare.inputs)
+                del shards_bare
                 figures["checked_unpacked_per_s"] = round(cases_u / max(seconds_u, 1e-9), 1)
                 figures["ratio_unpacked"] = round(cases_u / max(seconds_u, 1e-9) / max(bare, 1e-9), 3)
-                cases_j, seconds_j, stages, one_job_s = _checked_jobs(op, target, device, seed, per_op / 3,
-                                                                     isolate, jobs, baseline, variant, pack)
                 checked = cases_j / max(seconds_j, 1e-9)
                 figures["packed_vs_unpacked"] = round(checked / max(figures["checked_unpacked_per_s"], 1e-9), 3)
                 speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)

@@ -41,6 +41,30 @@ def check_jobs(r: dict, jobs: int, device: str) -> None:
         assert r["jobs_speedup"] is not None and 0.2 < r["jobs_speedup"] < jobs * 1.25
     else:
         assert r["jobs_speedup"] is None
+    # the ratio is against the bare calls on the shards' own cases; the one-process mix's figure kept
+    assert r["bare_cases"] >= jobs and r["bare_one_job_per_s"] > 0
+
+
+def test_the_jobs_bare_mix_is_the_shards_cases():
+    """With shards, the bare calls run each shard's first cases (its own classes of the pool),
+    not the one-job stream's: a figure over other classes would not be the checked one's peer."""
+    from kvfuzz.engines import batch_engine
+
+    shards = [((1, 3), 4), ((2, 3), 2), ((3, 3), 9)]
+    bare = bench._Bare("decode_metadata", "builtin", "cpu", 7, 100, "small", None, shards=shards)
+    want = []
+    for shard, n in shards:
+        s = bench._stream_seed(7, shard)
+        want += [c for _, c in batch_engine.case_stream("decode_metadata", s, n, "cpu", in_contract_only=True,
+                                                        shard=shard, pool_seed=7, sizes="small")]
+    got = [c for c, _ in bare.inputs]
+    assert [c.values.keys() for c in got] == [c.values.keys() for c in want]
+    assert all(a.tensors == b.tensors and a.scalars == b.scalars for a, b in zip(got, want)) and len(got) == len(want)
+    one = [c for _, c in batch_engine.case_stream("decode_metadata", 7, len(want), "cpu", in_contract_only=True,
+                                                  sizes="small")]
+    assert any(a.tensors != b.tensors for a, b in zip(got, one))  # other classes than the one-job stream's
+    capped = bench._Bare("decode_metadata", "builtin", "cpu", 7, 6, "small", None, shards=shards)
+    assert len(capped.inputs) == 2 + 2 + 2  # MAX_BARE shared out: at most n // shards each
 
 
 @pytest.mark.slow
