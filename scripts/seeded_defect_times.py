@@ -13,7 +13,8 @@ device's pack size (`on`: `--pack 16` on CUDA, 8 on the CPU) and once with `--no
 way first (per op and mode): a signature it shows (the seed's own defects) kills no mutant. The
 table gives, per defect and mode, whether it was found, the seconds of fuzzing to its first new
 finding (the report's `found_after_s`) and the cases by then (`found_at_case`), and the run's
-cases in all. `--json` writes the rows.
+cases in all. A finding is new when one of its signatures (a case can show several symptoms:
+the first named depends on the device) is none of the unmodified run's. `--json` writes the rows.
 Decode does not pack (its `cu_seqlens_k` is a running sum over the batch): its rows measure
 the same loop twice, the spread between two runs of one campaign.
 """
@@ -106,14 +107,28 @@ def run(name: str, op: str, target: Path, pack: str, args: argparse.Namespace, o
     if doc is None:
         row["error"] = (out / f"{name}-{pack}.log").read_text()[-500:]
         return row
-    found = [f for f in doc.get("findings", []) if f.get("found_after_s") is not None and f["signature"] not in known]
-    row["signatures"] = sorted(f["signature"] for f in doc.get("findings", []))
-    first = min(found, key=lambda f: f["found_after_s"], default=None)
-    row.update(found=first is not None, cases=sum(s.get("cases", 0) for s in doc.get("ops", {}).values()),
-               first_s=None if first is None else first["found_after_s"],
-               first_case=None if first is None else first.get("found_at_case"),
-               signature=None if first is None else first["signature"])
+    row.update(score(doc, known))
     return row
+
+
+def signatures_of(finding: dict) -> list[str]:
+    """Every signature a finding stands for: its case can show several symptoms (a mismatch and
+    a stray write), and which is named first depends on the device's answers."""
+    return finding.get("signatures") or [finding["signature"]]
+
+
+def score(doc: dict, known: frozenset) -> dict:
+    """A run's row from its report: the first finding with a signature the unmodified file's run
+    (`known`, all its findings' signatures) never showed, the run's signatures and cases."""
+    findings = doc.get("findings", [])
+    new = [(f, [s for s in signatures_of(f) if s not in known]) for f in findings if f.get("found_after_s") is not None]
+    new = [(f, s) for f, s in new if s]
+    first = min(new, key=lambda x: x[0]["found_after_s"], default=None)
+    return {"signatures": sorted({s for f in findings for s in signatures_of(f)}), "found": first is not None,
+            "cases": sum(s.get("cases", 0) for s in doc.get("ops", {}).values()),
+            "first_s": None if first is None else first[0]["found_after_s"],
+            "first_case": None if first is None else first[0].get("found_at_case"),
+            "signature": None if first is None else first[1][0]}
 
 
 def main() -> int:

@@ -59,3 +59,23 @@ def test_the_seeds_defects_cover_every_seed_kernel(seed_path):
     assert kernels, "no Triton kernel in the seed"
     covered = {d[3] for d in SCRIPT.DEFECTS if d[2] == "seed"}
     assert kernels <= covered, f"seed kernels without a seeded defect: {sorted(kernels - covered)}"
+
+
+def test_a_finding_counts_when_any_of_its_signatures_is_new():
+    """On a GPU the seeded stray store of `nkv-store-le` came in the same case as the seed's own
+    mismatch, which the finding named first: the row must still count it, by its other signatures."""
+    known = frozenset({"op:p:mismatch:t:partial"})
+
+    def finding(sigs, s, case):
+        return {"signature": sigs[0], "signatures": sigs, "found_after_s": s, "found_at_case": case}
+
+    doc = {"ops": {"op": {"cases": 10}}, "findings": [
+        finding(["op:p:mismatch:t:partial"], 0.5, 1),
+        finding(["op:p:mismatch:t:partial", "op:p:out_of_bounds_write:t:gap"], 1.5, 3),
+        finding(["op:p:untouched_write:t:cells"], 2.5, 7)]}
+    row = SCRIPT.score(doc, known)
+    assert row["found"] and row["first_s"] == 1.5 and row["first_case"] == 3
+    assert row["signature"] == "op:p:out_of_bounds_write:t:gap" and row["cases"] == 10
+    assert "op:p:out_of_bounds_write:t:gap" in row["signatures"]
+    only_known = SCRIPT.score({"ops": {}, "findings": [finding(["op:p:mismatch:t:partial"], 0.5, 1)]}, known)
+    assert not only_known["found"] and only_known["first_s"] is None
