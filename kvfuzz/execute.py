@@ -85,6 +85,9 @@ class RunResult:
     # for a first run in a batch on a GPU: whether every byte it changed lies in the case's
     # outputs (`Launch.changes`), checked on the device (`keep_checks`); None: not checked there
     keep_ok: bool | None = None
+    # a run of a batch on a GPU that the worker proved clean on the device (`settled`): its bytes
+    # never left the device, so `after` is None and only `judge.quick_verdict` may judge it
+    settled: bool = False
 
 
 @dataclass
@@ -251,15 +254,65 @@ class Launch:
     # the byte ranges (from `base`) a correct run may change: its outputs' storage, from its clean
     # image (`judge.CleanImage`); None: no such single image (or a pack's launch)
     changes: tuple[tuple[int, int], ...] | None = None
+    # what a correct run leaves in those ranges, for the worker to compare on the device
+    # (`output_checks`): per output (start from `base`, start of the wanted bytes in the batch
+    # image, bytes, start of its care mask there or -1 where every byte counts). The wanted bytes
+    # lie in the image's tail, past every case. None: the worker sends the run's bytes back
+    expect: tuple[tuple[int, int, int, int], ...] | None = None
 
 
 def launches(prepared: list[Prepared], repeat: list[bool],
-             cross: list[bool] | None = None) -> tuple[np.ndarray, list[Launch]]:
-    image, bases = pack([p.plan for p in prepared])
+             cross: list[bool] | None = None, settle: bool = True) -> tuple[np.ndarray, list[Launch]]:
+    """The batch's image and launches. `settle`: each in-contract case with a single clean image
+    (not cross-checked) carries its wanted output bytes (`Launch.expect`), so a worker that checks
+    on the device (`FILL_ON_DEVICE`) settles its clean runs there and sends none of their bytes."""
     cross = cross or [False] * len(prepared)
+    changes = [changes_of(p) for p in prepared]
+    expect, tail = expectations(prepared, [settle and not x for x in cross])
+    image, bases = pack([p.plan for p in prepared], extra=tail_size(tail))
+    expect = with_tail(image, expect, tail)
     return image, [Launch(p.case.replace(values={}, meta={}), layouts(p.plan), base, p.plan.image.size, rep,
-                          p.status == "in_contract", x, changes=changes_of(p))
-                   for p, base, rep, x in zip(prepared, bases, repeat, cross)]
+                          p.status == "in_contract", x, changes=c, expect=e)
+                   for p, base, rep, x, c, e in zip(prepared, bases, repeat, cross, changes, expect)]
+
+
+def expectations(prepared: list[Prepared], wanted: list[bool]) -> tuple[list, list[tuple[int, np.ndarray]]]:
+    """(each case's `Launch.expect` with offsets from the image's tail, the tail's parts: (offset,
+    bytes)) for the cases `wanted` picks that have a single clean image (`judge.clean_image`)."""
+    from .judge import clean_image  # (judge imports this module)
+
+    expect, tail, at = [], [], 0
+    for p, want in zip(prepared, wanted):
+        clean = clean_image(p) if want else None
+        if clean is None:
+            expect.append(None)
+            continue
+        mine = []
+        for start, good, care in clean.outputs:
+            w, c = at, -1
+            tail.append((w, good))
+            at += good.size
+            if care is not None:  # the may-write cells' bytes are free: 0 in the mask
+                c = at
+                tail.append((c, care.view(np.uint8)))
+                at += good.size
+            mine.append((start, w, good.size, c))
+        expect.append(tuple(mine))
+    return expect, tail
+
+
+def tail_size(tail: list[tuple[int, np.ndarray]]) -> int:
+    """The tail's bytes, in whole units: the batch's arena is viewed as every dtype."""
+    return round_up(sum(part.size for _, part in tail))
+
+
+def with_tail(image: np.ndarray, expect: list, tail: list[tuple[int, np.ndarray]]) -> list:
+    """Write the tail's parts into the image's last `tail_size` bytes; `expect` with offsets in
+    the image."""
+    at = image.size - tail_size(tail)
+    for off, part in tail:
+        image[at + off : at + off + part.size] = part
+    return [None if e is None else tuple((s, at + w, n, c if c < 0 else at + c) for s, w, n, c in e) for e in expect]
 
 
 def changes_of(prepared: Prepared) -> tuple[tuple[int, int], ...] | None:
@@ -285,6 +338,8 @@ class BatchResult:
     baseline: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the baseline target
     fill_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `fill_checks`' answer
     keep_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `keep_checks`' answer
+    # launches the worker proved clean on the device (`settled`): none of their bytes came back
+    settled: set[int] = field(default_factory=set)
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -386,31 +441,95 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         fill_ok = fill_checks(arenas[0], arenas[1], batch) \
             if dev.type in FILL_ON_DEVICE and arenas[1] is not None else {}
         keep_ok = keep_checks(before, arenas[0], batch) if before is not None else {}
+        out_ok = output_checks(before, arenas[0], batch) if before is not None else {}
         _sync(device)
         for (pass_, i), line in guard.settle().items():  # a store past a wrapper's scratch buffer
             errors[pass_][i] = errors[pass_][i] or (line, OVERRUN, "")
         t1 = time.perf_counter()
+        fill_ok = dict(zip(fill_ok[0], fill_ok[1].tolist())) if fill_ok else {}
+        keep_ok = dict(zip(keep_ok[0], keep_ok[1].tolist())) if keep_ok else {}
+        out_ok = dict(zip(out_ok[0], out_ok[1].tolist())) if out_ok else {}
+        settled = settled_launches(batch, errors, ref_errors, fill_ok, keep_ok, out_ok)
         if in_place:
             afters = [None, None]  # the kernels ran in the sections
         else:
             if after_out is not None:
-                torch.from_numpy(after_out).copy_(arenas[0])
+                _unsettled_into(arenas[0], batch, after_out, settled)
                 after = None
             else:
                 after = arenas[0].cpu().numpy()
             if repeat_out is not None and arenas[1] is not None:
-                _repeated_into(arenas[1], batch, repeat_out)
+                _repeated_into(arenas[1], batch, repeat_out, settled)
                 afters = [after, None]
             else:
                 afters = [after, _repeated(arenas[1], batch)]
         refs = _refs_to_host(refs, host)
-        fill_ok = dict(zip(fill_ok[0], fill_ok[1].tolist())) if fill_ok else {}
-        keep_ok = dict(zip(keep_ok[0], keep_ok[1].tolist())) if keep_ok else {}
         stages["synchronise"] += t1 - t0
         stages["transfer"] += time.perf_counter() - t1
     except Exception as exc:
         return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
-    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok, keep_ok=keep_ok)
+    return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok, keep_ok=keep_ok,
+                       settled=settled)
+
+
+def settled_launches(batch: list[Launch], errors: list, ref_errors: list, fill_ok: dict, keep_ok: dict,
+                     out_ok: dict) -> set[int]:
+    """The launches whose runs the device proved clean: no error in either run, no torch oracle
+    error, the first run changed only its outputs (`keep_checks`) and left there the bytes a
+    correct run leaves (`output_checks`), and the re-run, where there was one, differs from it
+    only in alternate-fill words (`fill_checks`). What `judge.quick_verdict` would check on the
+    host but the torch oracle's agreement, which the parent checks on its own answer."""
+    return {i for i, good in out_ok.items()
+            if good and keep_ok.get(i) is True and errors[0][i] is None and ref_errors[i] is None
+            and (not batch[i].repeat or (fill_ok.get(i) is True and errors[1][i] is None))}
+
+
+def output_checks(before, after, batch: list[Launch]):
+    """For each launch with `expect`: whether its first run (`after`) left in its outputs the
+    bytes a correct run leaves, read from the image's tail in `before` (the batch's bytes before
+    any launch: a stray store into the tail cannot make a run look clean), wherever the care
+    mask counts the byte. On the device, byte by byte over the outputs alone; returns (launch
+    indices, a bool tensor) for the caller to read after its synchronisation ({} where none is
+    checked)."""
+    import torch
+
+    picked = [(i, b) for i, b in enumerate(batch) if b.expect is not None and b.run and b.size]
+    if not picked:
+        return {}
+    dev = after.device
+    segs = [(j, b.base + s, w, n, c) for j, (_, b) in enumerate(picked) for s, w, n, c in b.expect if n]
+    if not segs:
+        return [i for i, _ in picked], torch.ones(len(picked), dtype=torch.bool, device=dev)
+    total = sum(s[3] for s in segs)
+    meta = torch.tensor(segs, dtype=torch.int64).to(dev, non_blocking=True)
+    seg = torch.repeat_interleave(torch.arange(len(segs), device=dev), meta[:, 3], output_size=total)
+    off = torch.arange(total, device=dev, dtype=torch.int64) - (torch.cumsum(meta[:, 3], 0) - meta[:, 3])[seg]
+    bad = after[meta[seg, 1] + off] != before[meta[seg, 2] + off]
+    if any(s[4] >= 0 for s in segs):
+        care = meta[seg, 4]
+        counted = care < 0
+        bad &= counted | (before[torch.where(counted, 0, care + off)] != 0)
+    per_seg = torch.zeros(len(segs), dtype=torch.int64, device=dev).index_add_(0, seg, bad.to(torch.int64))
+    counts = torch.zeros(len(picked), dtype=torch.int64, device=dev).index_add_(0, meta[:, 0], per_seg)
+    return [i for i, _ in picked], counts == 0
+
+
+# past this many unsettled launches a batch's first arena comes back in one copy, not one per launch
+UNSETTLED_COPIES = 8
+
+
+def _unsettled_into(arena, batch: list[Launch], out: np.ndarray, settled: set[int]) -> None:
+    """The first arena's bytes of every launch not settled into `out` (a shared section): all of
+    it in one copy where nothing settled or many did not, else launch by launch."""
+    import torch
+
+    host = torch.from_numpy(out)
+    rest = [b for i, b in enumerate(batch) if i not in settled and b.size]
+    if not settled or len(rest) > UNSETTLED_COPIES:
+        host[: arena.numel()].copy_(arena)
+        return
+    for b in rest:
+        host[b.base : b.base + b.size].copy_(arena[b.base : b.base + b.size])
 
 
 # where the re-runs' fill rule is checked by the worker, on the device, for the whole batch at
@@ -496,23 +615,38 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
     return repeated_from(out, batch)
 
 
-def _repeated_into(arena, batch: list[Launch], out: np.ndarray) -> None:
+def _repeated_into(arena, batch: list[Launch], out: np.ndarray, settled: set[int] = frozenset()) -> None:
     """The repeated cases' bytes of `arena` (the second arena after its run) into `out`, each
-    at its own base: in one copy where every case repeats (a GPU's default), else case by case."""
+    at its own base, but the settled ones': in one copy where every case repeats and none
+    settled (or many did not), else case by case."""
     import torch
 
-    picked = [b for b in batch if b.repeat]
+    picked = [b for i, b in enumerate(batch) if b.repeat and i not in settled]
     host = torch.from_numpy(out)
-    if len(picked) == len(batch):
+    if (len(picked) == len(batch) and not settled) or (settled and len(picked) > UNSETTLED_COPIES):
         host[: arena.numel()].copy_(arena)
         return
     for b in picked:
         host[b.base : b.base + b.size].copy_(arena[b.base : b.base + b.size])
 
 
-def repeated_from(section: np.ndarray, batch: list[Launch]) -> dict[int, np.ndarray]:
-    """`afters[1]` from what `_repeated_into` wrote: each repeated case's bytes, copied out."""
-    return {i: np.array(section[b.base : b.base + b.size]) for i, b in enumerate(batch) if b.repeat}
+def repeated_from(section: np.ndarray, batch: list[Launch], settled: set[int] = frozenset()) -> dict[int, np.ndarray]:
+    """`afters[1]` from what `_repeated_into` wrote: each repeated case's bytes, copied out (a
+    settled one's never came back)."""
+    return {i: np.array(section[b.base : b.base + b.size]) for i, b in enumerate(batch)
+            if b.repeat and i not in settled}
+
+
+def unsettled_from(section: np.ndarray, batch: list[Launch], settled: set[int]) -> np.ndarray:
+    """`afters[0]` from what `_unsettled_into` wrote: the whole section copied out where nothing
+    settled, else the unsettled launches' bytes alone, each at its base (the rest never came back)."""
+    if not settled:
+        return np.array(section)
+    out = np.empty(section.size, dtype=np.uint8)
+    for i, b in enumerate(batch):
+        if i not in settled and b.size:
+            out[b.base : b.base + b.size] = section[b.base : b.base + b.size]
+    return out
 
 
 def _refs_to_host(refs: list[dict | None], image) -> list[dict[str, np.ndarray] | None]:
@@ -547,14 +681,17 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
         if p == 1 and not b.repeat:
             break
         err = result.errors[p][i]
-        if p == 0:
+        settled = i in result.settled
+        if settled:  # its bytes stayed on the device
+            after = None
+        elif p == 0:
             after = None if result.afters[0] is None else result.afters[0][b.base : b.base + b.size]
             after = after.copy() if copy and after is not None else after
         else:
             after = result.afters[1][i]
         run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1,
                         fill_ok=result.fill_ok.get(i) if p == 1 else None,
-                        keep_ok=result.keep_ok.get(i) if p == 0 else None)
+                        keep_ok=result.keep_ok.get(i) if p == 0 else None, settled=settled)
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)

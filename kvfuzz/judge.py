@@ -61,6 +61,8 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
     """The verdict on one run of `case`: judge_flow's checks on its NumPy arenas. `prepared`
     (from `execute.prepare`) carries the plan, the classification and the NumPy oracle's
     answer, so nothing is computed twice."""
+    if any(r.settled for r in outcome.runs):  # no bytes to judge: the caller runs the case again (check.verdicts)
+        raise ValueError("a run settled on the device has no bytes for the full judge")
     if prepared is None:
         prepared = prepare(case)
         if plan is not None:
@@ -270,10 +272,14 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     clean (what `judge` would find: nothing); None when `judge` must look."""
     clean = clean_image(prepared)
     first = outcome.runs[0]
-    if clean is None or first.error is not None or first.after is None or outcome.torch_ref_error \
+    if clean is None or first.error is not None or outcome.torch_ref_error \
             or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
-    if first.keep_ok is False or not clean.holds(prepared.plan.image, first.after, kept=bool(first.keep_ok)):
+    if first.settled:  # the worker proved its bytes clean on the device (execute.settled_launches)
+        if not all(r.settled for r in outcome.runs):
+            return None
+    elif first.after is None or first.keep_ok is False or \
+            not clean.holds(prepared.plan.image, first.after, kept=bool(first.keep_ok)):
         return None
     if outcome.torch_ref is not None:  # the torch oracle agrees with the NumPy one on every required cell
         for name, ours, required in clean.oracle:
@@ -281,6 +287,8 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
             if not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
+        if later.settled:
+            continue
         if later.error is not None or later.after is None or later.after.shape != first.after.shape:
             return None
         if not ((later.fill_ok if later.fill_ok is not None else prepared.plan.fill_only(later.after, first.after))

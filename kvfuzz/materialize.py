@@ -349,7 +349,7 @@ def to_device(p: Plan, device, alt: bool = False, image: np.ndarray | None = Non
     return arena, views_at(arena, layouts(p))
 
 
-def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:
+def pack(plans: list[Plan], extra: int = 0) -> tuple[np.ndarray, list[int]]:
     """One image holding every plan's image (each at an ALIGN-aligned base): a batch of cases
     goes to the device in one copy, and each pointer keeps its alignment class. A plan whose
     image was not written yet is written here, and its image is then that part of the batch's
@@ -358,7 +358,7 @@ def pack(plans: list[Plan]) -> tuple[np.ndarray, list[int]]:
     for p in plans:
         bases.append(cursor)
         cursor = round_up(cursor + p.size)
-    image = np.empty(max(cursor, 1), dtype=np.uint8)
+    image = np.empty(max(cursor + extra, 1), dtype=np.uint8)  # `extra`: a tail the caller writes
     for p, base in zip(plans, bases):
         part = image[base : base + p.size]
         if p._image is None:

@@ -444,12 +444,12 @@ def _written(pk: "Pack", part: np.ndarray) -> bool:
         return False
 
 
-def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int) -> tuple:
+def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int, settle: bool = True) -> tuple:
     """(image, launches, packs) of a batch: one launch per case (a packed case's launch runs
     nothing and has no bytes in the batch's image: its pack's launch runs it and computes the
     torch oracle for every member), then one launch per pack. `packs` is None where nothing
-    packed."""
-    from .execute import changes_of, launches as plain
+    packed. `settle`: as `execute.launches`'s, for the lone cases (a pack's launch never settles)."""
+    from .execute import changes_of, expectations, launches as plain, tail_size, with_tail
 
     spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
     groups = group(spec, prepared, repeat, cross, k) if spec is not None else []
@@ -465,14 +465,16 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
         for n in sizes:
             bases.append(cursor)
             cursor = round_up(cursor + n)
-        image = np.empty(max(cursor, 1), dtype=np.uint8)
+        # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `settle`)
+        expect, tail = expectations(prepared, [settle and i not in member_of and not x for i, x in enumerate(cross)])
+        image = np.empty(max(cursor + tail_size(tail), 1), dtype=np.uint8)
         failed = [n for n, ((_, pk), base) in enumerate(zip(kept, bases[len(prepared):]))
                   if not _written(pk, image[base : base + pk.size])]
         if not failed:
             break
         kept = [x for n, x in enumerate(kept) if n not in failed]
     if not kept:
-        image, batch = plain(prepared, repeat, cross)
+        image, batch = plain(prepared, repeat, cross, settle)
         return image, batch, None
     for i, (p, base) in enumerate(zip(prepared, bases)):
         if i in member_of:
@@ -482,10 +484,11 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
             p.plan._write(part)
         else:
             part[:] = p.plan._image
+    expect = with_tail(image, expect, tail)
     batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, 0, 0, False, False, x, run=False)
              if i in member_of else
              Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size, rep,
-                    p.status == "in_contract", x, changes=changes_of(p))
+                    p.status == "in_contract", x, changes=changes_of(p), expect=expect[i])
              for i, (p, base, rep, x) in enumerate(zip(prepared, bases, repeat, cross))]
     launch_of = []
     for (g, pk), base in zip(kept, bases[len(prepared):]):
