@@ -340,7 +340,7 @@ class BaselineExecutor:
 
     def submit(self, image: np.ndarray, batch: list[Launch]) -> None:
         """Both workers start on the same image at once; the baseline without the torch oracle.
-        Neither settles a run on the device: the comparison of the two reads both runs' bytes."""
+        Neither proves a run clean on the device: the comparison of the two reads both runs' bytes."""
         batch = [dataclasses.replace(b, expect=None) for b in batch]
         self.primary.submit(image, batch)
         sub = [dataclasses.replace(b, torch_ref=False) for b in batch]

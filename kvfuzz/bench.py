@@ -446,9 +446,9 @@ def _figures(unpacked: list[OpStats], packed: list[OpStats], bare: float) -> dic
         "cases_per_launch": round(sum(w.cases for w in packed) / max(engine(packed, "launches"), 1), 2),
         "packed_cases_per_launch": round(engine(packed, "packed_cases") / max(engine(packed, "packed_launches"), 1), 2),
         "packed_share": round(engine(packed, "packed_cases") / max(sum(w.cases for w in packed), 1), 3),
-        # the share of launches the worker settled on the device (execute.settled_launches): none of
+        # the share of launches the worker proved clean on the device (execute.device_clean_launches): none of
         # their bytes came back; 0 where the checks do not run on the device (the CPU)
-        "settled_share": {name: round(engine(ps, "settled") / max(engine(ps, "launches"), 1), 3)
+        "device_clean_share": {name: round(engine(ps, "device_clean") / max(engine(ps, "launches"), 1), 3)
                           for name, ps in (("unpacked", unpacked), ("packed", packed))},
         "host_us_per_case": {"unpacked": host_us(unpacked), "packed": host_us(packed)},
     }
@@ -485,10 +485,10 @@ def render(result: dict) -> str:
             for mode, us in (fig.get("host_us_per_case") or {}).items():
                 parts = ", ".join(f"{k} {v:.0f}" for k, v in us.items())
                 lines.append(f"  {op}{size} host us/case {mode}: {parts}")
-            settled = fig.get("settled_share") or {}
-            if any(settled.values()):
-                lines.append(f"  {op}{size} launches settled on the device: "
-                             + ", ".join(f"{mode} {v:.3f}" for mode, v in settled.items()))
+            proved = fig.get("device_clean_share") or {}
+            if any(proved.values()):
+                lines.append(f"  {op}{size} launches proved clean on the device: "
+                             + ", ".join(f"{mode} {v:.3f}" for mode, v in proved.items()))
         for who, stages in (("kvfuzz", {k: v for k, v in r["stages"].items() if not k.startswith("worker ")}),
                             ("worker", {k[7:]: v for k, v in r["stages"].items() if k.startswith("worker ")})):
             total = sum(stages.values()) or 1.0

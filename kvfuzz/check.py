@@ -117,7 +117,7 @@ class Checker:
             outcome = unpacked.get(i) if unpacked else None
             outcome = outcome or outcome_of(batch, result, i, copy=False)
             quick = quick_verdict(p, outcome)
-            if quick is None and outcome.runs[0].settled:
+            if quick is None and outcome.runs[0].device_clean:
                 # the device proved its bytes clean but the torch oracle disagrees, and its bytes
                 # stayed there: the case alone, judged in full
                 again = self.run(p, repeats=len(outcome.runs))

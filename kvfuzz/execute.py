@@ -12,7 +12,8 @@ Two ways to run:
   alternate image (materialize.refill): a second run is the determinism check and the
   out-of-bounds read check at once.
 * `run_batch`: many cases packed into one device arena (`materialize.pack`): one copy to
-  the device, every case launched, one synchronisation, one copy back. The fuzzing loop uses
+  the device, every case launched, one synchronisation, one copy back (on a GPU, of the
+  launches the worker could not prove clean there: `output_checks`). The fuzzing loop uses
   it. A CUDA fault inside a batch poisons the context and cannot be pinned on one case from
   there, so the batch reports itself lost and the caller re-runs its cases one by one.
 
@@ -85,9 +86,9 @@ class RunResult:
     # for a first run in a batch on a GPU: whether every byte it changed lies in the case's
     # outputs (`Launch.changes`), checked on the device (`keep_checks`); None: not checked there
     keep_ok: bool | None = None
-    # a run of a batch on a GPU that the worker proved clean on the device (`settled`): its bytes
-    # never left the device, so `after` is None and only `judge.quick_verdict` may judge it
-    settled: bool = False
+    # a run of a batch on a GPU that the worker proved clean on the device (`device_clean_launches`):
+    # its bytes never left the device, so `after` is None and only `judge.quick_verdict` may judge it
+    device_clean: bool = False
 
 
 @dataclass
@@ -262,13 +263,14 @@ class Launch:
 
 
 def launches(prepared: list[Prepared], repeat: list[bool],
-             cross: list[bool] | None = None, settle: bool = True) -> tuple[np.ndarray, list[Launch]]:
-    """The batch's image and launches. `settle`: each in-contract case with a single clean image
-    (not cross-checked) carries its wanted output bytes (`Launch.expect`), so a worker that checks
-    on the device (`FILL_ON_DEVICE`) settles its clean runs there and sends none of their bytes."""
+             cross: list[bool] | None = None, prove_on_device: bool = True) -> tuple[np.ndarray, list[Launch]]:
+    """The batch's image and launches. `prove_on_device`: each in-contract case with a single
+    clean image (not cross-checked) carries its wanted output bytes (`Launch.expect`), so a worker
+    that checks on the device (`FILL_ON_DEVICE`) proves its clean runs clean there and sends none
+    of their bytes back."""
     cross = cross or [False] * len(prepared)
     changes = [changes_of(p) for p in prepared]
-    expect, tail = expectations(prepared, [settle and not x for x in cross])
+    expect, tail = expectations(prepared, [prove_on_device and not x for x in cross])
     image, bases = pack([p.plan for p in prepared], extra=tail_size(tail))
     expect = with_tail(image, expect, tail)
     return image, [Launch(p.case.replace(values={}, meta={}), layouts(p.plan), base, p.plan.image.size, rep,
@@ -338,8 +340,8 @@ class BatchResult:
     baseline: dict[int, "Outcome"] = field(default_factory=dict)  # launch index -> its run on the baseline target
     fill_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `fill_checks`' answer
     keep_ok: dict[int, bool] = field(default_factory=dict)  # launch index -> `keep_checks`' answer
-    # launches the worker proved clean on the device (`settled`): none of their bytes came back
-    settled: set[int] = field(default_factory=set)
+    # launches the worker proved clean on the device (`device_clean_launches`): none of their bytes came back
+    device_clean: set[int] = field(default_factory=set)
 
 
 def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
@@ -449,17 +451,17 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
         fill_ok = dict(zip(fill_ok[0], fill_ok[1].tolist())) if fill_ok else {}
         keep_ok = dict(zip(keep_ok[0], keep_ok[1].tolist())) if keep_ok else {}
         out_ok = dict(zip(out_ok[0], out_ok[1].tolist())) if out_ok else {}
-        settled = settled_launches(batch, errors, ref_errors, fill_ok, keep_ok, out_ok)
+        proved = device_clean_launches(batch, errors, ref_errors, fill_ok, keep_ok, out_ok)
         if in_place:
             afters = [None, None]  # the kernels ran in the sections
         else:
             if after_out is not None:
-                _unsettled_into(arenas[0], batch, after_out, settled)
+                _not_clean_into(arenas[0], batch, after_out, proved)
                 after = None
             else:
                 after = arenas[0].cpu().numpy()
             if repeat_out is not None and arenas[1] is not None:
-                _repeated_into(arenas[1], batch, repeat_out, settled)
+                _repeated_into(arenas[1], batch, repeat_out, proved)
                 afters = [after, None]
             else:
                 afters = [after, _repeated(arenas[1], batch)]
@@ -469,10 +471,10 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
     except Exception as exc:
         return lost_batch(batch, f"{CUDA_FAULT}: {one_line(exc)} (at the batch's synchronisation)")
     return BatchResult(afters, errors, seconds, refs, ref_errors, stages=stages, fill_ok=fill_ok, keep_ok=keep_ok,
-                       settled=settled)
+                       device_clean=proved)
 
 
-def settled_launches(batch: list[Launch], errors: list, ref_errors: list, fill_ok: dict, keep_ok: dict,
+def device_clean_launches(batch: list[Launch], errors: list, ref_errors: list, fill_ok: dict, keep_ok: dict,
                      out_ok: dict) -> set[int]:
     """The launches whose runs the device proved clean: no error in either run, no torch oracle
     error, the first run changed only its outputs (`keep_checks`) and left there the bytes a
@@ -514,18 +516,18 @@ def output_checks(before, after, batch: list[Launch]):
     return [i for i, _ in picked], counts == 0
 
 
-# past this many unsettled launches a batch's first arena comes back in one copy, not one per launch
-UNSETTLED_COPIES = 8
+# past this many launches not proved clean a batch's arenas come back in one copy, not one per launch
+BACK_COPIES = 8
 
 
-def _unsettled_into(arena, batch: list[Launch], out: np.ndarray, settled: set[int]) -> None:
-    """The first arena's bytes of every launch not settled into `out` (a shared section): all of
-    it in one copy where nothing settled or many did not, else launch by launch."""
+def _not_clean_into(arena, batch: list[Launch], out: np.ndarray, proved: set[int]) -> None:
+    """The first arena's bytes of every launch not proved clean into `out` (a shared section):
+    all of it in one copy where none was proved clean or many were not, else launch by launch."""
     import torch
 
     host = torch.from_numpy(out)
-    rest = [b for i, b in enumerate(batch) if i not in settled and b.size]
-    if not settled or len(rest) > UNSETTLED_COPIES:
+    rest = [b for i, b in enumerate(batch) if i not in proved and b.size]
+    if not proved or len(rest) > BACK_COPIES:
         host[: arena.numel()].copy_(arena)
         return
     for b in rest:
@@ -615,36 +617,37 @@ def _repeated(arena, batch: list[Launch]) -> dict[int, np.ndarray] | None:
     return repeated_from(out, batch)
 
 
-def _repeated_into(arena, batch: list[Launch], out: np.ndarray, settled: set[int] = frozenset()) -> None:
+def _repeated_into(arena, batch: list[Launch], out: np.ndarray, proved: set[int] = frozenset()) -> None:
     """The repeated cases' bytes of `arena` (the second arena after its run) into `out`, each
-    at its own base, but the settled ones': in one copy where every case repeats and none
-    settled (or many did not), else case by case."""
+    at its own base, but those of the cases proved clean on the device: in one copy where every
+    case repeats and none was proved clean (or many were not), else case by case."""
     import torch
 
-    picked = [b for i, b in enumerate(batch) if b.repeat and i not in settled]
+    picked = [b for i, b in enumerate(batch) if b.repeat and i not in proved]
     host = torch.from_numpy(out)
-    if (len(picked) == len(batch) and not settled) or (settled and len(picked) > UNSETTLED_COPIES):
+    if (len(picked) == len(batch) and not proved) or (proved and len(picked) > BACK_COPIES):
         host[: arena.numel()].copy_(arena)
         return
     for b in picked:
         host[b.base : b.base + b.size].copy_(arena[b.base : b.base + b.size])
 
 
-def repeated_from(section: np.ndarray, batch: list[Launch], settled: set[int] = frozenset()) -> dict[int, np.ndarray]:
+def repeated_from(section: np.ndarray, batch: list[Launch], proved: set[int] = frozenset()) -> dict[int, np.ndarray]:
     """`afters[1]` from what `_repeated_into` wrote: each repeated case's bytes, copied out (a
-    settled one's never came back)."""
+    case proved clean on the device never came back)."""
     return {i: np.array(section[b.base : b.base + b.size]) for i, b in enumerate(batch)
-            if b.repeat and i not in settled}
+            if b.repeat and i not in proved}
 
 
-def unsettled_from(section: np.ndarray, batch: list[Launch], settled: set[int]) -> np.ndarray:
-    """`afters[0]` from what `_unsettled_into` wrote: the whole section copied out where nothing
-    settled, else the unsettled launches' bytes alone, each at its base (the rest never came back)."""
-    if not settled:
+def not_clean_from(section: np.ndarray, batch: list[Launch], proved: set[int]) -> np.ndarray:
+    """`afters[0]` from what `_not_clean_into` wrote: the whole section copied out where nothing
+    was proved clean, else the other launches' bytes alone, each at its base (the rest never came
+    back)."""
+    if not proved:
         return np.array(section)
     out = np.empty(section.size, dtype=np.uint8)
     for i, b in enumerate(batch):
-        if i not in settled and b.size:
+        if i not in proved and b.size:
             out[b.base : b.base + b.size] = section[b.base : b.base + b.size]
     return out
 
@@ -681,8 +684,8 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
         if p == 1 and not b.repeat:
             break
         err = result.errors[p][i]
-        settled = i in result.settled
-        if settled:  # its bytes stayed on the device
+        clean = i in result.device_clean
+        if clean:  # its bytes stayed on the device
             after = None
         elif p == 0:
             after = None if result.afters[0] is None else result.afters[0][b.base : b.base + b.size]
@@ -691,7 +694,7 @@ def outcome_of(batch: list[Launch], result: BatchResult, i: int, copy: bool = Tr
             after = result.afters[1][i]
         run = RunResult(seconds=result.seconds[p][i], after=after, alt=p == 1,
                         fill_ok=result.fill_ok.get(i) if p == 1 else None,
-                        keep_ok=result.keep_ok.get(i) if p == 0 else None, settled=settled)
+                        keep_ok=result.keep_ok.get(i) if p == 0 else None, device_clean=clean)
         if err is not None:
             run.error, run.error_type, run.detail = err
         runs.append(run)

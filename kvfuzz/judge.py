@@ -61,8 +61,8 @@ def judge(case: Case, outcome: Outcome, plan: Plan | None = None, prepared: Prep
     """The verdict on one run of `case`: judge_flow's checks on its NumPy arenas. `prepared`
     (from `execute.prepare`) carries the plan, the classification and the NumPy oracle's
     answer, so nothing is computed twice."""
-    if any(r.settled for r in outcome.runs):  # no bytes to judge: the caller runs the case again (check.verdicts)
-        raise ValueError("a run settled on the device has no bytes for the full judge")
+    if any(r.device_clean for r in outcome.runs):  # no bytes to judge: the caller runs the case again (check.verdicts)
+        raise ValueError("a run proved clean on the device has no bytes for the full judge")
     if prepared is None:
         prepared = prepare(case)
         if plan is not None:
@@ -275,8 +275,8 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
     if clean is None or first.error is not None or outcome.torch_ref_error \
             or outcome.cross is not None:  # a cross-checked run: the full judge compares the backends
         return None
-    if first.settled:  # the worker proved its bytes clean on the device (execute.settled_launches)
-        if not all(r.settled for r in outcome.runs):
+    if first.device_clean:  # the worker proved its bytes clean on the device (execute.device_clean_launches)
+        if not all(r.device_clean for r in outcome.runs):
             return None
     elif first.after is None or first.keep_ok is False or \
             not clean.holds(prepared.plan.image, first.after, kept=bool(first.keep_ok)):
@@ -287,7 +287,7 @@ def quick_verdict(prepared: Prepared, outcome: Outcome) -> Verdict | None:
             if not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
                 return None
     for later in outcome.runs[1:]:
-        if later.settled:
+        if later.device_clean:
             continue
         if later.error is not None or later.after is None or later.after.shape != first.after.shape:
             return None

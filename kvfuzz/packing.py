@@ -444,11 +444,11 @@ def _written(pk: "Pack", part: np.ndarray) -> bool:
         return False
 
 
-def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int, settle: bool = True) -> tuple:
+def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int, prove_on_device: bool = True) -> tuple:
     """(image, launches, packs) of a batch: one launch per case (a packed case's launch runs
     nothing and has no bytes in the batch's image: its pack's launch runs it and computes the
     torch oracle for every member), then one launch per pack. `packs` is None where nothing
-    packed. `settle`: as `execute.launches`'s, for the lone cases (a pack's launch never settles)."""
+    packed. `prove_on_device`: as `execute.launches`'s, for the lone cases (never a pack's launch)."""
     from .execute import changes_of, expectations, launches as plain, tail_size, with_tail
 
     spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
@@ -465,8 +465,8 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
         for n in sizes:
             bases.append(cursor)
             cursor = round_up(cursor + n)
-        # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `settle`)
-        expect, tail = expectations(prepared, [settle and i not in member_of and not x for i, x in enumerate(cross)])
+        # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `prove_on_device`)
+        expect, tail = expectations(prepared, [prove_on_device and i not in member_of and not x for i, x in enumerate(cross)])
         image = np.empty(max(cursor + tail_size(tail), 1), dtype=np.uint8)
         failed = [n for n, ((_, pk), base) in enumerate(zip(kept, bases[len(prepared):]))
                   if not _written(pk, image[base : base + pk.size])]
@@ -474,7 +474,7 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
             break
         kept = [x for n, x in enumerate(kept) if n not in failed]
     if not kept:
-        image, batch = plain(prepared, repeat, cross, settle)
+        image, batch = plain(prepared, repeat, cross, prove_on_device)
         return image, batch, None
     for i, (p, base) in enumerate(zip(prepared, bases)):
         if i in member_of:

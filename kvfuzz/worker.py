@@ -34,7 +34,7 @@ from . import segments, spawn, stopping
 from .case import Case
 from .errors import BadInput, TargetLoadError
 from .execute import (HARNESS, BatchResult, Launch, Outcome, RunResult, lost_batch, one_line, repeated_from,
-                      run_batch, run_case, unsettled_from)
+                      run_batch, run_case, not_clean_from)
 from .materialize import GUARD_MAX
 
 # torch's threads in a worker: one. Its tensors are small, and parallelism comes from more
@@ -429,9 +429,9 @@ class WorkerExecutor:
         else:  # copied out now: the next batch reuses the segment
             _, after, repeat = sections(self._shared(n), n)
             if result.afters[0] is None:
-                result.afters[0] = unsettled_from(after, batch, result.settled)
+                result.afters[0] = not_clean_from(after, batch, result.device_clean)
             if result.afters[1] is None:
-                result.afters[1] = repeated_from(repeat, batch, result.settled)
+                result.afters[1] = repeated_from(repeat, batch, result.device_clean)
         return result
 
     def run_batch(self, image: np.ndarray, batch: list[Launch]) -> BatchResult:

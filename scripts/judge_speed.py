@@ -215,7 +215,7 @@ def one_pass(cases_by_key, want_digest: bool, profile=None):
             with stage("prepare"):
                 prepared = [prepare(c, at + i) for i, c in enumerate(batch)]
             with stage("launches"):
-                image, batch_ = launches(prepared, [True] * len(prepared), settle=False)
+                image, batch_ = launches(prepared, [True] * len(prepared), prove_on_device=False)
             outs = [outcome_of(p) for p in prepared]
             with stage("judge"):
                 verdicts = [quick_verdict(p, o) or judge(p.case, o, prepared=p) for p, o in zip(prepared, outs)]

@@ -72,7 +72,7 @@ def main() -> None:
     for op in ops:
         prepared = packable(op, args.cases, args.seed)
         repeat = [True] * len(prepared)  # as on a GPU: every case run twice, the second from the alternate image
-        image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), args.k, settle=False)
+        image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), args.k, prove_on_device=False)
         if packs is None:
             print(f"{op:26s} nothing packed", file=sys.stderr)
             continue

@@ -99,7 +99,7 @@ def test_a_worker_batch_returns_each_repeated_run_through_shared_memory(repeat, 
     ex = WorkerExecutor(str(target), device)
     try:
         prepared = [prepare(hand.splits(lens)) for lens in ([5, 17, 0, 9], [300, 2], [1], [64, 65, 66])]
-        image, batch = launches(prepared, repeat, settle=False)
+        image, batch = launches(prepared, repeat, prove_on_device=False)
         result = ex.run_batch(image, batch)
     finally:
         ex.close()

@@ -119,7 +119,7 @@ def test_figures_report_both_passes_cases_per_launch_and_host_work_by_stage():
 
     def stats(cases, seconds, launches, packed=0, packs=0):
         s = OpStats("x", cases=cases, seconds=seconds)
-        s.engine.update(launches=launches, settled=launches // 2,
+        s.engine.update(launches=launches, device_clean=launches // 2,
                         **({"packed_cases": packed, "packed_launches": packs} if packs else {}))
         s.stages.update({"generate": 0.001 * cases, "materialize": 0.002 * cases, "submit": 0.001 * cases,
                          "worker launch": 0.01 * launches, "oracle (numpy)": 0.003 * cases, "judge": 0.004 * cases,
@@ -130,7 +130,7 @@ def test_figures_report_both_passes_cases_per_launch_and_host_work_by_stage():
     assert f["checked_unpacked_per_s"] == 50.0 and f["checked_per_s"] == 100.0 and f["packed_vs_unpacked"] == 2.0
     assert f["ratio_unpacked"] == 1.0 and f["ratio"] == 2.0
     assert f["cases_per_launch"] == 5.0 and f["packed_cases_per_launch"] == 6.0 and f["packed_share"] == 0.96
-    assert f["settled_share"] == {"unpacked": 0.5, "packed": 0.5}
+    assert f["device_clean_share"] == {"unpacked": 0.5, "packed": 0.5}
     us = f["host_us_per_case"]
     assert us["unpacked"] == {"generate": 1000.0, "materialize": 3000.0, "launch": 10000.0, "oracle": 3000.0,
                               "judge": 4000.0}

@@ -204,7 +204,7 @@ def test_a_batch_on_both_backends_and_a_lost_second_run(monkeypatch, device):
     secondary = WorkerExecutor(SPLIT, "cpu", env={cross.WORKER_MARK: "1", "TRITON_INTERPRET": "1"})
     ex = cross.CrossExecutor(InProcessExecutor(SPLIT, device), secondary, "cpu")
     try:
-        image, batch = launches(prepared, [False] * 4, [True, True, True, True], settle=False)
+        image, batch = launches(prepared, [False] * 4, [True, True, True, True], prove_on_device=False)
         result = ex.run_batch(image, batch)
     finally:
         ex.close()

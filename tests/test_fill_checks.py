@@ -51,7 +51,7 @@ def _host_rule(batch, first, second, i):
 def test_the_batch_fill_check_says_what_the_host_rule_says_of_every_relaunch(op, device):
     target = InProcessExecutor("builtin", device).target
     prepared = stream(op, 8)
-    image, batch = execute.launches(prepared, [True] * len(prepared), settle=False)
+    image, batch = execute.launches(prepared, [True] * len(prepared), prove_on_device=False)
     result = run_batch(target, image, batch, device)
     first, second = _arenas(batch, result, image)
     rng = random.Random(op)
@@ -78,7 +78,7 @@ def test_a_batch_checked_on_the_device_is_judged_by_that_check(device, monkeypat
     op = "flashinfer_kv_indices"
     target = InProcessExecutor("builtin", device).target
     prepared = stream(op, 6)
-    image, batch = execute.launches(prepared, [True] * len(prepared), settle=False)
+    image, batch = execute.launches(prepared, [True] * len(prepared), prove_on_device=False)
     result = run_batch(target, image, batch, device)
     assert set(result.fill_ok) == set(range(len(batch))) and all(result.fill_ok.values())
     for i, p in enumerate(prepared):

@@ -60,7 +60,7 @@ def _outside(prepared, batch, after: np.ndarray, ok: list) -> str:
 def test_the_batch_keep_check_says_what_the_host_spans_say_of_every_first_run(op, device):
     target = InProcessExecutor("builtin", device).target
     prepared = stream(op, 8)
-    image, batch = execute.launches(prepared, [False] * len(prepared), settle=False)
+    image, batch = execute.launches(prepared, [False] * len(prepared), prove_on_device=False)
     assert all(b.changes is not None for b in batch), "an in-contract case without a clean image"
     result = run_batch(target, image, batch, device)
     after = torch.from_numpy(np.array(result.afters[0])).to(device)
@@ -99,7 +99,7 @@ def test_a_batch_checked_on_the_device_is_judged_by_that_check(device, monkeypat
     op = "trtllm_mha_kv_indices"
     target = InProcessExecutor("builtin", device).target
     prepared = stream(op, 6)
-    image, batch = execute.launches(prepared, [True] * len(prepared), settle=False)
+    image, batch = execute.launches(prepared, [True] * len(prepared), prove_on_device=False)
     result = run_batch(target, image, batch, device)
     assert set(result.keep_ok) == set(range(len(batch))) and all(result.keep_ok.values())
     for i, p in enumerate(prepared):
@@ -122,7 +122,7 @@ def test_a_stray_byte_past_an_output_is_refused_for_its_case_only_and_found_by_t
     op = "q8kv8_topk_length"
     target = InProcessExecutor("builtin", device).target
     prepared = stream(op, 4)
-    image, batch = execute.launches(prepared, [False] * len(prepared), settle=False)
+    image, batch = execute.launches(prepared, [False] * len(prepared), prove_on_device=False)
     result = run_batch(target, image, batch, device)
     victim, name = 2, execute.CONTRACTS[op].outputs[0]
     r = prepared[victim].plan.regions[name]

@@ -70,7 +70,7 @@ def test_in_a_batch_the_rerun_from_the_alternate_image_finds_the_read(device):
     prepared = [prepare(c) for c in (cases.spec(), reads_past_a(), cases.spec(la=(1, 2, 3)))]
     ex = WorkerExecutor(OVERRUN, device)
     try:
-        image, batch = launches(prepared, [True] * len(prepared), settle=False)
+        image, batch = launches(prepared, [True] * len(prepared), prove_on_device=False)
         result = ex.run_batch(image, batch)
     finally:
         ex.close()

@@ -1,10 +1,11 @@
-"""Clean runs settled on the device (`execute.output_checks`, `settled_launches`): the worker
-compares each launch's outputs with the bytes a correct run leaves (the clean image's, carried
-in the batch image's tail), and a launch whose every check holds sends no bytes back. The check
+"""Clean runs proved clean on the device (`execute.output_checks`, `device_clean_launches`): the
+worker compares each launch's outputs with the bytes a correct run leaves (the clean image's,
+carried in the batch image's tail), and a launch whose every check holds sends no bytes back. The check
 must say exactly what the host's comparison of the outputs says (`CleanImage.holds` with its
-spans kept), for clean runs and for runs with one damaged byte; a settled run is judged by
-`quick_verdict` alone, never by the full judge; a run with a wrong output is not settled and is
-found; and a settled run whose torch oracle disagrees is run again alone, judged in full."""
+spans kept), for clean runs and for runs with one damaged byte; a run proved clean is judged by
+`quick_verdict` alone, never by the full judge; a run with a wrong output is not proved clean
+and is found; and a case proved clean whose torch oracle disagrees is run again alone, judged in
+full."""
 
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def test_the_device_output_check_says_what_the_host_says_of_every_first_run(op, 
     assert passed_damage, "no byte outside the outputs (or free) was let through to the other checks"
 
 
-def test_a_clean_batch_settles_and_brings_no_bytes_back(device, monkeypatch):
-    """With the checks on the device (as on a GPU), a clean batch settles every launch: its
+def test_a_clean_batch_is_proved_clean_and_brings_no_bytes_back(device, monkeypatch):
+    """With the checks on the device (as on a GPU), every launch of a clean batch is proved clean: its
     runs carry no bytes, `quick_verdict` passes them, and the full judge refuses them."""
     monkeypatch.setattr(execute, "FILL_ON_DEVICE", {"cpu", "cuda"})
     op = "decode_metadata"
@@ -84,24 +85,24 @@ def test_a_clean_batch_settles_and_brings_no_bytes_back(device, monkeypatch):
     prepared = stream(op, 6)
     image, batch = execute.launches(prepared, [True] * len(prepared))
     result = run_batch(target, image, batch, device)
-    assert result.settled == set(range(len(batch)))
+    assert result.device_clean == set(range(len(batch)))
     for i, p in enumerate(prepared):
         o = outcome_of(batch, result, i)
-        assert [r.settled for r in o.runs] == [True, True] and all(r.after is None for r in o.runs)
+        assert [r.device_clean for r in o.runs] == [True, True] and all(r.after is None for r in o.runs)
         v = quick_verdict(p, o)
         assert v is not None and not v.findings
-        with pytest.raises(ValueError, match="settled"):
+        with pytest.raises(ValueError, match="proved clean on the device"):
             judge(p.case, o, prepared=p)
-    # not asked to settle: the same batch brings every byte back
-    image, batch = execute.launches(prepared, [True] * len(prepared), settle=False)
+    # not asked to prove: the same batch brings every byte back
+    image, batch = execute.launches(prepared, [True] * len(prepared), prove_on_device=False)
     result = run_batch(target, image, batch, device)
-    assert not result.settled and all(outcome_of(batch, result, i).runs[0].after is not None
+    assert not result.device_clean and all(outcome_of(batch, result, i).runs[0].after is not None
                                       for i in range(len(batch)))
 
 
-def test_a_wrong_output_is_not_settled_and_the_judge_finds_it(device, monkeypatch):
-    """One case's output damaged by the target: that launch alone is not settled, its bytes come
-    back, and the full judge finds the wrong cell; the others settle."""
+def test_a_wrong_output_is_not_proved_clean_and_the_judge_finds_it(device, monkeypatch):
+    """One case's output damaged by the target: that launch alone is not proved clean, its bytes
+    come back, and the full judge finds the wrong cell; the others are proved clean."""
     monkeypatch.setattr(execute, "FILL_ON_DEVICE", {"cpu", "cuda"})
     op = "q8kv8_topk_length"
     target = InProcessExecutor("builtin", device).target
@@ -121,16 +122,16 @@ def test_a_wrong_output_is_not_settled_and_the_judge_finds_it(device, monkeypatc
     monkeypatch.setattr(target, "invoke", damaging)
     image, batch = execute.launches(prepared, [False] * len(prepared))
     result = run_batch(target, image, batch, device)
-    assert result.settled == set(range(len(batch))) - {victim}
+    assert result.device_clean == set(range(len(batch))) - {victim}
     o = outcome_of(batch, result, victim)
-    assert not o.runs[0].settled and o.runs[0].after is not None
+    assert not o.runs[0].device_clean and o.runs[0].after is not None
     assert quick_verdict(prepared[victim], o) is None
     kinds = {(f.kind, f.tensor) for f in judge(prepared[victim].case, o, prepared=prepared[victim]).findings}
     assert ("mismatch", name) in kinds, kinds
 
 
-def test_a_settled_case_whose_torch_oracle_disagrees_is_run_alone_and_found(device, monkeypatch):
-    """The campaign loop: a clean batch settles on the device; where the torch oracle then
+def test_a_case_proved_clean_whose_torch_oracle_disagrees_is_run_alone_and_found(device, monkeypatch):
+    """The campaign loop: a clean batch is proved clean on the device; where the torch oracle then
     disagrees with the NumPy one, the case's bytes are not at hand, so it runs again alone and
     the full judge reports the disagreement."""
     monkeypatch.setattr(execute, "FILL_ON_DEVICE", {"cpu", "cuda"})
@@ -139,7 +140,7 @@ def test_a_settled_case_whose_torch_oracle_disagrees_is_run_alone_and_found(devi
     stats, found = fuzz_op(op, ex, seed=3, budget_s=120, max_cases=8, device=device, in_contract_only=True,
                            rerun_every=1, stint=4)
     assert stats.cases == 8 and not found
-    assert stats.engine["settled"] == stats.engine["launches"] == 8
+    assert stats.engine["device_clean"] == stats.engine["launches"] == 8
 
     record = records()[op]
     name = record.contract.outputs[0]

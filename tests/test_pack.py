@@ -34,7 +34,7 @@ def test_a_batch_run_leaves_the_batch_image_as_it_was(device):
     from kvfuzz.worker import InProcessExecutor
 
     prepared = [prepare(c) for _, c in case_stream("q8kv8_topk_length", 2, 6, device)]
-    image, batch = launches(prepared, [True] * len(prepared), settle=False)
+    image, batch = launches(prepared, [True] * len(prepared), prove_on_device=False)
     before = image.copy()
     result = InProcessExecutor("builtin", device).run_batch(image, batch)
     assert not result.lost

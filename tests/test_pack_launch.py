@@ -60,7 +60,7 @@ def stream(name: str, n: int, seed: int = 2, stint: int = 6) -> list:
 def packed_verdicts(executor, op: str, prepared: list, k: int = 3):
     """(packs, {case index: verdict}) of the cases run as packed launches (every third repeated)."""
     repeat = [i % 3 == 0 for i in range(len(prepared))]
-    image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), k, settle=False)
+    image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), k, prove_on_device=False)
     assert packs is not None and packs.packed() >= len(prepared) // 2, "too few cases packed to test"
     result = executor.run_batch(image, batch)
     assert result.lost is None
@@ -142,7 +142,7 @@ def test_a_token_mapping_packs_with_its_ids_moved_by_whole_entries_and_minus_one
     op = "flashinfer_kv_indices"
     prepared = mapped_cases(ps)
     assert all(p.status == "in_contract" for p in prepared)
-    image, batch, packs = packing.launches(prepared, [False] * 3, [False] * 3, 3, settle=False)
+    image, batch, packs = packing.launches(prepared, [False] * 3, [False] * 3, 3, prove_on_device=False)
     assert packs is not None and packs.packed() == 3
     pack = packs.packs[0]
     first = pack.first_rows["token_mapping"]
@@ -173,7 +173,7 @@ def test_a_token_mapping_packs_with_its_ids_moved_by_whole_entries_and_minus_one
 def _pack_of(op: str, device: str, k: int = 3):
     executor = InProcessExecutor("builtin", device)
     prepared = stream(op, k, stint=k)
-    image, batch, packs = packing.launches(prepared, [False] * k, [False] * k, k, settle=False)
+    image, batch, packs = packing.launches(prepared, [False] * k, [False] * k, k, prove_on_device=False)
     assert packs is not None and len(packs) == 1
     result = executor.run_batch(image, batch)
     return executor, prepared, batch, packs, result
@@ -237,7 +237,7 @@ def test_rows_that_would_overlap_when_stacked_do_not_pack(device):
     prepared = [prepare(c, i) for i, c in enumerate(pair)]
     assert [p.status for p in prepared] == ["in_contract"] * 2
     assert all("overlap when stacked" in packing.refusal(packing.spec_of(op), p) for p in prepared)
-    image, batch, packs = packing.launches(prepared, [False, False], [False, False], 16, settle=False)
+    image, batch, packs = packing.launches(prepared, [False, False], [False, False], 16, prove_on_device=False)
     assert packs is None or packs.packed() == 0
     executor = InProcessExecutor("builtin", device)
     verdicts = list(Checker(executor, op).verdicts(prepared, batch, executor.run_batch(image, batch), packs))
@@ -301,7 +301,7 @@ def test_a_packed_launch_compiles_nothing_its_cases_alone_do_not(op, device, dry
             before = set(dry.keys)
             target.invoke(op_of(op), to_device(p.plan, dev)[1], p.case.scalars)
             alone_keys[k] |= set(dry.keys) - before
-        image, batch, packs = packing.launches(prepared, [False] * len(prepared), [False] * len(prepared), 4, settle=False)
+        image, batch, packs = packing.launches(prepared, [False] * len(prepared), [False] * len(prepared), 4, prove_on_device=False)
         if packs is None:
             continue
         arena = torch.from_numpy(image.copy()).to(dev)
@@ -323,7 +323,7 @@ def test_a_pack_that_cannot_be_made_launches_its_cases_alone(monkeypatch, where)
 
     monkeypatch.setattr(packing.Pack, "write" if where == "write" else "__init__", boom)
     prepared = stream("flashinfer_kv_indices", 3, stint=3)
-    image, batch, packs = packing.launches(prepared, [False] * 3, [False] * 3, 3, settle=False)
+    image, batch, packs = packing.launches(prepared, [False] * 3, [False] * 3, 3, prove_on_device=False)
     assert packs is None
     assert len(batch) == 3 and all(b.run for b in batch)
 

@@ -30,7 +30,7 @@ from test_pack_launch import PACKED, op_of, stream
 
 def packed_run(executor, prepared, k=4, every_repeated=True):
     repeat = [every_repeated] * len(prepared)
-    image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), k, settle=False)
+    image, batch, packs = packing.launches(prepared, repeat, [False] * len(prepared), k, prove_on_device=False)
     assert packs is not None and packs.packed() >= len(prepared) // 2, "too few cases packed to test"
     result = executor.run_batch(image, batch)
     assert result.lost is None

@@ -48,7 +48,7 @@ def test_a_grid_one_too_large_writes_past_the_wrappers_result(tmp_path, device):
         assert sigs == [WRITE], (case.describe(), sigs)
     # the same in a batch (the fuzzing loop's way), from the stores' own byte offsets
     prepared = [prepare(c) for c in CASES]
-    image, batch = launches(prepared, [True] * len(prepared), settle=False)
+    image, batch = launches(prepared, [True] * len(prepared), prove_on_device=False)
     for p, outcome in zip(prepared, outcomes(batch, run_batch(mutant, image, batch, device))):
         v = judge(p.case, outcome)
         assert [f.kind for f in v.findings] == ["out_of_bounds_write"], v.signatures()

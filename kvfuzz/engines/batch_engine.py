@@ -254,8 +254,8 @@ class BatchEngine(Engine):
             stats.batches += 1
             counts = stats.engine
             counts["launches"] = counts.get("launches", 0) + sum(b.run for b in batch_)
-            if result.settled:  # judged clean on the device: none of their bytes came back
-                counts["settled"] = counts.get("settled", 0) + len(result.settled)
+            if result.device_clean:  # judged clean on the device: none of their bytes came back
+                counts["device_clean"] = counts.get("device_clean", 0) + len(result.device_clean)
             if packs is not None:
                 counts["packed_cases"] = counts.get("packed_cases", 0) + packs.packed()
                 counts["packed_launches"] = counts.get("packed_launches", 0) + len(packs)
@@ -454,7 +454,7 @@ def case_stream(op: str, seed: int, n: int, device: str = "cpu", in_contract_onl
 def run_prepared(executor: Executor, prepared: list[Prepared], repeat: bool = False) -> list[Outcome]:
     """Run already prepared cases as one batch (benchmarks and tests); a lost batch is run
     case by case."""
-    image, batch_ = launches(prepared, [repeat] * len(prepared), settle=False)  # the callers judge every byte
+    image, batch_ = launches(prepared, [repeat] * len(prepared), prove_on_device=False)  # the callers judge every byte
     result = executor.run_batch(image, batch_)
     if result.lost:
         return [executor.run(p.case, repeats=2 if repeat else 1, torch_ref=p.status == "in_contract")
