@@ -119,8 +119,9 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     round's common window of `budget_s / ROUNDS` closes (so no shard idles while another
     finishes); with `alone` (the CPU), then, one shard at a time while the others wait, a pass
     over the same cases alone, timed case by case (windows and alone passes alternate, so a
-    busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows
-    and the seconds one job alone takes for the windows' cases (None without `alone`)."""
+    busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows,
+    the seconds one job alone takes for the windows' cases (None without `alone`), its pass's
+    cases, and each window's (cases, seconds)."""
     import signal
 
     # a SIGTERM to the bench's process group (a job scheduler, `timeout`) must end this shard
@@ -131,6 +132,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack = args
     try:
         cases, windows, stages = 0, 0.0, Counter()
+        each: list[tuple[int, float]] = []  # per window: (cases, seconds)
         one_job_s = 0.0 if alone else None
         executor = _executor(target, device, isolate, baseline)
         try:
@@ -149,6 +151,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     stages.update(stats.stages)  # summed
                 windows += time.monotonic() - t0
                 cases += sum(passes)
+                each.append((sum(passes), time.monotonic() - t0))
                 if alone:
                     for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
                         barrier.wait()
@@ -158,7 +161,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     barrier.wait()
         finally:
             executor.close()
-        results.put((shard[0], cases, windows, stages, one_job_s, n))
+        results.put((shard[0], cases, windows, stages, one_job_s, n, each))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((shard[0], repr(exc)))
@@ -194,10 +197,11 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int, baseline: str | None = None, variant: str | None = None,
-                  pack: int | None = None) -> tuple[int, float, dict, float | None, list]:
+                  pack: int | None = None) -> tuple[int, float, dict, float | None, list, list[float]]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
-    job alone takes for those cases, on the CPU, and each shard's (shard, cases of a pass): the
-    cases its windows repeat) of `jobs` shards run at once."""
+    job alone takes for those cases, on the CPU, each shard's (shard, cases of a pass): the
+    cases its windows repeat, and each window's rate: all shards' cases in it over its longest
+    shard's seconds) of `jobs` shards run at once."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -229,7 +233,8 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     # passes timed alone (a class can cost several times another under the interpreter)
     one_job_s = sum(g[4] for g in got) if alone else None
     mix = sorted(((g[0], jobs), g[5]) for g in got)
-    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix
+    rates = [sum(g[6][w][0] for g in got) / max(max(g[6][w][1] for g in got), 1e-9) for w in range(ROUNDS)]
+    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix, rates
 
 
 def _stop(procs: list, grace_s: float = 20.0) -> None:
@@ -363,14 +368,19 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
-                cases_u, seconds_u, _, _, _ = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
-                                                            baseline, variant, 1)
-                cases_j, seconds_j, stages, one_job_s, mix = _checked_jobs(op, target, device, seed, per_op / 3,
-                                                                          isolate, jobs, baseline, variant, pack)
+                cases_u, seconds_u, _, _, _, rates_u = _checked_jobs(op, target, device, seed, per_op / 3, isolate,
+                                                                     jobs, baseline, variant, 1)
+                cases_j, seconds_j, stages, one_job_s, mix, rates_j = _checked_jobs(
+                    op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, pack)
+                # each window's rate: how far one run's figure can move by the host's noise alone
+                figures["window_rates"] = {"unpacked": [round(r, 1) for r in rates_u],
+                                           "packed": [round(r, 1) for r in rates_j]}
                 # the bare calls on the shards' own cases: the classes the windows checked
                 figures["bare_one_job_per_s"] = round(bare, 1)
                 shards_bare = _Bare(op, target, device, seed, MAX_BARE, "small", variant, shards=mix)
-                bare = len(shards_bare.inputs) / max(min(shards_bare.pass_seconds() for _ in range(ROUNDS)), 1e-9)
+                bare_passes = [shards_bare.pass_seconds() for _ in range(ROUNDS)]
+                bare = len(shards_bare.inputs) / max(min(bare_passes), 1e-9)
+                figures["bare_rates"] = [round(len(shards_bare.inputs) / max(s, 1e-9), 1) for s in bare_passes]
                 figures["bare_per_s"] = round(bare, 1)
                 figures["bare_cases"] = len(shards_bare.inputs)
                 del shards_bare
@@ -485,6 +495,11 @@ def render(result: dict) -> str:
             for mode, us in (fig.get("host_us_per_case") or {}).items():
                 parts = ", ".join(f"{k} {v:.0f}" for k, v in us.items())
                 lines.append(f"  {op}{size} host us/case {mode}: {parts}")
+            if size == "" and fig.get("window_rates"):  # how far the host's noise moves one run's figures
+                w, b = fig["window_rates"], fig.get("bare_rates") or [0.0]
+                lines.append(f"  {op} spread: checked/s by window "
+                             + ", ".join(f"{mode} {min(v):.1f}-{max(v):.1f}" for mode, v in w.items())
+                             + f"; bare/s by pass {min(b):.1f}-{max(b):.1f}")
             proved = fig.get("device_clean_share") or {}
             if any(proved.values()):
                 lines.append(f"  {op}{size} launches proved clean on the device: "

@@ -43,6 +43,12 @@ def check_jobs(r: dict, jobs: int, device: str) -> None:
         assert r["jobs_speedup"] is None
     # the ratio is against the bare calls on the shards' own cases; the one-process mix's figure kept
     assert r["bare_cases"] >= jobs and r["bare_one_job_per_s"] > 0
+    # each window's rate and each bare pass's, for the spread; the figures lie within them
+    w = r["window_rates"]
+    assert set(w) == {"unpacked", "packed"} and all(len(v) == bench.ROUNDS and min(v) > 0 for v in w.values())
+    assert min(w["packed"]) * 0.99 <= r["checked_per_s"] <= max(w["packed"]) * 1.01
+    assert min(w["unpacked"]) * 0.99 <= r["checked_unpacked_per_s"] <= max(w["unpacked"]) * 1.01
+    assert len(r["bare_rates"]) == bench.ROUNDS and r["bare_per_s"] == max(r["bare_rates"])
 
 
 def test_the_jobs_bare_mix_is_the_shards_cases():
@@ -157,6 +163,9 @@ def test_render_shows_the_speedup_where_measured_and_a_dash_where_not():
     assert render(result).splitlines()[2].endswith("1.87x")
     op["jobs_speedup"] = None  # a GPU bench measures no alone passes
     assert render(result).splitlines()[2].endswith(" -")
+    op.update(window_rates={"unpacked": [3.0, 4.0, 5.0], "packed": [4.5, 5.0, 5.5]}, bare_rates=[9.0, 10.0, 9.5])
+    assert "  num_kv_splits spread: checked/s by window unpacked 3.0-5.0, packed 4.5-5.5; bare/s by pass 9.0-10.0" \
+        in render(result).splitlines()
 
 
 def test_bare_calls_run_on_a_workers_torch_threads(monkeypatch, device):
