@@ -37,7 +37,7 @@ from .device import torch_device
 from .errors import BadInput
 from .faults import CUDA_FAULT, is_device_fault, one_line
 from .fills import alt_words
-from .materialize import Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
+from .materialize import ImageRing, Layout, Plan, layouts, pack, plan as make_plan, refill, to_device, views_at
 from .ops import CONTRACTS
 from .places import round_up
 from .rerun_schedule import run_schedule
@@ -262,16 +262,16 @@ class Launch:
     expect: tuple[tuple[int, int, int, int], ...] | None = None
 
 
-def launches(prepared: list[Prepared], repeat: list[bool],
-             cross: list[bool] | None = None, prove_on_device: bool = True) -> tuple[np.ndarray, list[Launch]]:
+def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool] | None = None,
+             prove_on_device: bool = True, ring: ImageRing | None = None) -> tuple[np.ndarray, list[Launch]]:
     """The batch's image and launches. `prove_on_device`: each in-contract case with a single
     clean image (not cross-checked) carries its wanted output bytes (`Launch.expect`), so a worker
     that checks on the device (`FILL_ON_DEVICE`) proves its clean runs clean there and sends none
-    of their bytes back."""
+    of their bytes back. `ring`: the image's buffer comes from it (`materialize.ImageRing`)."""
     cross = cross or [False] * len(prepared)
     changes = [changes_of(p) for p in prepared]
     expect, tail = expectations(prepared, [prove_on_device and not x for x in cross])
-    image, bases = pack([p.plan for p in prepared], extra=tail_size(tail))
+    image, bases = pack([p.plan for p in prepared], extra=tail_size(tail), ring=ring)
     expect = with_tail(image, expect, tail)
     return image, [Launch(p.case.replace(values={}, meta={}), layouts(p.plan), base, p.plan.image.size, rep,
                           p.status == "in_contract", x, changes=c, expect=e)

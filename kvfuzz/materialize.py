@@ -150,6 +150,12 @@ class Plan:
             self._write(np.empty(self.size, dtype=np.uint8))
         return self._image
 
+    def forget_image(self, buf: np.ndarray | None) -> None:
+        """Drop the image if it is a view into `buf` (a batch image's buffer about to be reused,
+        `ImageRing`): asked for again, it is written anew."""
+        if buf is not None and self._image is not None and self._image.base is buf:
+            self._image = None
+
     def _write(self, buf: np.ndarray) -> None:
         """Write the image into `buf` (`size` bytes) and keep `buf`, read-only, as it."""
         buf.fill(CANARY_BYTE)
@@ -349,7 +355,38 @@ def to_device(p: Plan, device, alt: bool = False, image: np.ndarray | None = Non
     return arena, views_at(arena, layouts(p))
 
 
-def pack(plans: list[Plan], extra: int = 0) -> tuple[np.ndarray, list[int]]:
+class ImageRing:
+    """Batch images in a few reused buffers, one batch after another: a fresh buffer of a few MiB
+    costs its pages' first-touch faults each batch (on 2 CPU cores, writing a small decode batch
+    took 100-210 microseconds a case into fresh memory, 25-40 into a reused buffer). A batch's
+    image must live until the batch is judged: the batch engine has at most three alive (one
+    judged, one in flight, one drawn), so a slot comes back after `depth` batches. When it does,
+    every plan whose image was a view into it forgets that image (`Plan.forget_image`): read
+    again, it is written anew, never read from a later batch's bytes. Images larger than `cap`
+    get buffers of their own (production batches: kept, they would hold a process's memory at
+    its peak, heap.py)."""
+
+    def __init__(self, depth: int = 4, cap: int = 32 << 20) -> None:
+        self.depth, self.cap = depth, cap
+        self._slots: list[np.ndarray | None] = [None] * depth
+        self._plans: list[list[Plan]] = [[] for _ in range(depth)]
+        self._at = 0
+
+    def take(self, n: int, plans: list[Plan]) -> np.ndarray:
+        """A writable buffer of `n` bytes for the image of a batch of `plans`."""
+        if n > self.cap:
+            return np.empty(n, dtype=np.uint8)
+        i, self._at = self._at, (self._at + 1) % self.depth
+        slot = self._slots[i]
+        for p in self._plans[i]:  # an earlier batch's plans: their images are about to be overwritten
+            p.forget_image(slot)
+        if slot is None or slot.size < n:
+            slot = self._slots[i] = np.empty(max(n, 1 << 20), dtype=np.uint8)
+        self._plans[i] = list(plans)
+        return slot[:n]
+
+
+def pack(plans: list[Plan], extra: int = 0, ring: ImageRing | None = None) -> tuple[np.ndarray, list[int]]:
     """One image holding every plan's image (each at an ALIGN-aligned base): a batch of cases
     goes to the device in one copy, and each pointer keeps its alignment class. A plan whose
     image was not written yet is written here, and its image is then that part of the batch's
@@ -358,7 +395,8 @@ def pack(plans: list[Plan], extra: int = 0) -> tuple[np.ndarray, list[int]]:
     for p in plans:
         bases.append(cursor)
         cursor = round_up(cursor + p.size)
-    image = np.empty(max(cursor + extra, 1), dtype=np.uint8)  # `extra`: a tail the caller writes
+    n = max(cursor + extra, 1)  # `extra`: a tail the caller writes
+    image = ring.take(n, plans) if ring is not None else np.empty(n, dtype=np.uint8)
     for p, base in zip(plans, bases):
         part = image[base : base + p.size]
         if p._image is None:

@@ -444,11 +444,13 @@ def _written(pk: "Pack", part: np.ndarray) -> bool:
         return False
 
 
-def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int, prove_on_device: bool = True) -> tuple:
+def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k: int, prove_on_device: bool = True,
+             ring=None) -> tuple:
     """(image, launches, packs) of a batch: one launch per case (a packed case's launch runs
     nothing and has no bytes in the batch's image: its pack's launch runs it and computes the
     torch oracle for every member), then one launch per pack. `packs` is None where nothing
-    packed. `prove_on_device`: as `execute.launches`'s, for the lone cases (never a pack's launch)."""
+    packed. `prove_on_device`: as `execute.launches`'s, for the lone cases (never a pack's launch);
+    `ring`: as its, too."""
     from .execute import changes_of, expectations, launches as plain, tail_size, with_tail
 
     spec = spec_of(prepared[0].case.op) if prepared and k > 1 else None
@@ -467,14 +469,15 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
             cursor = round_up(cursor + n)
         # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `prove_on_device`)
         expect, tail = expectations(prepared, [prove_on_device and i not in member_of and not x for i, x in enumerate(cross)])
-        image = np.empty(max(cursor + tail_size(tail), 1), dtype=np.uint8)
+        n = max(cursor + tail_size(tail), 1)
+        image = ring.take(n, [p.plan for p in prepared]) if ring is not None else np.empty(n, dtype=np.uint8)
         failed = [n for n, ((_, pk), base) in enumerate(zip(kept, bases[len(prepared):]))
                   if not _written(pk, image[base : base + pk.size])]
         if not failed:
             break
         kept = [x for n, x in enumerate(kept) if n not in failed]
     if not kept:
-        image, batch = plain(prepared, repeat, cross, prove_on_device)
+        image, batch = plain(prepared, repeat, cross, prove_on_device, ring)
         return image, batch, None
     for i, (p, base) in enumerate(zip(prepared, bases)):
         if i in member_of:

@@ -45,6 +45,7 @@ from .. import packing
 from ..execute import Launch, Outcome, Prepared, launches, outcomes
 from ..findings import MEMORY_FAULTS, Finding
 from ..held_back import HeldBack
+from ..materialize import ImageRing
 from ..judge import Verdict
 from ..reduce import record_case
 from ..strategies import GENERATORS
@@ -178,14 +179,16 @@ class BatchEngine(Engine):
                 stats.feature_filter = flt.to_json()
             return out
 
+        ring = ImageRing()  # the batches' images in reused buffers: at most three batches alive at once
+
         def pack(prepared: list[Prepared]) -> tuple:
             """The batch's image and launches: made when the batch is drawn, while the worker runs
             the one before, so that between two batches the worker waits only for the copy and send."""
             repeat = [bool(rerun_every) and p.index % rerun_every == 0 for p in prepared]
             cross = [bool(cross_every) and p.index % cross_every == 0 for p in prepared]
             if pack_k > 1:
-                return packing.launches(prepared, repeat, cross, pack_k)
-            return (*launches(prepared, repeat, cross), None)
+                return packing.launches(prepared, repeat, cross, pack_k, ring=ring)
+            return (*launches(prepared, repeat, cross, ring=ring), None)
 
         def drawn_and_packed() -> tuple[list[Prepared], tuple | None]:
             nxt = draw_batch(batch)
