@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from .alt_arena import alternate_on_device, fits as fits_alt
 from .case import Case
 from .contract import Expected
 from .device import torch_device
@@ -377,10 +378,12 @@ def run_batch(target, image: np.ndarray, batch: list[Launch], device: str,
             spare = torch.from_numpy(repeat_out)
     else:
         first = host.to(dev, copy=True)
-        # the repeated cases' arena: their alternate images, built on the host (the shared
-        # segment's third section where there is one, page-locked on CUDA) and copied over
+        # the repeated cases' arena: their alternate images, written on the device from the
+        # batch's copy there (alt_arena.py); else built on the host and copied over
         spare = None
-        if passes[1]:
+        if passes[1] and fits_alt(batch):
+            spare = alternate_on_device(first, batch, image.size)
+        elif passes[1]:
             alt = repeat_out if repeat_out is not None else np.empty(image.size, dtype=np.uint8)
             _alternate_into(image, batch, alt)
             spare = torch.from_numpy(alt[: image.size]).to(dev, copy=True)
