@@ -336,7 +336,7 @@ def quick_pack(pack, runs, torch_ref: dict[str, np.ndarray] | None, torch_error:
         for name, ours, required in clean_image(p).oracle:
             if name not in torch_ref:
                 return False
-            theirs = np.asarray(torch_ref[name])[pack.rows_of(name, m)]
+            theirs = pack.member_ref(name, torch_ref[name], m)
             if theirs.shape != np.shape(ours) or not (_equal(theirs, ours) if required is None else same_on(theirs, ours, required)):
                 return False
     return True

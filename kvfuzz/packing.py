@@ -9,6 +9,14 @@ can therefore run as one launch over their stacked rows. An op record's `packing
   stacked back to back, so program `i` of the launch is row `i` of the stacked batch;
 * `PREFIX`: a prefix sum over the rows (`kv_indptr`, bs + 1 or bs entries): stacked as `ROWS`
   (each case's entries but its last; the last case keeps all), its values offset;
+* `RUNNING`: an output holding 0 and then the running sum over the rows (decode's
+  `cu_seqlens_k`, bs + 1 entries): stacked as `PREFIX`, so a case's packed entries hold its own
+  sums plus the totals of the cases before it, and its first entry is the last of the case before.
+  Unpacking reads them back by value, less the sum before the case (`Pack._carry_running`); a
+  packed sum past its dtype drops the pack;
+* `SHARED`: an input every row reads whole (decode's `strided_indices`): cases pack only with
+  cases holding the same values (`pack_key`), and the launch gets one copy (its bytes are the
+  first case's);
 * `POOL`: its first dimension is indexed by values (a request-pool table, a flat CSR output):
   the cases' blocks are stacked with a gap between two blocks at least as wide as both cases'
   guard bands, and the inputs that index it (`indexes`) get their values offset by the block's
@@ -54,7 +62,7 @@ import numpy as np
 from .case import TensorSpec
 from .execute import Launch, Outcome, Prepared, RunResult
 from .materialize import CANARY_BYTE, GUARD_MAX, GUARD_MIN, NOBODY, Layout, refill
-from .ops.record import POOL, PREFIX, ROWS, NoPacking, PackSpec
+from .ops.record import POOL, PREFIX, ROWS, RUNNING, SHARED, NoPacking, PackSpec
 from .places import round_up
 
 DEFAULT_K = {"cpu": 8, "cuda": 16}  # cases per packed launch in `kvfuzz bench`'s packed pass
@@ -74,11 +82,16 @@ def refusal(spec: PackSpec, p: Prepared) -> str | None:
         return "out of contract: its rows may reach any cell"
     if case.meta.get("as_called"):
         return "a call site's own launch"
+    why = spec.refuse(case) if spec.refuse is not None else None  # the op's own rule first: its words
+    if why is not None:
+        return why
     bs = None
     for name, t in case.tensors.items():
         kind = spec.kind(name)
         if kind is None:
             return f"{name} is shared by every row"
+        if kind == SHARED:  # one copy for every case: pack_key holds its values
+            continue
         if not t.shape or t.strides[0] <= 0:
             return f"{name}'s rows are not stacked (first stride {t.strides[0] if t.shape else '-'})"
         # stacked at its own row stride, a row must end before the next begins: a one-row tensor's
@@ -98,7 +111,9 @@ def refusal(spec: PackSpec, p: Prepared) -> str | None:
     for name, t in case.tensors.items():
         if spec.kind(name) == PREFIX and t.shape[0] not in (bs, bs + 1):
             return f"{name} has {t.shape[0]} entries for {bs} rows"
-    return spec.refuse(case) if spec.refuse is not None else None
+        if spec.kind(name) == RUNNING and t.shape[0] != bs + 1:
+            return f"{name} has {t.shape[0]} entries for {bs} rows, not {bs + 1} (0, then a sum per row)"
+    return None
 
 
 def pack_key(spec: PackSpec, p: Prepared) -> tuple:
@@ -107,7 +122,9 @@ def pack_key(spec: PackSpec, p: Prepared) -> tuple:
     case = p.case
     bs = next(t.shape[0] for n, t in sorted(case.tensors.items()) if spec.kind(n) == ROWS)
     prefix_extra = tuple(t.shape[0] - bs for n, t in sorted(case.tensors.items()) if spec.kind(n) == PREFIX)
-    return (case.op, case.variant, tuple(sorted(case.scalars.items())), prefix_extra,
+    shared = tuple((n, t.shape, np.ascontiguousarray(case.values[n]).tobytes())
+                   for n, t in sorted(case.tensors.items()) if spec.kind(n) == SHARED)
+    return (case.op, case.variant, tuple(sorted(case.scalars.items())), prefix_extra, shared,
             tuple((n, t.dtype, t.shape[1:], t.strides) for n, t in sorted(case.tensors.items())))
 
 
@@ -138,6 +155,9 @@ class Pack:
         unit = {pool: int(case0.scalars.get(units[inp], 1)) for inp, pool in spec.indexes if inp in units}
         self.units = unit
         self._block: dict[tuple[str, int], slice] = {}  # (tensor, member) -> its rows of the merged tensor
+        self.bs = bs
+        self._running: list[tuple[str, int, TensorSpec, list[int]]] = []  # RUNNING outputs: name, start, merged, first
+        self._run_bytes: np.ndarray | None = None
         for name in sorted(case0.tensors):
             kind = spec.kind(name)
             specs = [p.case.tensors[name] for p in members]
@@ -145,8 +165,11 @@ class Pack:
             t0 = specs[0]
             item = t0.itemsize
             s0 = t0.strides[0]
-            rows = [bs[j] if kind == ROWS else specs[j].shape[0] if kind == POOL or j == len(members) - 1 else bs[j]
-                    for j in range(len(members))]
+            if kind == SHARED:  # one copy, the first case's (the others hold the same values: pack_key)
+                rows = [specs[0].shape[0]] + [0] * (len(members) - 1)
+            else:
+                rows = [bs[j] if kind == ROWS else specs[j].shape[0] if kind == POOL or j == len(members) - 1
+                        else bs[j] for j in range(len(members))]
             first = [0]
             for j in range(len(members) - 1):
                 if kind == POOL:  # room for case j's after band and case j+1's before band
@@ -171,8 +194,8 @@ class Pack:
             shifts = [start + (t0.offset + first[j] * s0 - specs[j].offset) * item - regions[j].start
                       for j in range(len(members))]
             lo = cursor
-            for j in range(len(members)):
-                if j == len(members) - 1:
+            for j in range(1 if kind == SHARED else len(members)):  # a shared tensor's bytes are the first case's
+                if j == len(members) - 1 or kind == SHARED:
                     hi = end
                 elif kind == POOL:  # the gap is case j's: a store past its end, as the judge charges one
                     hi = regions[j + 1].start + shifts[j + 1]
@@ -185,6 +208,8 @@ class Pack:
                     self.blocks.append((name, t0.dtype, start, nbytes, block_shape, t0.strides,
                                         t0.offset + first[j] * s0))
             placed.append((name, kind, start, merged, first, rows))
+            if kind == RUNNING:
+                self._running.append((name, start, merged, first))
             for j in range(len(members)):
                 self._block[(name, j)] = slice(first[j], first[j] + rows[j])
             cursor = end
@@ -207,7 +232,27 @@ class Pack:
     def member_refs(self, ref: dict[str, np.ndarray], member: int) -> dict[str, np.ndarray]:
         """A member's part of the torch oracle's answer for the whole pack (`ref`, one answer
         over the merged tensors): each output's rows of the member."""
-        return {name: np.asarray(v)[self.rows_of(name, member)] for name, v in ref.items()}
+        return {name: self.member_ref(name, v, member) for name, v in ref.items()}
+
+    def member_ref(self, name: str, v, member: int) -> np.ndarray:
+        """A member's part of one merged output (an answer over the whole pack): its rows; of a
+        running sum, its bs + 1 entries less the sum of the members before it (their total:
+        the entry its first one shares with the member before)."""
+        v = np.asarray(v)
+        for run_name, _, _, first in self._running:
+            if run_name == name:
+                a = v[first[member] : first[member] + self.bs[member] + 1]
+                return (a.astype(np.int64) - (int(a[0]) if member and a.size else 0)).astype(v.dtype)
+        return v[self.rows_of(name, member)]
+
+    def offsets(self, name: str) -> list[int]:
+        """Per member, the total of the members before it in running output `name` (its NumPy
+        oracle's last entry, summed): what a correct run adds to its entries."""
+        out, acc = [], 0
+        for p in self.members:
+            out.append(acc)
+            acc += int(np.asarray(p.expected.values[name])[-1])
+        return out + [acc]
 
     def write(self, buf: np.ndarray) -> bool:
         """Write the packed image into `buf` (`size` bytes): the canary, each case's elements
@@ -225,7 +270,11 @@ class Pack:
         n = len(self.members)
         for name, kind, start, merged, first, rows in self._placed:
             shift = shifts.get(name)
-            if kind in (ROWS, PREFIX):  # one block of every member's rows
+            if kind == RUNNING:  # the merged sum must fit: past its dtype every later entry would wrap
+                info = np.iinfo(merged.dtype)
+                if self.offsets(name)[-1] > info.max:
+                    return False
+            if kind in (ROWS, PREFIX, RUNNING, SHARED):  # one block of every member's rows
                 parts = [p.plan.elements(name)[: rows[j]] for j, p in enumerate(self.members) if rows[j]]
                 blocks = [(0, sum(rows), np.concatenate(parts) if len(parts) > 1 else parts[0],
                            None if shift is None else np.repeat(shift, rows))]
@@ -264,6 +313,11 @@ class Pack:
         start = self.alt_image if alt else self.image
         outs = [(p.plan.alt_image if alt else p.plan.image).copy() for p in self.members]
         changed = np.flatnonzero(after != start)
+        if self._running and changed.size:  # a running sum's entries are carried by value, not byte
+            sums = np.isin(changed, self._running_bytes())
+            if sums.any():
+                self._carry_running(after, start, outs)
+                changed = changed[~sums]
         if not changed.size:
             return outs
         slot = np.searchsorted(self._lo, changed, side="right") - 1
@@ -280,6 +334,42 @@ class Pack:
                 return None
             outs[w.member][pos] = after[sel]
         return outs
+
+    def _running_bytes(self) -> np.ndarray:
+        """The packed arena's bytes of every running sum's entries (sorted)."""
+        if self._run_bytes is None:
+            parts = [_entry_bytes(at, merged) for _, at, merged, _ in self._running]
+            self._run_bytes = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+        return self._run_bytes
+
+    def _carry_running(self, after: np.ndarray, start: np.ndarray, outs: list[np.ndarray]) -> None:
+        """Each member's entries of every running sum as it would hold them alone: the packed
+        entries it spans less the sum before it, read one of two ways, whichever leaves more of
+        its entries as its NumPy oracle has them: the entry it shares with the member before, as
+        the run wrote it, or the members' expected total. A wrong sum then shows in the member
+        whose rows made it and not in the members after it, whether it carries into the later
+        entries (the first reading holds) or stays in one entry (the second does). A member's
+        first entry lies at the member before's last (judged there): alone it is 0, and it gets
+        0. An entry the run did not write keeps the member's own initial bytes."""
+        for name, at, merged, first in self._running:
+            n = merged.shape[0]
+            got = _view(after, merged, at, 0, n).astype(np.int64)
+            written = got != _view(start, merged, at, 0, n).astype(np.int64)
+            offsets = self.offsets(name)
+            for j, p in enumerate(self.members):
+                lo, hi = first[j], first[j] + self.bs[j] + 1
+                vals, wrote = got[lo:hi], written[lo:hi].copy()
+                base = offsets[j]
+                if j and wrote[0] and int(vals[0]) != base:
+                    want = np.asarray(p.expected.values[name], dtype=np.int64)[1:]
+                    held = wrote[1:] & (vals[1:] - int(vals[0]) == want)
+                    if held.sum() > (wrote[1:] & (vals[1:] - base == want)).sum():
+                        base = int(vals[0])
+                own = vals - base
+                if j:
+                    own[0], wrote[0] = 0, True
+                view = p.plan.regions[name].view(outs[j])
+                view[wrote] = own[wrote].astype(view.dtype)
 
     def clean_after(self) -> tuple[np.ndarray, np.ndarray | None] | None:
         """What a correct run of every member leaves in the packed arena, for the pack's fast
@@ -299,6 +389,7 @@ class Pack:
         want = self.image.copy()
         outputs = []  # (lo, hi, element mask or None: every byte) per output block
         free = None
+        running = {x[0] for x in self._running}
         for j, p in enumerate(self.members):
             clean = clean_image(p)
             if clean is None:
@@ -306,6 +397,8 @@ class Pack:
             regions = p.plan.regions
             for start, bytes_, care in clean.outputs:
                 name = next((n for n, r in regions.items() if r.start <= start < r.start + max(r.nbytes, 1)), None)
+                if name in running:  # below: by value
+                    continue
                 w = window.get((name, j))
                 if w is None:
                     return None
@@ -329,6 +422,19 @@ class Pack:
                     if free is None:
                         free = np.zeros(self.size, dtype=bool)
                     free[lo:hi] |= ~care[cut]
+        for name, at, merged, first in self._running:  # each member's sums plus the totals before it
+            vals = np.zeros(merged.shape[0], dtype=np.int64)
+            for j, (p, offset) in enumerate(zip(self.members, self.offsets(name))):
+                mine = np.asarray(p.expected.values[name], dtype=np.int64)
+                if mine.shape != (self.bs[j] + 1,):
+                    return None
+                vals[first[j] : first[j] + mine.size] = mine + offset
+            _view(want, merged, at, 0, vals.size)[...] = vals
+            entries = _entry_bytes(at, merged)
+            lo, hi = int(entries.min()), int(entries.max()) + 1
+            mask = np.zeros(hi - lo, dtype=bool)
+            mask[entries - lo] = True
+            outputs.append((lo, hi, mask))
         self._outputs = outputs
         return want, free
 
@@ -349,6 +455,13 @@ class Pack:
         case = self.members[0].case
         merged = case.replace(values={}, meta={}, tensors={v[0]: TensorSpec(v[1], v[4], v[5], v[6]) for v in self.views})
         return Launch(merged, tuple(self.views), base, self.size, repeat, True, fill=tuple(self.blocks))
+
+
+def _entry_bytes(start: int, merged: TensorSpec) -> np.ndarray:
+    """The bytes of a 1-D merged tensor's entries, its storage starting at byte `start`."""
+    item = merged.itemsize
+    elems = start + (merged.offset + np.arange(merged.shape[0], dtype=np.int64) * merged.strides[0]) * item
+    return (elems[:, None] + np.arange(item)).reshape(-1)
 
 
 def _view(buf: np.ndarray, merged: TensorSpec, start: int, first: int, rows: int) -> np.ndarray:

@@ -6,7 +6,7 @@
 * a stray write past a case's block is that case's out_of_bounds_write, never its neighbour's;
 * a byte that maps to no case loses the pack (its cases are judged alone);
 * the same seed gives the same cases and the same findings with and without packing;
-* ops whose rows interact say why they do not pack.
+* ops whose rows interact say why they do not pack; decode's running sum packs (read back by value).
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def alone(executor, op: str, case, repeats: int):
 
 def test_the_ops_that_pack_and_those_that_say_why_not():
     assert {"flashinfer_kv_indices", "chunked_prefix_kv_indices", "flashmla_kv_indices", "trtllm_mha_kv_indices",
-            "q8kv8_topk_length", "flashinfer_kv_indices:token_mapping"} <= set(PACKED)
-    for op in ("decode_metadata", "num_kv_splits"):
+            "q8kv8_topk_length", "flashinfer_kv_indices:token_mapping", "decode_metadata"} <= set(PACKED)
+    for op in ("num_kv_splits",):
         assert isinstance(records()[op].packing, NoPacking) and records()[op].packing.why
 
 
@@ -109,6 +109,58 @@ def test_a_seeded_defect_is_found_in_its_own_case_packed_as_alone(tmp_path, devi
         assert bool(got) == bool((lens >= 3).any()), (lens, got)
         shown += bool(got)
     assert 0 < shown < len(verdicts)  # some cases show it, some do not: nothing leaks to a neighbour
+
+
+# decode's running sum, wrong where a row's length is odd: in that entry alone, or carried
+# into every later entry (the sum itself off)
+SUM_DEFECTS = {
+    "one entry": ("(running + tl.cumsum(v64, axis=0)).to(tl.int32), mask=inb)",
+                  "(running + tl.cumsum(v64, axis=0) + (v64 % 2 == 1)).to(tl.int32), mask=inb)"),
+    "carried": ("(running + tl.cumsum(v64, axis=0)).to(tl.int32), mask=inb)",
+                "(running + tl.cumsum(v64 + (v64 % 2 == 1), axis=0)).to(tl.int32), mask=inb)"),
+}
+
+
+@pytest.mark.parametrize("defect", sorted(SUM_DEFECTS))
+def test_a_wrong_running_sum_shows_in_its_own_case_packed_as_alone(defect, tmp_path, device):
+    """decode's cu_seqlens_k, packed: each case's entries read back less the sum before it, so a
+    case whose own rows make the sum wrong shows it, packed as alone, and the cases after it
+    in the pack (whose packed entries carry the wrong total, for the carried defect) do not."""
+    op = "decode_metadata"
+    old, new = SUM_DEFECTS[defect]
+    path = mutant_copy(KERNELS / f"{op}.py", old, new, tmp_path / "mutant.py")
+    executor = InProcessExecutor(str(path), device)
+    prepared = stream(op, 16, seed=1, stint=6)  # packs with an odd-length case before an even one
+    packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
+    shown = after_shown = 0
+    for pack in packs.packs:
+        before_bad = False
+        for m, p in enumerate(pack.members):
+            i = next(i for i, q in enumerate(prepared) if q is p)
+            lens = np.asarray(p.case.values["seq_lens"]) + p.case.scalars["seq_len_delta"]
+            again = alone(executor, op, p.case, 2 if repeat[i] else 1)
+            got = {s for s in verdicts[i].signatures() if "cu_seqlens_k" in s}
+            assert got == {s for s in again.signatures() if "cu_seqlens_k" in s}, (defect, m, lens)
+            assert bool(got) == bool((lens % 2 == 1).any()), (defect, m, lens, got)
+            shown += bool(got)
+            after_shown += before_bad and not got
+            before_bad = before_bad or bool(got)
+    assert 0 < shown < len(verdicts)
+    assert after_shown, "no clean case packed after a wrong one: the test shows nothing about carrying"
+
+
+def test_a_packed_running_sum_past_int32_drops_the_pack():
+    """Each case's sum fits int32, the packed one would not: the cases launch alone."""
+    op = "decode_metadata"
+    prepared = stream(op, 4)
+    big = []
+    for p in prepared[:2]:
+        lens = np.full_like(p.case.values["seq_lens"], (2**31 - 1) // (2 * len(p.case.values["seq_lens"])) + 1)
+        big.append(prepare(p.case.replace(values={**p.case.values, "seq_lens": lens})))
+    assert all(b.status == "in_contract" for b in big), [b.reasons for b in big]
+    assert packing.pack_key(packing.spec_of(op), big[0]) == packing.pack_key(packing.spec_of(op), big[1])
+    _, batch, packs = packing.launches(big, [False, False], [False, False], 2, prove_on_device=False)
+    assert packs is None and all(b.run for b in batch)
 
 
 def mapped_cases(ps: int, k: int = 3, seed: int = 0) -> list:

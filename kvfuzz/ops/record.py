@@ -19,6 +19,10 @@ from ..contract import Contract
 
 # how a tensor's rows stack in a packed launch (PackSpec)
 ROWS, PREFIX, POOL = "rows", "prefix", "pool"
+# RUNNING: an output holding 0 and then the running sum over the rows (bs + 1 entries): stacked as
+# PREFIX, so a packed case's entries hold its own sums plus every earlier case's total.
+# SHARED: an input every row reads whole: packed cases must hold equal values, the launch one copy.
+RUNNING, SHARED = "running", "shared"
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,14 @@ class ShortCall:
 @dataclass(frozen=True)
 class PackSpec:
     """How an op's cases pack into one launch (kvfuzz/packing.py): each tensor's kind (ROWS: its
-    first dimension is the request row; PREFIX: a prefix sum over the rows; POOL: its first
-    dimension is indexed by values), the inputs whose values index a POOL tensor's rows (an
+    first dimension is the request row; PREFIX: a prefix sum over the rows; RUNNING: an output
+    running sum over the rows; POOL: its first dimension is indexed by values; SHARED: read whole
+    by every row), the inputs whose values index a POOL tensor's rows (an
     entry whose tensors a case lacks is skipped), those of them whose negative values mean
     "none" (the kernel masks them: kept as they are, not offset), and the op's own reason a
     case cannot pack."""
 
-    kinds: tuple[tuple[str, str], ...]  # (tensor, ROWS | PREFIX | POOL)
+    kinds: tuple[tuple[str, str], ...]  # (tensor, ROWS | PREFIX | RUNNING | POOL | SHARED)
     indexes: tuple[tuple[str, str], ...] = ()  # (input, POOL tensor whose first dimension its values index)
     keep_negative: tuple[str, ...] = ()  # index inputs whose negative values are a masked "none"
     # (index input, scalar): one unit of the input's value is that many rows of its pool (a
