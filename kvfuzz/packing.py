@@ -55,6 +55,7 @@ alone names the right one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,9 +155,17 @@ class Pack:
         units = dict(spec.units)
         unit = {pool: int(case0.scalars.get(units[inp], 1)) for inp, pool in spec.indexes if inp in units}
         self.units = unit
+        step = dict(unit)  # rows a block starts at a multiple of: its index's unit, and its alignment
+        for pool, scalar in spec.aligned:
+            step[pool] = math.lcm(step.get(pool, 1), max(int(case0.scalars.get(scalar, 1)), 1))
         self._block: dict[tuple[str, int], slice] = {}  # (tensor, member) -> its rows of the merged tensor
         self.bs = bs
-        self._running: list[tuple[str, int, TensorSpec, list[int]]] = []  # RUNNING outputs: name, start, merged, first
+        # the outputs read back by value (RUNNING sums, moved outputs): name, start, merged, first
+        self._running: list[tuple[str, int, TensorSpec, list[int]]] = []
+        self._moved = {out: (inp, scalar) for out, inp, scalar in spec.moved if out in case0.tensors
+                       and inp in case0.tensors and any(i == inp and pool in case0.tensors for i, pool in spec.indexes)}
+        self._moved_cells = spec.moved_cells
+        self._shifts: dict[str, np.ndarray] | None = None
         self._run_bytes: np.ndarray | None = None
         for name in sorted(case0.tensors):
             kind = spec.kind(name)
@@ -177,7 +186,7 @@ class Pack:
                     tail = round_up(r.nbytes) - r.nbytes + r.guard + nxt.guard
                     span = specs[j].storage_size - specs[j].offset + specs[j + 1].offset + -(-tail // item)
                     at = first[-1] + -(-span // s0)
-                    first.append(-(-at // unit.get(name, 1)) * unit.get(name, 1))  # whole units of its index
+                    first.append(-(-at // step.get(name, 1)) * step.get(name, 1))  # whole units of its index
                 else:
                     first.append(first[-1] + rows[j])
             self.first_rows[name] = first
@@ -208,7 +217,7 @@ class Pack:
                     self.blocks.append((name, t0.dtype, start, nbytes, block_shape, t0.strides,
                                         t0.offset + first[j] * s0))
             placed.append((name, kind, start, merged, first, rows))
-            if kind == RUNNING:
+            if kind == RUNNING or name in self._moved:
                 self._running.append((name, start, merged, first))
             for j in range(len(members)):
                 self._block[(name, j)] = slice(first[j], first[j] + rows[j])
@@ -239,11 +248,35 @@ class Pack:
         running sum, its bs + 1 entries less the sum of the members before it (their total:
         the entry its first one shares with the member before)."""
         v = np.asarray(v)
+        if name in self._moved:
+            rows = v[self.rows_of(name, member)]
+            return (rows - self._move_of(name, member)).astype(v.dtype)
         for run_name, _, _, first in self._running:
             if run_name == name:
                 a = v[first[member] : first[member] + self.bs[member] + 1]
                 return (a.astype(np.int64) - (int(a[0]) if member and a.size else 0)).astype(v.dtype)
         return v[self.rows_of(name, member)]
+
+    def shifts(self) -> dict[str, np.ndarray]:
+        """Index input -> each member's value shift (summed over the pools it indexes)."""
+        if self._shifts is not None:
+            return self._shifts
+        placed = {x[0] for x in self._placed}
+        shifts: dict[str, np.ndarray] = {}
+        for inp, pool in self.indexes:
+            if inp in placed and pool in placed:  # else an optional tensor the cases lack
+                move = np.asarray(self.first_rows[pool], dtype=np.int64) // self.units.get(pool, 1)
+                shifts[inp] = shifts[inp] + move if inp in shifts else move
+        self._shifts = shifts
+        return shifts
+
+    def _move_of(self, name: str, member: int) -> np.ndarray:
+        """What moved output `name` adds to each of a member's own cells packed (0 where its
+        cells hold values of their own)."""
+        inp, scalar = self._moved[name]
+        move = int(self.shifts()[inp][member]) // max(int(self.scalars.get(scalar, 1)), 1)
+        cells = np.asarray(self._moved_cells(self.members[member].case, name), dtype=bool)
+        return np.where(cells, move, 0)
 
     def offsets(self, name: str) -> list[int]:
         """Per member, the total of the members before it in running output `name` (its NumPy
@@ -261,12 +294,7 @@ class Pack:
         `PREFIX`) are written in one assignment; a `POOL` tensor's blocks one by one (gaps
         between them keep the canary)."""
         buf.fill(CANARY_BYTE)
-        placed = {x[0] for x in self._placed}
-        shifts: dict[str, np.ndarray] = {}  # index input -> each member's value shift (summed over its pools)
-        for inp, pool in self.indexes:
-            if inp in placed and pool in placed:  # else an optional tensor the cases lack
-                move = np.asarray(self.first_rows[pool], dtype=np.int64) // self.units.get(pool, 1)
-                shifts[inp] = shifts[inp] + move if inp in shifts else move
+        shifts = self.shifts()  # index input -> each member's value shift (summed over its pools)
         n = len(self.members)
         for name, kind, start, merged, first, rows in self._placed:
             shift = shifts.get(name)
@@ -352,6 +380,14 @@ class Pack:
         first entry lies at the member before's last (judged there): alone it is 0, and it gets
         0. An entry the run did not write keeps the member's own initial bytes."""
         for name, at, merged, first in self._running:
+            if name in self._moved:
+                for j, p in enumerate(self.members):
+                    rows = slice(first[j], first[j] + self.bs[j])
+                    got = _view(after, merged, at, rows.start, self.bs[j]).astype(np.int64)
+                    wrote = got != _view(start, merged, at, rows.start, self.bs[j]).astype(np.int64)
+                    view = p.plan.regions[name].view(outs[j])
+                    view[wrote] = (got - self._move_of(name, j))[wrote].astype(view.dtype)
+                continue
             n = merged.shape[0]
             got = _view(after, merged, at, 0, n).astype(np.int64)
             written = got != _view(start, merged, at, 0, n).astype(np.int64)
@@ -397,7 +433,7 @@ class Pack:
             regions = p.plan.regions
             for start, bytes_, care in clean.outputs:
                 name = next((n for n, r in regions.items() if r.start <= start < r.start + max(r.nbytes, 1)), None)
-                if name in running:  # below: by value
+                if name in running and name not in self._moved:  # below: by value
                     continue
                 w = window.get((name, j))
                 if w is None:
@@ -422,7 +458,13 @@ class Pack:
                     if free is None:
                         free = np.zeros(self.size, dtype=bool)
                     free[lo:hi] |= ~care[cut]
-        for name, at, merged, first in self._running:  # each member's sums plus the totals before it
+        for name, at, merged, first in self._running:
+            if name in self._moved:  # placed above as each member's own values: plus their move
+                for j in range(len(self.members)):
+                    view = _view(want, merged, at, first[j], self.bs[j])
+                    view[...] = view.astype(np.int64) + self._move_of(name, j)
+                continue
+            # each member's sums plus the totals before it
             vals = np.zeros(merged.shape[0], dtype=np.int64)
             for j, (p, offset) in enumerate(zip(self.members, self.offsets(name))):
                 mine = np.asarray(p.expected.values[name], dtype=np.int64)
@@ -458,10 +500,12 @@ class Pack:
 
 
 def _entry_bytes(start: int, merged: TensorSpec) -> np.ndarray:
-    """The bytes of a 1-D merged tensor's entries, its storage starting at byte `start`."""
+    """The bytes of a merged tensor's elements, its storage starting at byte `start`."""
     item = merged.itemsize
-    elems = start + (merged.offset + np.arange(merged.shape[0], dtype=np.int64) * merged.strides[0]) * item
-    return (elems[:, None] + np.arange(item)).reshape(-1)
+    at = np.full(1, merged.offset, dtype=np.int64)
+    for n, st in zip(merged.shape, merged.strides):
+        at = (at[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).reshape(-1)
+    return ((start + at * item)[:, None] + np.arange(item)).reshape(-1)
 
 
 def _view(buf: np.ndarray, merged: TensorSpec, start: int, first: int, rows: int) -> np.ndarray:

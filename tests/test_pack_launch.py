@@ -30,7 +30,8 @@ from kv_index_ops import KERNELS, mutant_copy
 
 # the packable ops, and "op:tensor" for an op's cases with that optional tensor (their own pack
 # rule: a token mapping's ids move with it), drawn from the variant that takes it
-MAPPED = {"flashinfer_kv_indices:token_mapping": "token_mapping"}
+MAPPED = {"flashinfer_kv_indices:token_mapping": "token_mapping",
+          "decode_metadata:full_to_swa_index_mapping": None}  # page_table read back less the pages moved
 PACKED = sorted(op for op, r in records().items() if isinstance(r.packing, PackSpec)) + sorted(MAPPED)
 
 
@@ -130,7 +131,7 @@ def test_a_wrong_running_sum_shows_in_its_own_case_packed_as_alone(defect, tmp_p
     old, new = SUM_DEFECTS[defect]
     path = mutant_copy(KERNELS / f"{op}.py", old, new, tmp_path / "mutant.py")
     executor = InProcessExecutor(str(path), device)
-    prepared = stream(op, 16, seed=1, stint=6)  # packs with an odd-length case before an even one
+    prepared = stream(op, 16, seed=15, stint=6)  # packs with an odd-length case before an even one
     packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
     shown = after_shown = 0
     for pack in packs.packs:
@@ -147,6 +148,32 @@ def test_a_wrong_running_sum_shows_in_its_own_case_packed_as_alone(defect, tmp_p
             before_bad = before_bad or bool(got)
     assert 0 < shown < len(verdicts)
     assert after_shown, "no clean case packed after a wrong one: the test shows nothing about carrying"
+
+
+@pytest.mark.parametrize("defect", ["column 2 unwritten", "column 2 off by one"])
+def test_a_page_table_defect_shows_in_its_own_swa_case_packed_as_alone(defect, tmp_path, device):
+    """decode's SWA cases pack with their token ids moved to their mapping's block (whole pages):
+    page_table's cells are read back less the pages moved, so a defect shows in the cases that
+    show it alone, as it does alone, whether it leaves a cell unwritten or writes it wrong."""
+    op = "decode_metadata"
+    old = 'tl.store(pt_ptr, (page * page_mult).to(tl.int32), mask=m, cache_modifier=".cg")'
+    new = {"column 2 unwritten": 'tl.store(pt_ptr, (page * page_mult).to(tl.int32), mask=m & (cols != 2), '
+                                 'cache_modifier=".cg")',
+           "column 2 off by one": 'tl.store(pt_ptr, (page * page_mult + (cols == 2)).to(tl.int32), mask=m, '
+                                  'cache_modifier=".cg")'}[defect]
+    path = mutant_copy(KERNELS / f"{op}.py", old, new, tmp_path / "mutant.py")
+    executor = InProcessExecutor(str(path), device)
+    prepared = stream(f"{op}:full_to_swa_index_mapping", 12)
+    packs, repeat, verdicts = packed_verdicts(executor, op, prepared)
+    moved = [pk for pk in packs.packs if any(pk.shifts()["req_to_token"])]
+    assert moved, "no pack moved its token ids"
+    shown = 0
+    for i, v in verdicts.items():
+        again = alone(executor, op, prepared[i].case, 2 if repeat[i] else 1)
+        got = {s for s in v.signatures() if "page_table" in s}
+        assert got == {s for s in again.signatures() if "page_table" in s}, (defect, i)
+        shown += bool(got)
+    assert 0 < shown
 
 
 def test_a_packed_running_sum_past_int32_drops_the_pack():

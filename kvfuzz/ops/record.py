@@ -51,6 +51,15 @@ class PackSpec:
     # (index input, scalar): one unit of the input's value is that many rows of its pool (a
     # page-granular table's page p reads a mapping at p * entry_page_size + offset)
     units: tuple[tuple[str, str], ...] = ()
+    # (POOL tensor, scalar): its blocks start at a multiple of the scalar (a block start is the
+    # move of the ids that index it: a multiple of page_size moves token ids by whole pages)
+    aligned: tuple[tuple[str, str], ...] = ()
+    # (output, index input, scalar): an output whose cells hold the input's values // scalar
+    # (decode's page_table, token ids // page_size): a case's packed cells move with the input,
+    # by its move // scalar, in the cells `moved_cells(case, output)` names (a bool mask of the
+    # case's own output; the others hold values of their own, a zeroed tail)
+    moved: tuple[tuple[str, str, str], ...] = ()
+    moved_cells: Callable[[Case, str], Any] | None = None
     refuse: Callable[[Case], str | None] | None = None  # why a case cannot pack (the op's own rule), or None
     # (device type, K): cases per launch a campaign packs there without --pack, where a GPU bench
     # measured packing to pay (docs/performance.md); elsewhere one launch per case
