@@ -31,7 +31,8 @@ from kv_index_ops import KERNELS, mutant_copy
 # the packable ops, and "op:tensor" for an op's cases with that optional tensor (their own pack
 # rule: a token mapping's ids move with it), drawn from the variant that takes it
 MAPPED = {"flashinfer_kv_indices:token_mapping": "token_mapping",
-          "decode_metadata:full_to_swa_index_mapping": None}  # page_table read back less the pages moved
+          "decode_metadata:full_to_swa_index_mapping": None,  # page_table read back less the pages moved
+          "trtllm_mha_kv_indices:full_to_swa": None}
 PACKED = sorted(op for op, r in records().items() if isinstance(r.packing, PackSpec)) + sorted(MAPPED)
 
 
