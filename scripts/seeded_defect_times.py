@@ -15,8 +15,8 @@ table gives, per defect and mode, whether it was found, the seconds of fuzzing t
 finding (the report's `found_after_s`) and the cases by then (`found_at_case`), and the run's
 cases in all. A finding is new when one of its signatures (a case can show several symptoms:
 the first named depends on the device) is none of the unmodified run's. `--json` writes the rows.
-Decode does not pack (its `cu_seqlens_k` is a running sum over the batch): its rows measure
-the same loop twice, the spread between two runs of one campaign.
+Decode packs (its running `cu_seqlens_k` read back by value, its SWA cases' ids moved: packing.py);
+its classes that repeat a row by stride 0 launch alone in both modes.
 """
 
 from __future__ import annotations
