@@ -61,7 +61,7 @@ def alternate_on_device(first, batch, size: int):
     import torch
 
     dev = first.device
-    picked = [b for b in batch if b.repeat and b.run]
+    picked = sorted((b for b in batch if b.repeat and b.run), key=lambda b: b.base)  # searchsorted wants them so
     nw = -(-size // 4)
     out = torch.empty(4 * nw, dtype=torch.uint8, device=dev)
     if not picked:
