@@ -14,7 +14,7 @@ from kvfuzz import materialize
 from kvfuzz.engines.batch_engine import case_stream, fuzz_op
 from kvfuzz.execute import launches, prepare
 from kvfuzz.materialize import ImageRing
-from kvfuzz.worker import InProcessExecutor
+from kvfuzz.worker import WorkerExecutor
 
 MUTANT = str(Path(__file__).resolve().parent / "fixtures" / "mutant_kernels.py")
 
@@ -57,9 +57,11 @@ def test_images_past_the_cap_get_buffers_of_their_own():
 
 def test_a_campaign_finds_the_same_with_reused_buffers_as_with_fresh_ones(device, monkeypatch):
     """The mutant fixture's planted defects, seed 2's first 96 cases in stints of 8, small batches
-    (many slots come back): the same findings, at the same cases, and the same statuses."""
+    (many slots come back): the same findings, at the same cases, and the same statuses. In a
+    worker process, as a campaign runs: the fixture is torch code, and on a GPU its gather past a
+    table in an out-of-contract case is a device-side assert, which ends the process's CUDA context."""
     def run():
-        ex = InProcessExecutor(MUTANT, device)
+        ex = WorkerExecutor(MUTANT, device)
         try:
             stats, found = fuzz_op("decode_metadata", ex, seed=2, budget_s=300, max_cases=96, device=device,
                                    rerun_every=1, stint=8, batch=8)
