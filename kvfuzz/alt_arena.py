@@ -10,7 +10,10 @@ the batch's first copy, before any launch has run on it. The bytes are the host'
 word (tests/test_alt_arena.py); bytes between the repeated launches hold fill no launch reads.
 
 Every dtype kvfuzz lays out is 4 or 8 bytes wide and every region starts on an `ALIGN`
-boundary, so an element is whole 32-bit words: the copy works on words.
+boundary, so an element is whole 32-bit words: the copy works on words, a run of them per
+tensor (or per innermost row), gathered in one indexed copy for the batch. A tensor whose
+innermost stride is not 1 (a transposed table) would need a run per element, as much metadata
+as elements: it is copied through strided views of its dtype instead, one copy each.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ def fits(batch) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def element_runs(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+def element_runs(layout: Layout) -> tuple[np.ndarray, np.ndarray] | None:
     """(first word, words) of each run of one tensor's element words, counted from its
     launch's base: its whole storage where it has no gaps, else a run per innermost row where
-    the innermost stride is 1, else a run per element (cached: a class's layouts repeat)."""
+    the innermost stride is 1; None where the innermost stride is not 1 (a run per element
+    would be as long as the elements: such a tensor is copied through strided views instead,
+    `_copy_strided`). Cached: a class's layouts repeat."""
     _, dtype, start, nbytes, shape, strides, offset = layout
     item = _ITEM[dtype]
     first = start // 4
@@ -47,10 +52,11 @@ def element_runs(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     contiguous = tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
     if not offset and tuple(strides) == contiguous and nbytes == 4 * item * int(np.prod(shape)):
         return np.array([first], np.int64), np.array([nbytes // 4], np.int64)
-    inner = shape[-1] if strides[-1] == 1 else 1
-    outer_shape = shape[:-1] if inner > 1 else shape
+    if strides[-1] != 1 and shape[-1] > 1:
+        return None
+    inner = shape[-1]
     at = np.full(1, offset, dtype=np.int64)
-    for n, s in zip(outer_shape, strides):
+    for n, s in zip(shape[:-1], strides):
         at = (at[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).reshape(-1)
     return first + at * item, np.full(at.size, inner * item, np.int64)
 
@@ -75,10 +81,12 @@ def alternate_on_device(first, batch, size: int):
     starts, lens = [], []
     for b in picked:
         for layout in b.fill or b.regions:
-            s, n = element_runs(layout)
-            if s.size:
-                starts.append(s + b.base // 4)
-                lens.append(n)
+            runs = element_runs(layout)
+            if runs is None:
+                _copy_strided(out, first, layout, b.base)
+            elif runs[0].size:
+                starts.append(runs[0] + b.base // 4)
+                lens.append(runs[1])
     if starts:
         s = np.concatenate(starts)
         n = np.concatenate(lens)
@@ -90,3 +98,19 @@ def alternate_on_device(first, batch, size: int):
         src = first[: 4 * (first.numel() // 4)].view(torch.int32)
         words[idx] = src[idx]
     return out[:size]
+
+
+def _copy_strided(out, first, layout: Layout, base: int) -> None:
+    """One tensor's elements from `first` into `out` through typed strided views of both (one
+    device copy), a dimension of stride 0 taken at its first index (its elements are the same
+    storage: a destination that repeats an element is refused by torch)."""
+    import torch
+
+    name, dtype, start, nbytes, shape, strides, offset = layout
+    shape = tuple(1 if st == 0 else n for n, st in zip(shape, strides))
+    item = 4 * _ITEM[dtype]
+    t = getattr(torch, dtype)
+    at = (base + start) // item + offset
+    dst = out[: out.numel() - out.numel() % item].view(t).as_strided(shape, strides, at)
+    src = first[: first.numel() - first.numel() % item].view(t).as_strided(shape, strides, at)
+    dst.copy_(src)

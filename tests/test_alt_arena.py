@@ -67,15 +67,35 @@ def test_device_alternate_images_equal_the_hosts_for_packed_launches(op):
 
 
 def test_element_runs_cover_exactly_a_strided_tensors_elements():
-    # a (3, 4) int64 tensor with row stride 6 and inner stride 2, offset 1, at byte 512
-    layout = ("t", "int64", 512, 8 * (1 + 2 * 6 + 3 * 2 + 1), (3, 4), (6, 2), 1)
+    # a (3, 4) int64 tensor with row stride 6, offset 1, at byte 512
+    layout = ("t", "int64", 512, 8 * (1 + 2 * 6 + 3 * 1 + 1), (3, 4), (6, 1), 1)
     starts, lens = alt_arena.element_runs(layout)
     words = sorted(int(s) + k for s, n in zip(starts, lens) for k in range(int(n)))
-    want = sorted(512 // 4 + 2 * (1 + r * 6 + c * 2) + w for r in range(3) for c in range(4) for w in range(2))
+    want = sorted(512 // 4 + 2 * (1 + r * 6 + c) + w for r in range(3) for c in range(4) for w in range(2))
     assert words == want
     # inner stride 1: one run a row
     starts, lens = alt_arena.element_runs(("t", "int32", 0, 4 * 40, (3, 5), (10, 1), 2))
     assert starts.tolist() == [2, 12, 22] and lens.tolist() == [5, 5, 5]
+    # a one-element innermost dimension: one run an element of the outer ones
+    starts, lens = alt_arena.element_runs(("t", "int64", 256, 8 * 30, (3, 1), (10, 7), 0))
+    assert starts.tolist() == [64, 84, 104] and lens.tolist() == [2, 2, 2]
+    # an innermost stride other than 1: no runs (copied through strided views)
+    assert alt_arena.element_runs(("t", "int32", 0, 4 * 40, (3, 5), (1, 3), 0)) is None
+
+
+@pytest.mark.parametrize("strides", [(6, 2), (1, 3), (0, 2), (2, 0)])
+def test_a_strided_tensors_elements_are_copied_through_views(strides):
+    """Innermost stride not 1, stride-0 dimensions included: the copy through views writes the
+    elements' words and nothing else."""
+    layout = ("t", "int64", 512, 8 * 64, (3, 4), strides, 1)
+    image = np.random.default_rng(0).integers(0, 255, 4096, dtype=np.uint8)
+    first = torch.from_numpy(image.copy())
+    out = torch.zeros(4096, dtype=torch.uint8)
+    alt_arena._copy_strided(out, first, layout, 256)
+    want = np.zeros(4096, dtype=np.uint8)
+    elems = np.ndarray((3, 4), "int64", want, 256 + 512 + 8, tuple(8 * x for x in strides))
+    elems[...] = np.ndarray((3, 4), "int64", image, 256 + 512 + 8, tuple(8 * x for x in strides))
+    assert np.array_equal(out.numpy(), want)
 
 
 def test_a_batch_run_with_either_alternate_image_gives_the_same_second_runs(monkeypatch, device):
