@@ -24,6 +24,11 @@ can therefore run as one launch over their stacked rows. An op record's `packing
   one value spans several rows: `units`, each block then starting at a unit). An input can be both:
   a token table is a `POOL` indexed by request-pool indices whose values index a token mapping,
   a `POOL` too (the kernel writes the mapping's values, never the ids: the ids may move).
+* `PackSpec.moved`: an output holding an index input's values // a scalar (decode's and
+  trtllm_mha's `page_table`: token ids // page_size, where the ids index an SWA mapping and
+  move to a case's block of it). The mapping's blocks start at a multiple of the scalar
+  (`PackSpec.aligned`), so the ids move by whole pages, and the output's cells that hold such a
+  value (`PackSpec.moved_cells`: not a zeroed tail) are read back less the pages moved.
 
 A tensor the spec does not name (shared by every row) makes a case unpackable.
 
