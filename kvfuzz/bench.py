@@ -319,6 +319,10 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
         raise BadInput(f"--jobs must be >= 1, got {jobs}")
     if pack is not None and pack < 1:
         raise BadInput(f"--pack must be >= 1, got {pack}")
+    floor = min_budget(len(ops), jobs)
+    if budget_s < floor:  # windows this short check a case or none: a rate of 0 that measured nothing
+        raise BadInput(f"--budget {budget_s:g} is too short for {len(ops)} op(s) at --jobs {jobs}: "
+                       f"each shard's window would be {budget_s / len(ops) / 3 / ROUNDS:.2f} s; give at least {floor:g}")
     device = devmod.select(device)
     pack = DEFAULT_K.get(device, 8) if pack is None else pack  # the packed passes pack (a campaign does not)
     from .targets import load_target, variant_for
@@ -362,6 +366,8 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             after = _binaries(cache)
             figures = _figures(unpacked, packed, bare)
             checked = figures["checked_per_s"]
+            # a figure over no case is no figure: it is void and said why, never a rate of 0
+            empty = _empty_passes(cold, unpacked, packed, share / COLD_SHARE)
             stages: Counter = Counter()
             for w in packed:
                 stages.update(w.stages)  # summed over the rounds
@@ -372,6 +378,9 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                                                                      jobs, baseline, variant, 1)
                 cases_j, seconds_j, stages, one_job_s, mix, rates_j = _checked_jobs(
                     op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, pack)
+                empty += [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
+                empty += [f"{mode} window {w + 1} checked no case"
+                          for mode, rates in (("unpacked", rates_u), ("packed", rates_j)) for w, r in enumerate(rates) if not r]
                 # each window's rate: how far one run's figure can move by the host's noise alone
                 figures["window_rates"] = {"unpacked": [round(r, 1) for r in rates_u],
                                            "packed": [round(r, 1) for r in rates_j]}
@@ -404,11 +413,16 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 "classes": cold.classes,
                 "stages": {k: round(v, 3) for k, v in sorted(stages.items())},
             }
+            if not fresh.cases:
+                entry["compiles_per_1000"]["warm"] = None
+                empty.append("the warm-cache pass checked no case")
+            _void(entry, empty)
             if production:  # the production-size classes alone: one process, unpacked, packed, bare
                 big, _, big_unpacked, big_packed, big_bare = _checked(op, target, device, seed,
                                                                       per_op / 3 / COLD_SHARE, 1_000_000, isolate,
                                                                       ROUNDS, baseline, pack, "production", variant)
                 entry["production"] = {"cases": big.cases, **_figures(big_unpacked, big_packed, big_bare)}
+                _void(entry["production"], _empty_passes(big, big_unpacked, big_packed, per_op / 3 / COLD_SHARE))
             out["ops"][op] = entry
     finally:
         if tmp is not None:
@@ -422,6 +436,45 @@ COLD_SHARE = 8  # the first (compiling) pass takes this share of a size's time; 
 HOST_STAGES = {"generate": ("generate",), "materialize": ("materialize", "submit"),
                "launch": ("worker launch", "worker views", "worker transfer", "worker synchronise"),
                "oracle": ("oracle (numpy)", "worker torch_oracle"), "judge": ("judge",)}
+
+
+# the figures a pass that checked nothing leaves without meaning
+RATES = ("bare_per_s", "checked_unpacked_per_s", "checked_per_s", "ratio_unpacked", "ratio", "packed_vs_unpacked",
+         "checked_first_pass_per_s", "checked_one_job_per_s", "jobs_speedup", "cases_per_launch",
+         "packed_cases_per_launch", "packed_share", "bare_one_job_per_s")
+MIN_WINDOW_S = 1.0  # a `--jobs` window shorter than this may end before a shard's first case
+
+
+def min_budget(n_ops: int, jobs: int) -> float:
+    """The shortest `--budget` whose `--jobs` windows last MIN_WINDOW_S (0 for one job: its
+    passes run over the first pass's cases, however long they take)."""
+    return n_ops * 3 * ROUNDS * MIN_WINDOW_S if jobs > 1 else 0.0
+
+
+def _empty_passes(first: OpStats, unpacked: list[OpStats], packed: list[OpStats], first_s: float) -> list[str]:
+    """Why the figures of one size are void: its first pass checked no case (so no later pass
+    or bare call ran), or a later pass none."""
+    if not first.cases:
+        return [f"the first pass checked no case in {first_s:.2f} s"]
+    return [f"{mode} pass {i + 1} checked no case" for mode, passes in (("unpacked", unpacked), ("packed", packed))
+            for i, w in enumerate(passes) if not w.cases]
+
+
+def _void(entry: dict, reasons: list[str]) -> None:
+    """Marks the figures of `entry` void (None), with `reasons`, where any pass checked nothing."""
+    if reasons:
+        entry["invalid"] = reasons
+        for key in RATES:
+            if key in entry:
+                entry[key] = None
+        for key in ("window_rates", "bare_rates"):
+            entry.pop(key, None)
+
+
+def invalid(result: dict) -> list[str]:
+    """Each op and size whose figures are void, with why, one string each."""
+    return [f"{op}{size}: {'; '.join(fig['invalid'])}" for op, r in result["ops"].items()
+            for size, fig in (("", r), (" production", r.get("production") or {})) if fig.get("invalid")]
 
 
 def _has_production(op: str, seed: int, variant: str | None) -> bool:
@@ -464,6 +517,11 @@ def _figures(unpacked: list[OpStats], packed: list[OpStats], bare: float) -> dic
     }
 
 
+def _num(x: float | None, width: int, fmt: str) -> str:
+    """`x` right-aligned in `width`, or a dash where the figure is void."""
+    return f"{x:>{width}{fmt}}" if x is not None else f"{'-':>{width}}"
+
+
 def _speedup(x: float | None) -> str:
     return f"{x:>11.2f}x" if x is not None else f"{'-':>12}"
 
@@ -481,15 +539,17 @@ def render(result: dict) -> str:
         lines[1] += f"{'vs one job':>12}"
     for op, r in result["ops"].items():
         c = r["compiles_per_1000"]
-        lines.append(f"{op:<30}{r['cases']:>7}{r['bare_per_s']:>10.1f}{r.get('checked_unpacked_per_s', 0):>12.1f}"
-                     f"{r['checked_per_s']:>11.1f}{r.get('cases_per_launch', 1):>12.2f}"
-                     f"{r['ratio']:>8.3f}{c['cold']:>20.2f}{c['warm']:>7.2f}{r['variants_per_1000']:>15.2f}"
+        lines.append(f"{op:<30}{r['cases']:>7}{_num(r['bare_per_s'], 10, '.1f')}{_num(r.get('checked_unpacked_per_s', 0), 12, '.1f')}"
+                     f"{_num(r['checked_per_s'], 11, '.1f')}{_num(r.get('cases_per_launch', 1), 12, '.2f')}"
+                     f"{_num(r['ratio'], 8, '.3f')}{_num(c['cold'], 20, '.2f')}{_num(c['warm'], 7, '.2f')}"
+                     f"{_num(r['variants_per_1000'], 15, '.2f')}"
                      + (_speedup(r.get("jobs_speedup")) if jobs > 1 else ""))
         p = r.get("production")
         if p:
-            lines.append(f"{'  production sizes':<30}{p['cases']:>7}{p['bare_per_s']:>10.1f}"
-                         f"{p['checked_unpacked_per_s']:>12.1f}{p['checked_per_s']:>11.1f}{p['cases_per_launch']:>12.2f}"
-                         f"{p['ratio']:>8.3f}")
+            lines.append(f"{'  production sizes':<30}{p['cases']:>7}{_num(p['bare_per_s'], 10, '.1f')}"
+                         f"{_num(p['checked_unpacked_per_s'], 12, '.1f')}{_num(p['checked_per_s'], 11, '.1f')}"
+                         f"{_num(p['cases_per_launch'], 12, '.2f')}{_num(p['ratio'], 8, '.3f')}")
+    lines += [f"  VOID {why}: the budget was too short to measure it" for why in invalid(result)]
     for op, r in result["ops"].items():
         for size, fig in (("", r), (" production", r.get("production") or {})):
             for mode, us in (fig.get("host_us_per_case") or {}).items():

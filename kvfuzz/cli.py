@@ -527,7 +527,7 @@ def _pack_option(p) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .bench import render, run_bench
+    from .bench import invalid, render, run_bench
     from .ops import CONTRACTS
 
     _check_writable(args.report)
@@ -540,6 +540,11 @@ def cmd_bench(args) -> int:
         from .campaign import write_json_atomic
 
         write_json_atomic(args.report, result)
+    void = invalid(result)
+    if void:  # the report keeps what was measured; the void figures are null in it
+        print(f"kvfuzz: error: --budget {args.budget:g} too short: {void[0]}"
+              + (f" (and {len(void) - 1} more)" if len(void) > 1 else ""), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -274,3 +274,89 @@ def test_sizes_small_measures_no_production_class(device):
     result = run_bench([op], "builtin", device, budget_s=4.0, seed=1, sizes="small")
     assert result["sizes"] == "small" and "production" not in result["ops"][op]
     check_op(result["ops"][op], device)
+
+
+def test_a_budget_too_short_for_the_jobs_windows_is_refused_before_anything_runs():
+    """`--jobs` windows of a fraction of a second end before a shard's first case: the bench
+    refuses such a budget up front, in one line, and says the least it takes."""
+    from kvfuzz.errors import BadInput
+
+    floor = bench.min_budget(2, 12)
+    assert floor == 2 * 3 * bench.ROUNDS * bench.MIN_WINDOW_S and bench.min_budget(2, 1) == 0.0
+    with pytest.raises(BadInput, match=r"--budget 3 is too short for 2 op\(s\) at --jobs 12.*at least 18") as err:
+        run_bench(["num_kv_splits", "decode_metadata"], "builtin", "cpu", budget_s=3.0, jobs=12)
+    assert "\n" not in str(err.value)
+
+
+def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float]) -> None:
+    """The bench's passes replaced by figures: a first pass of `first_cases` cases; `--jobs`
+    shards whose first passes checked `mix` and whose windows ran at `windows`."""
+    from kvfuzz.engines.common import OpStats
+
+    def stats(cases):
+        s = OpStats("num_kv_splits", cases=cases, seconds=1.0, classes=1)
+        s.engine.update(launches=cases)
+        s.stages.update({"generate": 0.1})
+        return s
+
+    def checked(op, target, device, seed, budget_s, max_cases, isolate, rounds=0, baseline=None, pack=None,
+                sizes=None, variant=None):
+        first = stats(first_cases)
+        passes = [stats(first_cases) for _ in range(rounds if first_cases else 0)]
+        return first, 1, passes, passes, 50.0 if first_cases else 0.0
+
+    def checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline=None, variant=None, pack=None):
+        return sum(m for _, m in mix), 1.0, {"generate": 0.1}, None, mix, windows
+
+    class Bare:
+        def __init__(self, *a, **k):
+            self.inputs = [None] * 4
+
+        def pass_seconds(self):
+            return 0.1
+
+    monkeypatch.setattr(bench, "_checked", checked)
+    monkeypatch.setattr(bench, "_checked_jobs", checked_jobs)
+    monkeypatch.setattr(bench, "_Bare", Bare)
+
+
+def test_figures_over_no_case_are_void_and_said_why_never_a_rate_of_0(monkeypatch):
+    """A pass that checked nothing leaves its figures void (null, a dash in the table) with the
+    reason, and `kvfuzz bench` writes what it measured and exits 2 in one line."""
+    _fake_passes(monkeypatch, 0, [], [])
+    r = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=8.0, sizes="small")["ops"]["num_kv_splits"]
+    assert r["invalid"] == [f"the first pass checked no case in {8.0 / bench.COLD_SHARE:.2f} s",
+                            "the warm-cache pass checked no case"]
+    assert all(r[k] is None for k in ("bare_per_s", "checked_per_s", "ratio", "ratio_unpacked", "cases_per_launch"))
+    assert r["compiles_per_1000"]["warm"] is None
+
+    # shards: one whose first pass checked nothing, a window over no case
+    _fake_passes(monkeypatch, 10, [((1, 2), 0), ((2, 2), 7)], [5.0, 0.0, 6.0])
+    result = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=30.0, jobs=2, sizes="small")
+    r = result["ops"]["num_kv_splits"]
+    assert r["invalid"] == ["shard 1/2's first pass checked no case", "unpacked window 2 checked no case",
+                            "packed window 2 checked no case"]
+    assert r["ratio"] is None and r["checked_per_s"] is None and "window_rates" not in r
+    assert bench.invalid(result) == ["num_kv_splits: " + "; ".join(r["invalid"])]
+    row = render(result).splitlines()[2]
+    assert row.split()[2:6] == ["-", "-", "-", "-"]  # bare, unpacked, checked, per launch
+    assert "  VOID num_kv_splits: shard 1/2's first pass checked no case; unpacked window 2" in render(result)
+
+    # a measure over cases is not void
+    _fake_passes(monkeypatch, 10, [((1, 2), 5), ((2, 2), 7)], [5.0, 4.0, 6.0])
+    r = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=30.0, jobs=2, sizes="small")["ops"]["num_kv_splits"]
+    assert "invalid" not in r and r["checked_per_s"] > 0 and r["ratio"] > 0
+
+
+def test_the_bench_command_keeps_a_void_report_and_exits_2(monkeypatch, tmp_path, capsys):
+    from kvfuzz import cli
+
+    _fake_passes(monkeypatch, 0, [], [])
+    report = tmp_path / "bench.json"
+    rc = cli.main(["bench", "--device", "cpu", "--op", "num_kv_splits", "--budget", "8", "--sizes", "small",
+                   "--report", str(report)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("kvfuzz: error: --budget 8 too short: num_kv_splits: the first pass checked no case")
+    saved = json.loads(report.read_text())["ops"]["num_kv_splits"]
+    assert saved["ratio"] is None and saved["invalid"]
