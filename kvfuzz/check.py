@@ -110,7 +110,7 @@ class Checker:
             if i in clean:  # its whole pack proved clean (judge.quick_pack)
                 yield p, clean[i], Verdict(p.status, p.reasons, expected=p.expected)
                 continue
-            if unpacked is None and i in packs.member_of:
+            if (unpacked is None and i in packs.member_of) or (packs is not None and i in packs.rerun):
                 again = self.run(p, repeats=2 if batch[packs.launch_of[packs.member_of[i][0]]].repeat else 1)
                 yield p, again[1], self.verdict(*again)
                 continue

@@ -332,8 +332,17 @@ def quick_pack(pack, runs, torch_ref: dict[str, np.ndarray] | None, torch_error:
                 return False
         elif not _same_bytes(later.after, after):
             return False
+    return pack_refs_agree(pack, torch_ref)
+
+
+def pack_refs_agree(pack, torch_ref: dict[str, np.ndarray]) -> bool:
+    """Whether the torch oracle over a pack's merged inputs (one answer) agrees with each
+    member's NumPy oracle at the member's rows, on every required cell."""
     for m, p in enumerate(pack.members):
-        for name, ours, required in clean_image(p).oracle:
+        clean = clean_image(p)
+        if clean is None:
+            return False
+        for name, ours, required in clean.oracle:
             if name not in torch_ref:
                 return False
             theirs = pack.member_ref(name, torch_ref[name], m)

@@ -61,7 +61,7 @@ alone names the right one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -237,6 +237,7 @@ class Pack:
         self.image: np.ndarray | None = None
         self._alt: np.ndarray | None = None
         self._clean = None  # clean_after's answer, () for none
+        self._plan = None  # _clean_plan's answer, () for none
         self._outputs: list = []  # clean_after's output blocks (output_mask)
 
     def rows_of(self, name: str, member: int) -> slice:
@@ -424,13 +425,39 @@ class Pack:
         return self._clean or None
 
     def _clean_after(self):
+        plan = self._clean_plan()
+        if plan is None:
+            return None
+        outputs, writes, free = plan
+        want = self.image.copy()
+        for write in writes:  # in order: a moved output's move adds to its clean bytes
+            write(want)
+        self._outputs = outputs
+        return want, free
+
+    def _clean_plan(self):
+        """What `clean_after` needs but the packed image itself: (output blocks (lo, hi,
+        element mask or None), the writes that turn the image into `want`, in order, `free`), or
+        None where the pack has no clean answer. Known before the image is written, so a
+        launch can reserve the bytes its device proof needs (`proof_size`)."""
+        if self._plan is None:
+            self._plan = self._make_clean_plan() or ()
+        return self._plan or None
+
+    def _make_clean_plan(self):
         from .judge import clean_image
 
         window = {(w.tensor, w.member): w for w in self._windows}
-        want = self.image.copy()
         outputs = []  # (lo, hi, element mask or None: every byte) per output block
+        writes = []
         free = None
         running = {x[0] for x in self._running}
+
+        def put(lo, hi, src):
+            def write(want):
+                want[lo:hi] = src
+            return write
+
         for j, p in enumerate(self.members):
             clean = clean_image(p)
             if clean is None:
@@ -458,7 +485,7 @@ class Pack:
                 else:
                     outputs.append((lo, hi, None))
                 # the bytes cut off are never this member's when unpacking: its image keeps them
-                want[lo:hi] = bytes_[cut]
+                writes.append(put(lo, hi, bytes_[cut]))
                 if care is not None:
                     if free is None:
                         free = np.zeros(self.size, dtype=bool)
@@ -466,8 +493,10 @@ class Pack:
         for name, at, merged, first in self._running:
             if name in self._moved:  # placed above as each member's own values: plus their move
                 for j in range(len(self.members)):
-                    view = _view(want, merged, at, first[j], self.bs[j])
-                    view[...] = view.astype(np.int64) + self._move_of(name, j)
+                    def add_move(want, name=name, at=at, merged=merged, j=j, first=first):
+                        view = _view(want, merged, at, first[j], self.bs[j])
+                        view[...] = view.astype(np.int64) + self._move_of(name, j)
+                    writes.append(add_move)
                 continue
             # each member's sums plus the totals before it
             vals = np.zeros(merged.shape[0], dtype=np.int64)
@@ -476,14 +505,49 @@ class Pack:
                 if mine.shape != (self.bs[j] + 1,):
                     return None
                 vals[first[j] : first[j] + mine.size] = mine + offset
-            _view(want, merged, at, 0, vals.size)[...] = vals
+
+            def put_sums(want, merged=merged, at=at, vals=vals):
+                _view(want, merged, at, 0, vals.size)[...] = vals
+            writes.append(put_sums)
             entries = _entry_bytes(at, merged)
             lo, hi = int(entries.min()), int(entries.max()) + 1
             mask = np.zeros(hi - lo, dtype=bool)
             mask[entries - lo] = True
             outputs.append((lo, hi, mask))
-        self._outputs = outputs
-        return want, free
+        return outputs, writes, free
+
+    def proof_size(self) -> int:
+        """Bytes of the batch image's tail the pack's device proof (`proof`) takes: each output
+        block's wanted bytes, and its care mask where it holds free bytes; 0 where the pack has
+        no clean answer (it is then judged on the host)."""
+        plan = self._clean_plan()
+        if plan is None:
+            return 0
+        outputs, _, free = plan
+        return sum((hi - lo) * (2 if free is not None and free[lo:hi].any() else 1) for lo, hi, _ in outputs)
+
+    def proof(self, at: int) -> tuple[tuple, tuple, list[tuple[int, np.ndarray]]] | None:
+        """The packed launch's device proof (`execute.keep_checks`, `output_checks`), as a lone
+        case's: (`Launch.changes`: the output blocks' byte ranges; `Launch.expect` with offsets
+        from the tail's start; the tail's parts from byte `at` of it: (offset, bytes)). Together
+        the two checks ask what `judge.quick_pack` asks of the first run: every byte as
+        `clean_after` wants it, free bytes aside. None where the pack has no clean answer."""
+        got = self.clean_after()
+        if got is None:
+            return None
+        want, free = got
+        changes, expect, tail = [], [], []
+        for lo, hi, _ in self._clean_plan()[0]:
+            changes.append((lo, hi))
+            w, c = at, -1
+            tail.append((w, want[lo:hi]))
+            at += hi - lo
+            if free is not None and free[lo:hi].any():
+                c = at
+                tail.append((c, (~free[lo:hi]).view(np.uint8)))
+                at += hi - lo
+            expect.append((lo, w, hi - lo, c))
+        return tuple(changes), tuple(expect), tail
 
     def output_mask(self) -> np.ndarray | None:
         """A mask of the packed arena's output element bytes (those `clean_after` sets), or
@@ -495,13 +559,15 @@ class Pack:
             mask[lo:hi] = True if elements is None else elements
         return mask
 
-    def launch(self, base: int, repeat: bool) -> Launch:
+    def launch(self, base: int, repeat: bool, changes=None, expect=None) -> Launch:
         """The packed launch as a worker runs it: the merged views, the first case's scalars,
         and the torch oracle once over the merged inputs (rows are independent in contract, so
-        its answer holds every member's at the member's rows: `member_refs`)."""
+        its answer holds every member's at the member's rows: `member_refs`); with its device
+        proof (`proof`), where it has one."""
         case = self.members[0].case
         merged = case.replace(values={}, meta={}, tensors={v[0]: TensorSpec(v[1], v[4], v[5], v[6]) for v in self.views})
-        return Launch(merged, tuple(self.views), base, self.size, repeat, True, fill=tuple(self.blocks))
+        return Launch(merged, tuple(self.views), base, self.size, repeat, True, fill=tuple(self.blocks),
+                      changes=changes, expect=expect)
 
 
 def _entry_bytes(start: int, merged: TensorSpec) -> np.ndarray:
@@ -528,6 +594,8 @@ class Packs:
     packs: list[Pack]
     launch_of: list[int]  # per pack: its launch's index in the batch
     member_of: dict[int, tuple[int, int]]  # case index -> (pack, place in it)
+    # cases of packs proved clean on the device whose torch oracle disagrees (`clean`): run again alone
+    rerun: set = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.packs)
@@ -542,16 +610,27 @@ class Packs:
         from .execute import outcome_of
         from .judge import quick_pack
 
+        from .judge import pack_refs_agree
+
         out: dict[int, Outcome] = {}
         case_at = {place: i for i, place in self.member_of.items()}
+        self.rerun = set()
         for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
             ran = outcome_of(batch, result, li, copy=False)
-            if ran.cross is not None or ran.baseline is not None or \
+            on_device = li in result.device_clean  # its bytes stayed there (execute.device_clean_launches)
+            if on_device:
+                if ran.cross is not None or ran.baseline is not None or ran.torch_ref is None or \
+                        not pack_refs_agree(pack, ran.torch_ref):
+                    # proved clean on the device, but the torch oracle disagrees: no bytes to
+                    # unpack, so its cases run again alone, judged in full (as a lone case's)
+                    self.rerun.update(case_at[(k, m)] for m in range(len(pack.members)))
+                    continue
+            elif ran.cross is not None or ran.baseline is not None or \
                     not quick_pack(pack, ran.runs, ran.torch_ref, ran.torch_ref_error):
                 continue
             n = len(pack.members)
             for m in range(n):
-                runs = [RunResult(None, None, None, r.seconds / n, None, r.alt) for r in ran.runs]
+                runs = [RunResult(None, None, None, r.seconds / n, None, r.alt, device_clean=on_device) for r in ran.runs]
                 out[case_at[(k, m)]] = Outcome(runs, pack.member_refs(ran.torch_ref, m))
         return out
 
@@ -565,7 +644,7 @@ class Packs:
         out: dict[int, Outcome] = {}
         case_at = {place: i for i, place in self.member_of.items()}
         for k, (pack, li) in enumerate(zip(self.packs, self.launch_of)):
-            if case_at[(k, 0)] in skip:
+            if case_at[(k, 0)] in skip or case_at[(k, 0)] in self.rerun:
                 continue
             ran = outcome_of(batch, result, li, copy=False)
             afters = [pack.unpack(r.after, r.alt) if r.after is not None else None for r in ran.runs]
@@ -629,9 +708,12 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
         for n in sizes:
             bases.append(cursor)
             cursor = round_up(cursor + n)
-        # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `prove_on_device`)
+        # a lone case's wanted output bytes, in the image's tail (`execute.launches`'s `prove_on_device`),
+        # then each pack's (`Pack.proof`), placed once the packs' images are written
         expect, tail = expectations(prepared, [prove_on_device and i not in member_of and not x for i, x in enumerate(cross)])
-        n = max(cursor + tail_size(tail), 1)
+        lone_tail = sum(part.size for _, part in tail)
+        proofs = [pk.proof_size() if prove_on_device else 0 for _, pk in kept]
+        n = max(cursor + round_up(lone_tail + sum(proofs)), 1)
         image = ring.take(n, [p.plan for p in prepared]) if ring is not None else np.empty(n, dtype=np.uint8)
         failed = [n for n, ((_, pk), base) in enumerate(zip(kept, bases[len(prepared):]))
                   if not _written(pk, image[base : base + pk.size])]
@@ -649,16 +731,27 @@ def launches(prepared: list[Prepared], repeat: list[bool], cross: list[bool], k:
             p.plan._write(part)
         else:
             part[:] = p.plan._image
-    expect = with_tail(image, expect, tail)
+    proved, at = [], lone_tail
+    for (_, pk), size in zip(kept, proofs):
+        proof = pk.proof(at) if size else None
+        if proof is None:
+            proved.append((None, None))
+            continue
+        changes, pack_expect, parts = proof
+        tail += parts
+        at += size
+        proved.append((changes, pack_expect))
+    expect = with_tail(image, expect + [e for _, e in proved], tail)
+    pack_expect = expect[len(prepared):]
     batch = [Launch(p.case.replace(values={}, meta={}), p.plan.layouts, 0, 0, False, False, x, run=False)
              if i in member_of else
              Launch(p.case.replace(values={}, meta={}), p.plan.layouts, base, p.plan.size, rep,
                     p.status == "in_contract", x, changes=changes_of(p), expect=expect[i])
              for i, (p, base, rep, x) in enumerate(zip(prepared, bases, repeat, cross))]
     launch_of = []
-    for (g, pk), base in zip(kept, bases[len(prepared):]):
+    for (g, pk), base, (changes, _), e in zip(kept, bases[len(prepared):], proved, pack_expect):
         launch_of.append(len(batch))
-        batch.append(pk.launch(base, repeat[g[0]]))
+        batch.append(pk.launch(base, repeat[g[0]], changes, e))
     return image, batch, Packs([pk for _, pk in kept], launch_of, member_of)
 
 
