@@ -229,6 +229,12 @@ class Pack:
             cursor = end
         self.size = max(cursor, GUARD_MIN)
         self._placed = placed
+        # the byte ranges `write` fills whole: a contiguous merged tensor of stacked rows (not a POOL's blocks)
+        self._whole = sorted((start + merged.offset * merged.itemsize,
+                              start + (merged.offset + merged.numel) * merged.itemsize)
+                             for _, kind, start, merged, _, rows in placed
+                             if kind in (ROWS, PREFIX, RUNNING, SHARED) and merged.numel and merged.is_contiguous
+                             and sum(rows) == merged.shape[0])
         self._windows = windows
         self._lo = np.array([w.lo for w in windows], dtype=np.int64)
         self.scalars = dict(case0.scalars)
@@ -299,7 +305,14 @@ class Pack:
         does not fit its dtype (the pack is then not used). Rows stacked back to back (`ROWS`,
         `PREFIX`) are written in one assignment; a `POOL` tensor's blocks one by one (gaps
         between them keep the canary)."""
-        buf.fill(CANARY_BYTE)
+        # the canary everywhere but the merged tensors written whole below (rows back to back, contiguous)
+        at = 0
+        for lo, hi in self._whole:
+            if lo > at:
+                buf[at:lo].fill(CANARY_BYTE)
+            at = max(at, hi)
+        if at < buf.size:
+            buf[at:].fill(CANARY_BYTE)
         shifts = self.shifts()  # index input -> each member's value shift (summed over its pools)
         n = len(self.members)
         for name, kind, start, merged, first, rows in self._placed:

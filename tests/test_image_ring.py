@@ -73,3 +73,44 @@ def test_a_campaign_finds_the_same_with_reused_buffers_as_with_fresh_ones(device
     monkeypatch.setattr(materialize.ImageRing, "take", lambda self, n, plans: np.empty(n, dtype=np.uint8))
     assert run() == with_ring
     assert with_ring[0], "the fixture's defects were not found: nothing was compared"
+
+
+def test_an_image_written_over_stale_bytes_is_the_image_written_into_fresh_memory():
+    """The writer leaves the canary out of contiguous tensors' elements (it writes them whole
+    after): over a buffer full of another batch's bytes, every op's images (contiguous,
+    strided, broadcast, empty tensors) come out byte for byte as over fresh memory."""
+    from kvfuzz.ops import CONTRACTS
+
+    for op in sorted(CONTRACTS):
+        for i, (_, case) in enumerate(case_stream(op, 2, 24, "cpu", stint=3)):
+            plan = prepare(case, i).plan
+            fresh = np.empty(plan.size, dtype=np.uint8)
+            fresh.fill(materialize.CANARY_BYTE ^ 0xFF)
+            stale = np.random.default_rng(i).integers(0, 256, plan.size, dtype=np.uint8)
+            plan._write(fresh)
+            want = fresh.tobytes()
+            plan._write(stale)
+            assert stale.tobytes() == want, (op, i)
+            assert (fresh == materialize.CANARY_BYTE).any(), (op, i)
+
+
+def test_a_pack_written_over_stale_bytes_is_the_pack_written_into_fresh_memory():
+    """A packed image leaves the canary out of the merged tensors it writes whole (stacked rows):
+    over another batch's bytes every packing op's packs come out as over fresh memory."""
+    from kvfuzz import packing
+    from test_pack_launch import PACKED, op_of, stream
+
+    written = 0
+    for name in PACKED:
+        prepared = stream(name, 8)
+        spec = packing.spec_of(op_of(name))
+        for group in packing.group(spec, prepared, [False] * len(prepared), [False] * len(prepared), 4):
+            images = []
+            for n, buf in enumerate((np.full(1, materialize.CANARY_BYTE ^ 0xFF, dtype=np.uint8), None)):
+                pk = packing.Pack(spec, [prepared[i] for i in group])
+                buf = np.full(pk.size, materialize.CANARY_BYTE ^ 0xFF, dtype=np.uint8) if n == 0 else \
+                    np.random.default_rng(len(group)).integers(0, 256, pk.size, dtype=np.uint8)
+                images.append(buf.tobytes() if pk.write(buf) else None)
+            assert images[0] == images[1], (name, group)
+            written += images[0] is not None
+    assert written >= len(PACKED)
