@@ -34,7 +34,8 @@ passes and the prefix each window's end cut) over the windows' length. (Under th
 one class can cost several times another, so two shards' mixes and one job's differ.) On a
 GPU it is None: jobs passes alone would double the bench, and classes cost alike there.
 
-With `jobs` > 1 the shards' windows run twice, unpacked then packed.
+With `jobs` > 1 the shards' windows run twice, unpacked then packed, and the production-size
+classes once more as `jobs` shards (packed) against bare calls on those shards' cases.
 
 Figures per op: `bare_per_s`, `checked_per_s` (steady state, packed), their `ratio`,
 `checked_unpacked_per_s` and `ratio_unpacked`, `cases_per_launch`, `host_us_per_case` by stage
@@ -64,6 +65,7 @@ from .worker import TORCH_THREADS, make_executor
 
 KERNEL_BINARIES = ("*.cubin", "*.hsaco")  # one per kernel variant Triton compiled (NVIDIA, AMD)
 MAX_BARE = 5000  # cases held on the device at once for the bare pass
+MAX_BARE_PRODUCTION = 400  # the same at production sizes (a decode case's arena is about 8 MB)
 ROUNDS = 3  # checked and bare passes, alternating, per op
 
 
@@ -129,7 +131,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.update(env)
     devmod.select(args[2])
-    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack = args
+    op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack, sizes = args
     try:
         cases, windows, stages = 0, 0.0, Counter()
         each: list[tuple[int, float]] = []  # per window: (cases, seconds)
@@ -137,7 +139,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
         executor = _executor(target, device, isolate, baseline)
         try:
             # compiles (or loads) what it meets; its cases are the ones each window's passes run
-            n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS, sizes="small",
+            n = _run(op, executor, device, seed, shard, max_cases, budget_s / ROUNDS, sizes=sizes,
                      variant=variant, pack=pack).cases
             for _ in range(ROUNDS):
                 passes = []
@@ -145,7 +147,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                 t0 = time.monotonic()
                 end = t0 + budget_s / ROUNDS
                 while time.monotonic() < end:  # every shard busy for the whole window
-                    stats = _run(op, executor, device, seed, shard, n, end - time.monotonic(), sizes="small",
+                    stats = _run(op, executor, device, seed, shard, n, end - time.monotonic(), sizes=sizes,
                                  variant=variant, pack=pack)
                     passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
                     stages.update(stats.stages)  # summed
@@ -156,7 +158,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
                         barrier.wait()
                         if turn == shard[0]:
-                            upto = _alone_times(op, executor, device, seed, shard, n, variant, pack)
+                            upto = _alone_times(op, executor, device, seed, shard, n, variant, pack, sizes)
                             one_job_s += sum(upto[c - 1] for c in passes if c)  # the window's cases, alone
                     barrier.wait()
         finally:
@@ -168,14 +170,14 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
 
 
 def _alone_times(op: str, executor, device: str, seed: int, shard: tuple[int, int], n: int,
-                 variant: str | None = None, pack: int | None = None) -> list[float]:
+                 variant: str | None = None, pack: int | None = None, sizes: str = "small") -> list[float]:
     """Seconds from the start of a pass over the shard's first `n` cases to each case judged:
     entry m-1 is what the pass's first m cases take (a pass the window's end cut short is such
     a prefix)."""
     stamps: list[float] = []
     t0 = time.monotonic()
     _run(op, executor, device, seed, shard, n, 1e9, on_case=lambda *_: stamps.append(time.monotonic() - t0),
-         sizes="small", variant=variant, pack=pack)
+         sizes=sizes, variant=variant, pack=pack)
     return stamps
 
 
@@ -197,11 +199,11 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int, baseline: str | None = None, variant: str | None = None,
-                  pack: int | None = None) -> tuple[int, float, dict, float | None, list, list[float]]:
+                  pack: int | None = None, sizes: str = "small") -> tuple[int, float, dict, float | None, list, list[float]]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU, each shard's (shard, cases of a pass): the
     cases its windows repeat, and each window's rate: all shards' cases in it over its longest
-    shard's seconds) of `jobs` shards run at once."""
+    shard's seconds) of `jobs` shards run at once over the pool's classes of `sizes`."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -212,7 +214,7 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     gpus = gpu_count() if device == "cuda" else 0
     alone = device == "cpu"
     procs = [ctx.Process(target=_shard_main, args=((op, target, device, seed, budget_s, 1_000_000, isolate,
-                                                     (i, jobs), alone, baseline, variant, pack), shard_env(i, device, gpus),
+                                                     (i, jobs), alone, baseline, variant, pack, sizes), shard_env(i, device, gpus),
                                                     barrier, results))
              for i in range(1, jobs + 1)]
     try:
@@ -423,6 +425,9 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                                                                       ROUNDS, baseline, pack, "production", variant)
                 entry["production"] = {"cases": big.cases, **_figures(big_unpacked, big_packed, big_bare)}
                 _void(entry["production"], _empty_passes(big, big_unpacked, big_packed, per_op / 3 / COLD_SHARE))
+                if jobs > 1:  # and as `jobs` shards at once, packed, against bare calls on their cases
+                    entry["production"]["jobs"] = _production_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
+                                                                   baseline, variant, pack)
             out["ops"][op] = entry
     finally:
         if tmp is not None:
@@ -460,6 +465,33 @@ def _empty_passes(first: OpStats, unpacked: list[OpStats], packed: list[OpStats]
             for i, w in enumerate(passes) if not w.cases]
 
 
+def _production_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool, jobs: int,
+                     baseline: str | None, variant: str | None, pack: int) -> dict:
+    """The production-size classes checked by `jobs` shards at once (packed windows, as the small
+    classes' `checked_per_s`), against the target called bare in one process on the shards' own
+    first cases (at most MAX_BARE_PRODUCTION of them: each holds its tables on the device)."""
+    cases, seconds, stages, _, mix, rates = _checked_jobs(op, target, device, seed, budget_s, isolate, jobs,
+                                                          baseline, variant, pack, sizes="production")
+    empty = [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
+    empty += [f"window {w + 1} checked no case" for w, r in enumerate(rates) if not r]
+    out: dict = {"cases": cases, "bare_per_s": None, "checked_per_s": None, "ratio": None}
+    if not empty:
+        bare = _Bare(op, target, device, seed, MAX_BARE_PRODUCTION, "production", variant, shards=mix)
+        passes = [bare.pass_seconds() for _ in range(ROUNDS)]
+        out["bare_cases"] = len(bare.inputs)
+        out["bare_rates"] = [round(len(bare.inputs) / max(s, 1e-9), 1) for s in passes]
+        del bare
+        checked = cases / max(seconds, 1e-9)
+        out["bare_per_s"] = max(out["bare_rates"])
+        out["checked_per_s"] = round(checked, 1)
+        out["ratio"] = round(checked / max(out["bare_per_s"], 1e-9), 3)
+        out["window_rates"] = {"packed": [round(r, 1) for r in rates]}
+        out["host_us_per_case"] = {"packed": {name: round(1e6 * sum(stages.get(k, 0.0) for k in keys) / max(cases, 1), 1)
+                                              for name, keys in HOST_STAGES.items()}}
+    _void(out, empty)
+    return out
+
+
 def _void(entry: dict, reasons: list[str]) -> None:
     """Marks the figures of `entry` void (None), with `reasons`, where any pass checked nothing."""
     if reasons:
@@ -474,7 +506,9 @@ def _void(entry: dict, reasons: list[str]) -> None:
 def invalid(result: dict) -> list[str]:
     """Each op and size whose figures are void, with why, one string each."""
     return [f"{op}{size}: {'; '.join(fig['invalid'])}" for op, r in result["ops"].items()
-            for size, fig in (("", r), (" production", r.get("production") or {})) if fig.get("invalid")]
+            for size, fig in (("", r), (" production", r.get("production") or {}),
+                              (" production shards", (r.get("production") or {}).get("jobs") or {}))
+            if fig.get("invalid")]
 
 
 def _has_production(op: str, seed: int, variant: str | None) -> bool:
@@ -549,9 +583,15 @@ def render(result: dict) -> str:
             lines.append(f"{'  production sizes':<30}{p['cases']:>7}{_num(p['bare_per_s'], 10, '.1f')}"
                          f"{_num(p['checked_unpacked_per_s'], 12, '.1f')}{_num(p['checked_per_s'], 11, '.1f')}"
                          f"{_num(p['cases_per_launch'], 12, '.2f')}{_num(p['ratio'], 8, '.3f')}")
+            pj = p.get("jobs")
+            if pj:  # the same classes as `jobs` shards at once, packed
+                lines.append(f"{'  production, ' + str(jobs) + ' shards':<30}{pj['cases']:>7}"
+                             f"{_num(pj.get('bare_per_s'), 10, '.1f')}{'':>12}{_num(pj.get('checked_per_s'), 11, '.1f')}"
+                             f"{'':>12}{_num(pj.get('ratio'), 8, '.3f')}")
     lines += [f"  VOID {why}: the budget was too short to measure it" for why in invalid(result)]
     for op, r in result["ops"].items():
-        for size, fig in (("", r), (" production", r.get("production") or {})):
+        for size, fig in (("", r), (" production", r.get("production") or {}),
+                          (f" production, {jobs} shards", (r.get("production") or {}).get("jobs") or {})):
             for mode, us in (fig.get("host_us_per_case") or {}).items():
                 parts = ", ".join(f"{k} {v:.0f}" for k, v in us.items())
                 lines.append(f"  {op}{size} host us/case {mode}: {parts}")

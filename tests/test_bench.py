@@ -288,9 +288,10 @@ def test_a_budget_too_short_for_the_jobs_windows_is_refused_before_anything_runs
     assert "\n" not in str(err.value)
 
 
-def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float]) -> None:
+def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float], production=None) -> None:
     """The bench's passes replaced by figures: a first pass of `first_cases` cases; `--jobs`
-    shards whose first passes checked `mix` and whose windows ran at `windows`."""
+    shards whose first passes checked `mix` and whose windows ran at `windows` (at production
+    sizes: `production`'s (mix, windows), where given)."""
     from kvfuzz.engines.common import OpStats
 
     def stats(cases):
@@ -305,8 +306,10 @@ def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float])
         passes = [stats(first_cases) for _ in range(rounds if first_cases else 0)]
         return first, 1, passes, passes, 50.0 if first_cases else 0.0
 
-    def checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline=None, variant=None, pack=None):
-        return sum(m for _, m in mix), 1.0, {"generate": 0.1}, None, mix, windows
+    def checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline=None, variant=None, pack=None,
+                     sizes="small"):
+        m, w = (production if sizes == "production" else (mix, windows)) if production else (mix, windows)
+        return sum(c for _, c in m), 1.0, {"generate": 0.1}, None, m, w
 
     class Bare:
         def __init__(self, *a, **k):
@@ -360,3 +363,33 @@ def test_the_bench_command_keeps_a_void_report_and_exits_2(monkeypatch, tmp_path
     assert err.startswith("kvfuzz: error: --budget 8 too short: num_kv_splits: the first pass checked no case")
     saved = json.loads(report.read_text())["ops"]["num_kv_splits"]
     assert saved["ratio"] is None and saved["invalid"]
+
+
+def test_production_sizes_are_measured_as_shards_too_and_void_where_a_window_checked_nothing(monkeypatch):
+    """With `--jobs N` the production-size classes run as N shards at once as well (the figure a
+    nightly job at production sizes gets), against bare calls on those shards' own cases; a
+    window over no case leaves that figure void, the small classes' figures standing."""
+    seen = []
+    _fake_passes(monkeypatch, 10, [((1, 2), 5), ((2, 2), 7)], [5.0, 4.0, 6.0],
+                 production=([((1, 2), 3), ((2, 2), 2)], [2.0, 2.5, 3.0]))
+    real = bench._checked_jobs
+    monkeypatch.setattr(bench, "_checked_jobs", lambda *a, **k: seen.append(k.get("sizes", "small")) or real(*a, **k))
+    result = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=30.0, jobs=2, sizes="all")
+    pj = result["ops"]["num_kv_splits"]["production"]["jobs"]
+    assert seen == ["small", "small", "production"]  # unpacked and packed small windows, then production
+    assert pj["cases"] == 5 and pj["checked_per_s"] == 5.0 and pj["bare_per_s"] == 40.0  # 4 bare inputs / 0.1 s
+    assert pj["ratio"] == pytest.approx(5.0 / 40.0, abs=1e-3) and pj["window_rates"] == {"packed": [2.0, 2.5, 3.0]}
+    assert set(pj["host_us_per_case"]["packed"]) == set(bench.HOST_STAGES) and "invalid" not in pj
+    text = render(result)
+    assert "  production, 2 shards" in text and "num_kv_splits production, 2 shards host us/case packed" in text
+
+    _fake_passes(monkeypatch, 10, [((1, 2), 5), ((2, 2), 7)], [5.0, 4.0, 6.0],
+                 production=([((1, 2), 3), ((2, 2), 0)], [2.0, 0.0, 3.0]))
+    result = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=30.0, jobs=2, sizes="all")
+    r = result["ops"]["num_kv_splits"]
+    pj = r["production"]["jobs"]
+    assert pj["invalid"] == ["shard 2/2's first pass checked no case", "window 2 checked no case"]
+    assert pj["ratio"] is None and pj["checked_per_s"] is None and "window_rates" not in pj
+    assert "invalid" not in r and r["ratio"] > 0  # the small classes' figures stand
+    assert bench.invalid(result) == ["num_kv_splits production shards: " + "; ".join(pj["invalid"])]
+    assert "VOID num_kv_splits production shards: shard 2/2" in render(result)
