@@ -77,15 +77,21 @@ def test_the_jobs_bare_mix_is_the_shards_cases():
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_bench_reports_consistent_figures(jobs, device):
     # the session's device: a process that runs CUDA kernels cannot switch to the interpreter
-    result = run_bench(["num_kv_splits"], "builtin", device, budget_s=6.0, seed=1, jobs=jobs)
+    result = run_bench(["num_kv_splits"], "builtin", device, budget_s=max(6.0, bench.min_budget(1, jobs)), seed=1,
+                       jobs=jobs)
     assert result["jobs"] == jobs and result["device"] == device
     r = result["ops"]["num_kv_splits"]
     check_op(r, device)
     if jobs > 1:
         check_jobs(r, jobs, device)
+        pj = r["production"]["jobs"]  # its production classes as shards too, against bare calls on their cases
+        assert pj["cases"] > 0 and pj["bare_cases"] >= jobs and "invalid" not in pj
+        assert pj["ratio"] == pytest.approx(pj["checked_per_s"] / pj["bare_per_s"], abs=2e-3)
+        assert min(pj["window_rates"]["packed"]) * 0.99 <= pj["checked_per_s"] <= max(pj["window_rates"]["packed"]) * 1.01
     else:
-        assert r["jobs_speedup"] is None
+        assert r["jobs_speedup"] is None and "jobs" not in r["production"]
     text = render(result)
+    assert ("production, 2 shards" in text) == (jobs == 2)
     assert "num_kv_splits" in text and ("2 shards at once" in text) == (jobs == 2)
     assert ("vs one job" in text) == (jobs == 2)
 
