@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="the case mix (default 0)")
     b.add_argument("--report", type=Path, metavar="FILE.json", help="write the figures as JSON")
     b.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="measure checked cases/s of N shards running at once (as `fuzz --jobs N`), against bare calls on the shards' own cases (default 1)")
+                   help="measure checked cases/s of N shards running at once (as `fuzz --jobs N`), against bare calls on the shards' own cases, at small sizes and, with --sizes all, at production sizes too (default 1)")
     b.add_argument("--baseline", metavar="TARGET",
                    help="check each case on TARGET too, as `fuzz --baseline` does (its cost against the bare calls)")
     b.add_argument("--pack", type=int, metavar="K",
