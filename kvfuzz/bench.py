@@ -24,8 +24,9 @@ first pass, all wait for each other, then each runs passes over its own first pa
 until a common window closes (every shard busy all the while, as in a campaign, where no
 shard waits for another), `ROUNDS` windows in all; `checked_per_s` is all their cases in the
 windows over the windows' length.
-The bare figure is then the target called on each shard's first pass's cases (the classes the
-windows checked; one process, after the windows, the fastest pass of each of `ROUNDS` seconds),
+The bare figure is then one process calling the target on exactly the cases the windows
+checked (each shard's own classes; its whole passes and the prefixes the windows' ends cut),
+after the windows, the fastest of `ROUNDS` rounds (`_Bare.windows_rate`),
 and the ratios are against it; `bare_one_job_per_s` keeps the one-process mix's bare figure and
 `checked_one_job_per_s` the single process's steady figure. On the CPU `jobs_speedup` compares like with like: after each window each
 shard, in turn and alone on the machine, runs its pass again, timed case by case; the seconds
@@ -123,7 +124,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     over the same cases alone, timed case by case (windows and alone passes alternate, so a
     busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows,
     the seconds one job alone takes for the windows' cases (None without `alone`), its pass's
-    cases, and each window's (cases, seconds)."""
+    cases, and each window's (cases, seconds, each pass's cases)."""
     import signal
 
     # a SIGTERM to the bench's process group (a job scheduler, `timeout`) must end this shard
@@ -153,7 +154,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     stages.update(stats.stages)  # summed
                 windows += time.monotonic() - t0
                 cases += sum(passes)
-                each.append((sum(passes), time.monotonic() - t0))
+                each.append((sum(passes), time.monotonic() - t0, passes))
                 if alone:
                     for turn in range(1, shard[1] + 1):  # in turn, the machine to itself
                         barrier.wait()
@@ -199,11 +200,13 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int, baseline: str | None = None, variant: str | None = None,
-                  pack: int | None = None, sizes: str = "small") -> tuple[int, float, dict, float | None, list, list[float]]:
+                  pack: int | None = None, sizes: str = "small") -> tuple[int, float, dict, float | None, list, list[float], dict]:
     """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
     job alone takes for those cases, on the CPU, each shard's (shard, cases of a pass): the
-    cases its windows repeat, and each window's rate: all shards' cases in it over its longest
-    shard's seconds) of `jobs` shards run at once over the pool's classes of `sizes`."""
+    cases its windows repeat, each window's rate: all shards' cases in it over its longest
+    shard's seconds, and each shard's passes' cases: whole passes and the prefixes the windows'
+    ends cut, the very cases its windows checked) of `jobs` shards run at once over the pool's
+    classes of `sizes`."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -236,7 +239,18 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     one_job_s = sum(g[4] for g in got) if alone else None
     mix = sorted(((g[0], jobs), g[5]) for g in got)
     rates = [sum(g[6][w][0] for g in got) / max(max(g[6][w][1] for g in got), 1e-9) for w in range(ROUNDS)]
-    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix, rates
+    passes = {(g[0], jobs): [c for w in g[6] for c in w[2]] for g in got}
+    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix, rates, passes
+
+
+def _widest(*mixes: list) -> list:
+    """Each shard once, with the most cases any of `mixes` gives it (its cases are a stream's
+    prefix, so the longest holds every shorter one's)."""
+    most: dict = {}
+    for mix in mixes:
+        for shard, m in mix:
+            most[shard] = max(most.get(shard, 0), m)
+    return sorted(most.items())
 
 
 def _stop(procs: list, grace_s: float = 20.0) -> None:
@@ -267,26 +281,31 @@ class _Bare:
         self.op, self.device, self.target = op, device, load_target(target, device)
         streams = [(seed, (1, 1), n)] if shards is None else \
             [(_stream_seed(seed, shard), shard, min(m, max(n // len(shards), 1))) for shard, m in shards]
-        cases = [fit_target(case, self.target.lacks)
-                 for s, shard, m in streams
-                 for _, case in batch_engine.case_stream(op, s, m, device, in_contract_only=True, shard=shard,
-                                                          pool_seed=seed, sizes=sizes, variant=variant)]
+        cases: list = []
+        self.spans: dict[tuple[int, int], tuple[int, int]] = {}  # shard: (first, count) of its cases
+        for s, shard, m in streams:
+            got = [fit_target(case, self.target.lacks)
+                   for _, case in batch_engine.case_stream(op, s, m, device, in_contract_only=True, shard=shard,
+                                                           pool_seed=seed, sizes=sizes, variant=variant)]
+            self.spans[shard] = (len(cases), len(got))
+            cases += got
         dev = devmod.torch_device(device)
         self.inputs = [(c, to_device(prepare(c).plan, dev)[1]) for c in cases]
         if device != "cpu":
             self._one_pass()  # compiles (or loads) every variant; the interpreter compiles nothing
 
-    def _one_pass(self) -> float:
-        """One pass's seconds, on as many torch threads as a worker's (under the interpreter,
-        with a thread per core, bare calls ran 4-7% slower than on one: a bare figure the
-        checked one would be flattered against); this process's own setting comes back after."""
+    def _one_pass(self, inputs: list | None = None) -> float:
+        """One pass's seconds over `inputs` (None: all), on as many torch threads as a worker's
+        (under the interpreter, with a thread per core, bare calls ran 4-7% slower than on one: a
+        bare figure the checked one would be flattered against); this process's own setting
+        comes back after."""
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(TORCH_THREADS)
         try:
             t0 = time.perf_counter()
-            for case, views in self.inputs:
+            for case, views in self.inputs if inputs is None else inputs:
                 try:
                     self.target.invoke(self.op, views, case.scalars)
                 except Exception:
@@ -305,6 +324,32 @@ class _Bare:
         while not times or (time.perf_counter() < t_end and len(times) < 20):
             times.append(self._one_pass())
         return min(times)
+
+    def windows_rate(self, passes: dict[tuple[int, int], list[int]]) -> float:
+        """Bare calls a second over exactly the cases `--jobs` windows checked (`passes`: each
+        shard's passes' cases, whole passes and the prefixes the windows' ends cut): one process's
+        seconds for them, each pass's count a timed pass over that many of its shard's first
+        cases (on a GPU the fastest of up to 5 within a fifth of a second: such a pass takes
+        milliseconds; under the interpreter one), a count past the cases held at their mean.
+        Against all of a shard's cases instead, a window that ends early in a slow class's pass
+        would be measured on its cheap first cases and the bare calls on every case."""
+        cases, seconds = 0, 0.0
+        for shard, counts in passes.items():
+            first, held = self.spans.get(shard, (0, 0))
+            timed: dict[int, float] = {}
+            for c in counts:
+                if not c or not held:
+                    continue
+                k = min(c, held)
+                if k not in timed:
+                    part = self.inputs[first:first + k]
+                    times, t_end = [], time.perf_counter() + 0.2
+                    while not times or (self.device != "cpu" and time.perf_counter() < t_end and len(times) < 5):
+                        times.append(self._one_pass(part))
+                    timed[k] = min(times)
+                cases += c
+                seconds += timed[k] * c / k
+        return cases / max(seconds, 1e-9)
 
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
@@ -376,9 +421,9 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
-                cases_u, seconds_u, _, _, _, rates_u = _checked_jobs(op, target, device, seed, per_op / 3, isolate,
-                                                                     jobs, baseline, variant, 1)
-                cases_j, seconds_j, stages, one_job_s, mix, rates_j = _checked_jobs(
+                cases_u, seconds_u, _, _, mix_u, rates_u, passes_u = _checked_jobs(
+                    op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, 1)
+                cases_j, seconds_j, stages, one_job_s, mix, rates_j, passes_j = _checked_jobs(
                     op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, pack)
                 empty += [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
                 empty += [f"{mode} window {w + 1} checked no case"
@@ -386,17 +431,22 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 # each window's rate: how far one run's figure can move by the host's noise alone
                 figures["window_rates"] = {"unpacked": [round(r, 1) for r in rates_u],
                                            "packed": [round(r, 1) for r in rates_j]}
-                # the bare calls on the shards' own cases: the classes the windows checked
+                # the bare calls on the very cases each set of windows checked (the shards' own
+                # classes, each pass's count of its shard's first cases)
                 figures["bare_one_job_per_s"] = round(bare, 1)
-                shards_bare = _Bare(op, target, device, seed, MAX_BARE, "small", variant, shards=mix)
-                bare_passes = [shards_bare.pass_seconds() for _ in range(ROUNDS)]
-                bare = len(shards_bare.inputs) / max(min(bare_passes), 1e-9)
-                figures["bare_rates"] = [round(len(shards_bare.inputs) / max(s, 1e-9), 1) for s in bare_passes]
+                shards_bare = _Bare(op, target, device, seed, MAX_BARE, "small", variant, shards=_widest(mix_u, mix))
+                rounds_j, rounds_u = [], []
+                for _ in range(ROUNDS):
+                    rounds_j.append(shards_bare.windows_rate(passes_j))
+                    rounds_u.append(shards_bare.windows_rate(passes_u))
+                bare, bare_u = max(rounds_j), max(rounds_u)
+                figures["bare_rates"] = [round(r, 1) for r in rounds_j]
                 figures["bare_per_s"] = round(bare, 1)
+                figures["bare_unpacked_per_s"] = round(bare_u, 1)
                 figures["bare_cases"] = len(shards_bare.inputs)
                 del shards_bare
                 figures["checked_unpacked_per_s"] = round(cases_u / max(seconds_u, 1e-9), 1)
-                figures["ratio_unpacked"] = round(cases_u / max(seconds_u, 1e-9) / max(bare, 1e-9), 3)
+                figures["ratio_unpacked"] = round(cases_u / max(seconds_u, 1e-9) / max(bare_u, 1e-9), 3)
                 checked = cases_j / max(seconds_j, 1e-9)
                 figures["packed_vs_unpacked"] = round(checked / max(figures["checked_unpacked_per_s"], 1e-9), 3)
                 speedup = None if one_job_s is None else one_job_s / max(seconds_j, 1e-9)
@@ -444,7 +494,7 @@ HOST_STAGES = {"generate": ("generate",), "materialize": ("materialize", "submit
 
 
 # the figures a pass that checked nothing leaves without meaning
-RATES = ("bare_per_s", "checked_unpacked_per_s", "checked_per_s", "ratio_unpacked", "ratio", "packed_vs_unpacked",
+RATES = ("bare_per_s", "bare_unpacked_per_s", "checked_unpacked_per_s", "checked_per_s", "ratio_unpacked", "ratio", "packed_vs_unpacked",
          "checked_first_pass_per_s", "checked_one_job_per_s", "jobs_speedup", "cases_per_launch",
          "packed_cases_per_launch", "packed_share", "bare_one_job_per_s")
 MIN_WINDOW_S = 1.0  # a `--jobs` window shorter than this may end before a shard's first case
@@ -468,18 +518,18 @@ def _empty_passes(first: OpStats, unpacked: list[OpStats], packed: list[OpStats]
 def _production_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool, jobs: int,
                      baseline: str | None, variant: str | None, pack: int) -> dict:
     """The production-size classes checked by `jobs` shards at once (packed windows, as the small
-    classes' `checked_per_s`), against the target called bare in one process on the shards' own
-    first cases (at most MAX_BARE_PRODUCTION of them: each holds its tables on the device)."""
-    cases, seconds, stages, _, mix, rates = _checked_jobs(op, target, device, seed, budget_s, isolate, jobs,
-                                                          baseline, variant, pack, sizes="production")
+    classes' `checked_per_s`), against the target called bare in one process on the cases the
+    windows checked (each shard's first cases, at most MAX_BARE_PRODUCTION of them in all: each
+    holds its tables on the device)."""
+    cases, seconds, stages, _, mix, rates, passes = _checked_jobs(op, target, device, seed, budget_s, isolate, jobs,
+                                                                  baseline, variant, pack, sizes="production")
     empty = [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
     empty += [f"window {w + 1} checked no case" for w, r in enumerate(rates) if not r]
     out: dict = {"cases": cases, "bare_per_s": None, "checked_per_s": None, "ratio": None}
     if not empty:
         bare = _Bare(op, target, device, seed, MAX_BARE_PRODUCTION, "production", variant, shards=mix)
-        passes = [bare.pass_seconds() for _ in range(ROUNDS)]
         out["bare_cases"] = len(bare.inputs)
-        out["bare_rates"] = [round(len(bare.inputs) / max(s, 1e-9), 1) for s in passes]
+        out["bare_rates"] = [round(bare.windows_rate(passes), 1) for _ in range(ROUNDS)]
         del bare
         checked = cases / max(seconds, 1e-9)
         out["bare_per_s"] = max(out["bare_rates"])

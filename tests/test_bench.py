@@ -73,6 +73,36 @@ def test_the_jobs_bare_mix_is_the_shards_cases():
     assert len(capped.inputs) == 2 + 2 + 2  # MAX_BARE shared out: at most n // shards each
 
 
+def test_the_jobs_bare_figure_is_over_exactly_the_cases_the_windows_checked(monkeypatch):
+    """A window that ends inside a pass checked that pass's first cases only: the bare figure
+    times each pass's count of its shard's first cases (whole passes and cut prefixes), not
+    every case, so a slow class's tail cannot flatter the ratio; a count past the cases held is
+    timed at their mean."""
+    shards = [((1, 2), 6), ((2, 2), 4)]
+    bare = bench._Bare("decode_metadata", "builtin", "cpu", 7, 100, "small", None, shards=shards)
+    assert bare.spans == {(1, 2): (0, 6), (2, 2): (6, 4)}
+    cost = {id(c): 0.01 * (i + 1) for i, (c, _) in enumerate(bare.inputs)}  # later cases cost more
+    timed = []
+
+    def one_pass(self, inputs=None):
+        inputs = self.inputs if inputs is None else inputs
+        timed.append(len(inputs))
+        return sum(cost[id(c)] for c, _ in inputs)
+
+    monkeypatch.setattr(bench._Bare, "_one_pass", one_pass)
+    # shard 1: a whole pass of 6, then a prefix of 2; shard 2: a prefix of 1
+    rate = bare.windows_rate({(1, 2): [6, 2, 0], (2, 2): [1]})
+    seconds = (0.01 + 0.02 + 0.03 + 0.04 + 0.05 + 0.06) + (0.01 + 0.02) + 0.07
+    assert rate == pytest.approx(9 / seconds)
+    assert sorted(timed) == [1, 2, 6]  # each distinct count timed once, on the CPU
+    # all the cases, as the figure was before, would be 10 cases in 0.55 s: slower than the windows' mix here
+    assert 10 / 0.55 < rate
+    # a count past the cases held (a shard's cap): at the held cases' mean
+    timed.clear()
+    assert bare.windows_rate({(2, 2): [8]}) == pytest.approx(8 / ((0.07 + 0.08 + 0.09 + 0.10) * 8 / 4))
+    assert bench._widest([((1, 2), 3), ((2, 2), 9)], [((1, 2), 5), ((2, 2), 2)]) == [((1, 2), 5), ((2, 2), 9)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_bench_reports_consistent_figures(jobs, device):
@@ -315,7 +345,7 @@ def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float],
     def checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline=None, variant=None, pack=None,
                      sizes="small"):
         m, w = (production if sizes == "production" else (mix, windows)) if production else (mix, windows)
-        return sum(c for _, c in m), 1.0, {"generate": 0.1}, None, m, w
+        return sum(c for _, c in m), 1.0, {"generate": 0.1}, None, m, w, {shard: [c] for shard, c in m}
 
     class Bare:
         def __init__(self, *a, **k):
@@ -323,6 +353,9 @@ def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float],
 
         def pass_seconds(self):
             return 0.1
+
+        def windows_rate(self, passes):
+            return 40.0  # as 4 cases in 0.1 s
 
     monkeypatch.setattr(bench, "_checked", checked)
     monkeypatch.setattr(bench, "_checked_jobs", checked_jobs)
