@@ -54,6 +54,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from . import device as devmod
 from . import environment
@@ -68,6 +69,7 @@ KERNEL_BINARIES = ("*.cubin", "*.hsaco")  # one per kernel variant Triton compil
 MAX_BARE = 5000  # cases held on the device at once for the bare pass
 MAX_BARE_PRODUCTION = 400  # the same at production sizes (a decode case's arena is about 8 MB)
 ROUNDS = 3  # checked and bare passes, alternating, per op
+ENGINE_COUNTS = ("launches", "packed_cases", "packed_launches", "device_clean")  # what shards send of their windows
 
 
 def _binaries(cache: Path) -> int:
@@ -124,7 +126,8 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     over the same cases alone, timed case by case (windows and alone passes alternate, so a
     busy spell of the host weighs on both). Sends (shard, cases, seconds, stages) of the windows,
     the seconds one job alone takes for the windows' cases (None without `alone`), its pass's
-    cases, and each window's (cases, seconds, each pass's cases)."""
+    cases, each window's (cases, seconds, each pass's cases), and the windows' engine counts
+    (`ENGINE_COUNTS`)."""
     import signal
 
     # a SIGTERM to the bench's process group (a job scheduler, `timeout`) must end this shard
@@ -134,7 +137,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
     devmod.select(args[2])
     op, target, device, seed, budget_s, max_cases, isolate, shard, alone, baseline, variant, pack, sizes = args
     try:
-        cases, windows, stages = 0, 0.0, Counter()
+        cases, windows, stages, engine = 0, 0.0, Counter(), Counter()
         each: list[tuple[int, float]] = []  # per window: (cases, seconds)
         one_job_s = 0.0 if alone else None
         executor = _executor(target, device, isolate, baseline)
@@ -152,6 +155,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                                  variant=variant, pack=pack)
                     passes.append(stats.cases)  # n, or fewer for the pass the window's end cut
                     stages.update(stats.stages)  # summed
+                    engine.update({k: v for k, v in stats.engine.items() if k in ENGINE_COUNTS})
                 windows += time.monotonic() - t0
                 cases += sum(passes)
                 each.append((sum(passes), time.monotonic() - t0, passes))
@@ -164,7 +168,7 @@ def _shard_main(args: tuple, env: dict, barrier, results) -> None:
                     barrier.wait()
         finally:
             executor.close()
-        results.put((shard[0], cases, windows, stages, one_job_s, n, each))
+        results.put((shard[0], cases, windows, stages, one_job_s, n, each, engine))
     except BaseException as exc:  # the parent reports it; a shard that died must not hang the rest
         barrier.abort()
         results.put((shard[0], repr(exc)))
@@ -200,13 +204,8 @@ def _run(op: str, executor, device: str, seed: int, shard: tuple[int, int], max_
 
 def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float, isolate: bool,
                   jobs: int, baseline: str | None = None, variant: str | None = None,
-                  pack: int | None = None, sizes: str = "small") -> tuple[int, float, dict, float | None, list, list[float], dict]:
-    """(cases in the windows, the longest shard's windows in seconds, stages summed, seconds one
-    job alone takes for those cases, on the CPU, each shard's (shard, cases of a pass): the
-    cases its windows repeat, each window's rate: all shards' cases in it over its longest
-    shard's seconds, and each shard's passes' cases: whole passes and the prefixes the windows'
-    ends cut, the very cases its windows checked) of `jobs` shards run at once over the pool's
-    classes of `sizes`."""
+                  pack: int | None = None, sizes: str = "small") -> "Windows":
+    """The windows of `jobs` shards run at once over the pool's classes of `sizes`."""
     import multiprocessing as mp
 
     from .errors import BadInput
@@ -240,7 +239,32 @@ def _checked_jobs(op: str, target: str, device: str, seed: int, budget_s: float,
     mix = sorted(((g[0], jobs), g[5]) for g in got)
     rates = [sum(g[6][w][0] for g in got) / max(max(g[6][w][1] for g in got), 1e-9) for w in range(ROUNDS)]
     passes = {(g[0], jobs): [c for w in g[6] for c in w[2]] for g in got}
-    return sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix, rates, passes
+    engine: Counter = Counter()
+    for g in got:
+        engine.update(g[7])
+    return Windows(sum(g[1] for g in got), max(g[2] for g in got), stages, one_job_s, mix, rates, passes, engine)
+
+
+class Windows(NamedTuple):
+    """What `jobs` shards' windows checked."""
+    cases: int  # in all the windows
+    seconds: float  # the longest shard's windows
+    stages: Counter  # summed over the shards
+    one_job_s: float | None  # on the CPU: what one job alone takes for the windows' cases
+    mix: list  # each shard's (shard, cases of a pass): the cases its windows repeat
+    rates: list[float]  # each window's: all shards' cases in it over its longest shard's seconds
+    passes: dict  # each shard's passes' cases: whole passes and the prefixes the windows' ends cut
+    engine: Counter  # ENGINE_COUNTS summed
+
+    def per_case(self) -> dict:
+        """The windows' own cases per launch, packed share and host microseconds by stage."""
+        e, cases = self.engine, max(self.cases, 1)
+        return {"cases_per_launch": round(self.cases / max(e["launches"], 1), 2),
+                "packed_cases_per_launch": round(e["packed_cases"] / max(e["packed_launches"], 1), 2),
+                "packed_share": round(e["packed_cases"] / cases, 3),
+                "device_clean_share": round(e["device_clean"] / max(e["launches"], 1), 3),
+                "host_us_per_case": {name: round(1e6 * sum(self.stages.get(k, 0.0) for k in keys) / cases, 1)
+                                     for name, keys in HOST_STAGES.items()}}
 
 
 def _widest(*mixes: list) -> list:
@@ -421,10 +445,19 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
             one_job = checked
             speedup = None
             if jobs > 1:  # the same op again, as `jobs` shards at once on the cache now filled, unpacked then packed
-                cases_u, seconds_u, _, _, mix_u, rates_u, passes_u = _checked_jobs(
-                    op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, 1)
-                cases_j, seconds_j, stages, one_job_s, mix, rates_j, passes_j = _checked_jobs(
-                    op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, pack)
+                wu = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, 1)
+                wj = _checked_jobs(op, target, device, seed, per_op / 3, isolate, jobs, baseline, variant, pack)
+                cases_u, seconds_u, mix_u, rates_u, passes_u = wu.cases, wu.seconds, wu.mix, wu.rates, wu.passes
+                cases_j, seconds_j, stages, one_job_s = wj.cases, wj.seconds, wj.stages, wj.one_job_s
+                mix, rates_j, passes_j = wj.mix, wj.rates, wj.passes
+                # per launch, packing, device proofs and host work: the windows' own, the one
+                # process's kept apart (its mix is one stint, not the shards')
+                figures["one_job"] = {k: figures[k] for k in ("cases_per_launch", "packed_cases_per_launch",
+                                                              "packed_share", "device_clean_share", "host_us_per_case")}
+                u, j = wu.per_case(), wj.per_case()
+                figures.update({k: j[k] for k in ("cases_per_launch", "packed_cases_per_launch", "packed_share")})
+                figures["device_clean_share"] = {"unpacked": u["device_clean_share"], "packed": j["device_clean_share"]}
+                figures["host_us_per_case"] = {"unpacked": u["host_us_per_case"], "packed": j["host_us_per_case"]}
                 empty += [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
                 empty += [f"{mode} window {w + 1} checked no case"
                           for mode, rates in (("unpacked", rates_u), ("packed", rates_j)) for w, r in enumerate(rates) if not r]
@@ -521,8 +554,8 @@ def _production_jobs(op: str, target: str, device: str, seed: int, budget_s: flo
     classes' `checked_per_s`), against the target called bare in one process on the cases the
     windows checked (each shard's first cases, at most MAX_BARE_PRODUCTION of them in all: each
     holds its tables on the device)."""
-    cases, seconds, stages, _, mix, rates, passes = _checked_jobs(op, target, device, seed, budget_s, isolate, jobs,
-                                                                  baseline, variant, pack, sizes="production")
+    w = _checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline, variant, pack, sizes="production")
+    cases, seconds, mix, rates, passes = w.cases, w.seconds, w.mix, w.rates, w.passes
     empty = [f"shard {shard[0]}/{jobs}'s first pass checked no case" for shard, m in mix if not m]
     empty += [f"window {w + 1} checked no case" for w, r in enumerate(rates) if not r]
     out: dict = {"cases": cases, "bare_per_s": None, "checked_per_s": None, "ratio": None}
@@ -536,8 +569,10 @@ def _production_jobs(op: str, target: str, device: str, seed: int, budget_s: flo
         out["checked_per_s"] = round(checked, 1)
         out["ratio"] = round(checked / max(out["bare_per_s"], 1e-9), 3)
         out["window_rates"] = {"packed": [round(r, 1) for r in rates]}
-        out["host_us_per_case"] = {"packed": {name: round(1e6 * sum(stages.get(k, 0.0) for k in keys) / max(cases, 1), 1)
-                                              for name, keys in HOST_STAGES.items()}}
+        per = w.per_case()
+        out.update({k: per[k] for k in ("cases_per_launch", "packed_cases_per_launch", "packed_share")})
+        out["device_clean_share"] = {"packed": per["device_clean_share"]}
+        out["host_us_per_case"] = {"packed": per["host_us_per_case"]}
     _void(out, empty)
     return out
 
@@ -637,7 +672,7 @@ def render(result: dict) -> str:
             if pj:  # the same classes as `jobs` shards at once, packed
                 lines.append(f"{'  production, ' + str(jobs) + ' shards':<30}{pj['cases']:>7}"
                              f"{_num(pj.get('bare_per_s'), 10, '.1f')}{'':>12}{_num(pj.get('checked_per_s'), 11, '.1f')}"
-                             f"{'':>12}{_num(pj.get('ratio'), 8, '.3f')}")
+                             f"{_num(pj.get('cases_per_launch'), 12, '.2f')}{_num(pj.get('ratio'), 8, '.3f')}")
     lines += [f"  VOID {why}: the budget was too short to measure it" for why in invalid(result)]
     for op, r in result["ops"].items():
         for size, fig in (("", r), (" production", r.get("production") or {}),

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,11 @@ def check_jobs(r: dict, jobs: int, device: str) -> None:
     assert set(w) == {"unpacked", "packed"} and all(len(v) == bench.ROUNDS and min(v) > 0 for v in w.values())
     assert min(w["packed"]) * 0.99 <= r["checked_per_s"] <= max(w["packed"]) * 1.01
     assert min(w["unpacked"]) * 0.99 <= r["checked_unpacked_per_s"] <= max(w["unpacked"]) * 1.01
+    # per launch, packing, proofs and host work: the windows' own, the one process's kept apart
+    assert set(r["one_job"]) == {"cases_per_launch", "packed_cases_per_launch", "packed_share", "device_clean_share",
+                                 "host_us_per_case"}
+    assert r["cases_per_launch"] >= 1.0 and 0.0 <= r["packed_share"] <= 1.0
+    assert set(r["device_clean_share"]) == set(r["host_us_per_case"]) == {"unpacked", "packed"}
     assert len(r["bare_rates"]) == bench.ROUNDS and r["bare_per_s"] == max(r["bare_rates"])
 
 
@@ -345,7 +351,10 @@ def _fake_passes(monkeypatch, first_cases: int, mix: list, windows: list[float],
     def checked_jobs(op, target, device, seed, budget_s, isolate, jobs, baseline=None, variant=None, pack=None,
                      sizes="small"):
         m, w = (production if sizes == "production" else (mix, windows)) if production else (mix, windows)
-        return sum(c for _, c in m), 1.0, {"generate": 0.1}, None, m, w, {shard: [c] for shard, c in m}
+        cases = sum(c for _, c in m)
+        # the windows packed two cases a launch, where the one process's passes packed none
+        return bench.Windows(cases, 1.0, Counter({"generate": 0.1}), None, m, w, {shard: [c] for shard, c in m},
+                             Counter(launches=max(cases // 2, 1), packed_cases=cases, packed_launches=max(cases // 2, 1)))
 
     class Bare:
         def __init__(self, *a, **k):
@@ -388,6 +397,11 @@ def test_figures_over_no_case_are_void_and_said_why_never_a_rate_of_0(monkeypatc
     _fake_passes(monkeypatch, 10, [((1, 2), 5), ((2, 2), 7)], [5.0, 4.0, 6.0])
     r = run_bench(["num_kv_splits"], "builtin", "cpu", budget_s=30.0, jobs=2, sizes="small")["ops"]["num_kv_splits"]
     assert "invalid" not in r and r["checked_per_s"] > 0 and r["ratio"] > 0
+    # per launch, packing and host work are the windows' own (12 cases in 6 launches, all packed),
+    # the one process's (one launch a case) kept apart
+    assert r["cases_per_launch"] == 2.0 and r["packed_share"] == 1.0 and r["packed_cases_per_launch"] == 2.0
+    assert r["one_job"]["cases_per_launch"] == 1.0 and r["one_job"]["packed_share"] == 0.0
+    assert r["host_us_per_case"]["packed"]["generate"] == pytest.approx(1e6 * 0.1 / 12, abs=0.1)
 
 
 def test_the_bench_command_keeps_a_void_report_and_exits_2(monkeypatch, tmp_path, capsys):
