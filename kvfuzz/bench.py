@@ -378,7 +378,10 @@ class _Bare:
 
 def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: int = 0,
               isolate: bool = True, jobs: int = 1, baseline: str | None = None, pack: int | None = None,
-              sizes: str = "all") -> dict:
+              sizes: str = "all", on_measured=None) -> dict:
+    """The bench's figures (module doc). `on_measured(result, op, what)` is called each time one
+    op's size is measured, with the result so far (`complete` False), so that a run cut short
+    (a scheduler's limit, Ctrl-C) keeps what it measured."""
     from .errors import BadInput
     from .ops import get_contract
 
@@ -419,7 +422,12 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
     out: dict = {"kvfuzz_bench": 1, "target": target, "device": device, "device_name": devmod.describe(device),
                  "seed": seed, "budget_s": budget_s, "cold_cache": own_cache, "jobs": jobs, "baseline": baseline,
                  "pack": pack if pack is not None else DEFAULT_K.get(device, 8), "sizes": sizes, "ops": {},
+                 "complete": False,  # until every op and size asked for is measured
                  "skipped": skipped, "notes": environment.notes()}
+    def measured(op: str, what: str) -> None:
+        if on_measured is not None:
+            on_measured(out, op, what)
+
     try:
         per_op = budget_s / len(ops)
         for op in ops:
@@ -502,16 +510,20 @@ def run_bench(ops: list[str], target: str, device: str, budget_s: float, seed: i
                 entry["compiles_per_1000"]["warm"] = None
                 empty.append("the warm-cache pass checked no case")
             _void(entry, empty)
+            out["ops"][op] = entry
+            measured(op, "small sizes")
             if production:  # the production-size classes alone: one process, unpacked, packed, bare
                 big, _, big_unpacked, big_packed, big_bare = _checked(op, target, device, seed,
                                                                       per_op / 3 / COLD_SHARE, 1_000_000, isolate,
                                                                       ROUNDS, baseline, pack, "production", variant)
                 entry["production"] = {"cases": big.cases, **_figures(big_unpacked, big_packed, big_bare)}
                 _void(entry["production"], _empty_passes(big, big_unpacked, big_packed, per_op / 3 / COLD_SHARE))
+                measured(op, "production sizes")
                 if jobs > 1:  # and as `jobs` shards at once, packed, against bare calls on their cases
                     entry["production"]["jobs"] = _production_jobs(op, target, device, seed, per_op / 3, isolate, jobs,
                                                                    baseline, variant, pack)
-            out["ops"][op] = entry
+                    measured(op, f"production sizes as {jobs} shards")
+        out["complete"] = True
     finally:
         if tmp is not None:
             os.environ.pop("TRITON_CACHE_DIR", None)
@@ -650,7 +662,8 @@ def render(result: dict) -> str:
              + (" (cold Triton cache)" if result["cold_cache"] else "")
              + (f"; checked: {result['jobs']} shards at once" if result.get("jobs", 1) > 1 else "")
              + (f"; each case also on the baseline {result['baseline']}" if result.get("baseline") else "")
-             + f"; packed: up to {result.get('pack', '-')} cases a launch",
+             + f"; packed: up to {result.get('pack', '-')} cases a launch"
+             + ("" if result.get("complete", True) else "; cut short: the ops and sizes measured so far"),
              f"{'op':<30}{'cases':>7}{'bare/s':>10}{'unpacked/s':>12}{'checked/s':>11}{'per launch':>12}{'ratio':>8}"
              f"{'compiles/1000 cold':>20}{'warm':>7}{'variants/1000':>15}"]
     jobs = result.get("jobs", 1)

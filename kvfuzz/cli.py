@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
@@ -531,9 +532,25 @@ def cmd_bench(args) -> int:
     from .ops import CONTRACTS
 
     _check_writable(args.report)
-    result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
-                       isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline, pack=args.pack,
-                       sizes=args.sizes)
+    t0, so_far = time.monotonic(), {}
+
+    def measured(result: dict, op: str, what: str) -> None:
+        # each size as it is measured: on stderr, and into the report, so a run cut short keeps it
+        print(f"kvfuzz bench: {op}: {what} measured ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+        so_far["result"] = result
+        if args.report:
+            from .campaign import write_json_atomic
+
+            write_json_atomic(args.report, result)
+
+    try:
+        result = run_bench(args.ops or list(CONTRACTS), args.target, args.device, args.budget, args.seed,
+                           isolate=not args.in_process, jobs=args.jobs, baseline=args.baseline, pack=args.pack,
+                           sizes=args.sizes, on_measured=measured)
+    except KeyboardInterrupt:  # what was measured is in the report already; show it too
+        if so_far:
+            print(render(so_far["result"]))
+        raise
     print(render(result))
     _say_notes(result)
     if args.report:

@@ -411,11 +411,39 @@ def test_the_bench_command_keeps_a_void_report_and_exits_2(monkeypatch, tmp_path
     report = tmp_path / "bench.json"
     rc = cli.main(["bench", "--device", "cpu", "--op", "num_kv_splits", "--budget", "8", "--sizes", "small",
                    "--report", str(report)])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1
-    assert err.startswith("kvfuzz: error: --budget 8 too short: num_kv_splits: the first pass checked no case")
-    saved = json.loads(report.read_text())["ops"]["num_kv_splits"]
-    assert saved["ratio"] is None and saved["invalid"]
+    err = capsys.readouterr().err.splitlines()
+    # one line of error, after the progress lines (each size as it was measured)
+    assert rc == 2 and [line for line in err if not line.startswith("kvfuzz bench: ")] == err[-1:]
+    assert err[-1].startswith("kvfuzz: error: --budget 8 too short: num_kv_splits: the first pass checked no case")
+    saved = json.loads(report.read_text())
+    assert saved["complete"] is True  # every op and size was measured, though void
+    assert saved["ops"]["num_kv_splits"]["ratio"] is None and saved["ops"]["num_kv_splits"]["invalid"]
+
+
+def test_a_bench_cut_short_keeps_what_it_measured_in_its_report(monkeypatch, tmp_path, capsys):
+    """Each size is written to the report as it is measured and said on stderr: a scheduler's
+    limit or Ctrl-C during the production shards leaves the small and one-process production
+    figures in the report, marked incomplete, and the table of them on stdout."""
+    from kvfuzz import cli
+
+    _fake_passes(monkeypatch, 10, [((1, 2), 5), ((2, 2), 7)], [5.0, 4.0, 6.0])
+
+    def cut(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "_production_jobs", cut)
+    report = tmp_path / "bench.json"
+    rc = cli.main(["bench", "--device", "cpu", "--op", "num_kv_splits", "--budget", "30", "--jobs", "2",
+                   "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert rc == 130 and err.splitlines()[-1] == "kvfuzz: interrupted"
+    assert "kvfuzz bench: num_kv_splits: small sizes measured" in err
+    assert "kvfuzz bench: num_kv_splits: production sizes measured" in err
+    saved = json.loads(report.read_text())
+    assert saved["complete"] is False
+    r = saved["ops"]["num_kv_splits"]
+    assert r["checked_per_s"] > 0 and r["production"]["cases"] == 10 and "jobs" not in r["production"]
+    assert "cut short: the ops and sizes measured so far" in out and "num_kv_splits" in out
 
 
 def test_production_sizes_are_measured_as_shards_too_and_void_where_a_window_checked_nothing(monkeypatch):
