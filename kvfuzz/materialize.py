@@ -395,7 +395,7 @@ class ImageRing:
         for p in self._plans[i]:  # an earlier batch's plans: their images are about to be overwritten
             p.forget_image(slot)
         if slot is None or slot.size < n:
-            slot = self._slots[i] = np.empty(max(n, 1 << 20), dtype=np.uint8)
+            slot = self._slots[i] = np.empty(max(n, min(2 * n, self.cap), 1 << 20), dtype=np.uint8)  # room to grow: a fresh buffer faults its pages in
         self._plans[i] = list(plans)
         return slot[:n]
 
