@@ -55,6 +55,24 @@ def test_images_past_the_cap_get_buffers_of_their_own():
     assert b.base is not None and b.size == 512
 
 
+def test_a_returned_buffer_serves_a_later_batch_it_holds_and_the_pool_keeps_its_bound():
+    """Batches of a campaign's classes differ in size a hundredfold: a buffer that comes back
+    serves whichever later batch it holds, the smallest such first, and the pool drops buffers
+    past `keep` bytes (given back to the system) rather than hold a process at its peak."""
+    mib = 1 << 20
+    ring = ImageRing(depth=2, cap=8 * mib, keep=8 * mib)
+    a = ring.take(3 * mib, [])  # a new buffer with room to grow: 6 MiB
+    b = ring.take(mib, [])  # 2 MiB
+    c = ring.take(5 * mib, [])  # a's buffer came back: it holds 5 MiB
+    d = ring.take(mib // 2, [])  # b's came back (the smallest that holds it)
+    assert np.shares_memory(a, c) and np.shares_memory(b, d)
+    assert not np.shares_memory(c, d)
+    tight = ImageRing(depth=1, cap=8 * mib, keep=2 * mib)
+    x = tight.take(3 * mib, [])
+    y = tight.take(mib, [])  # x's 6 MiB buffer came back past `keep`: dropped, not reused
+    assert not np.shares_memory(x, y)
+
+
 def test_a_campaign_finds_the_same_with_reused_buffers_as_with_fresh_ones(device, monkeypatch):
     """The mutant fixture's planted defects, seed 2's first 96 cases in stints of 8, small batches
     (many slots come back): the same findings, at the same cases, and the same statuses. In a
