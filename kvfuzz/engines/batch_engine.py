@@ -61,6 +61,10 @@ POOL = 48  # compile classes per op and campaign
 HELD_DRAWS = 64  # a batch of n cases draws at most this many times n (cases held back included)
 STINT = {"cpu": 64, "cuda": 128}  # cases per visit of a class: many classes early, each compile amortised
 BATCH = {"cpu": 16, "cuda": 64}  # cases per synchronisation
+# a batch's images together: past this a batch closes (one case at least). Some small-size classes
+# plan 15-21 MB a case (a 132K-wide table at a stride of 16 and its guard bands): 64 of them were
+# a 1 GB image, written into fresh memory each batch (materialize.ImageRing holds up to its cap)
+BATCH_BYTES = 64 << 20
 
 
 class BatchEngine(Engine):
@@ -129,7 +133,7 @@ class BatchEngine(Engine):
             out = []
             drawn = max(drawn, skip_until[0])
             first = drawn == run.start  # the op's first batch runs at least one case (OpRun.first_by)
-            left, expected = room(), 0.0
+            left, expected, size = room(), 0.0, 0
             spent_budget[0] = False
             tries = HELD_DRAWS * n  # cases held back count too: a batch is drawn in bounded time
             while len(out) < n and drawn < max_cases and tries > 0:
@@ -168,7 +172,12 @@ class BatchEngine(Engine):
                     continue
                 visited.add(k_index)
                 stats.add_stage("generate", tick() - t)
-                out.append(self.checker.prepare(case, drawn, stats.add_stage))
+                p = self.checker.prepare(case, drawn, stats.add_stage)
+                if out and size + p.plan.size > BATCH_BYTES:
+                    keep_ahead(drawn, k_index, violation, case, tick())
+                    break
+                size += p.plan.size
+                out.append(p)
                 stint_of[drawn] = key
                 expected += each or 0.0
                 drawn += 1
