@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--case-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="a run of a case (each of its runs, where it runs twice; or a batch, plus 1 s a "
                         "case) lasting longer is a hang: a crash finding (default 60)")
-    f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU)")
+    f.add_argument("--batch", type=int, metavar="N", help="cases per synchronisation (default 64 on CUDA, 16 on the CPU; fewer where "
+                   "their images would pass 64 MiB)")
     _pack_option(f)
     f.add_argument("--confirm-tries", type=int, default=3, metavar="N",
                    help="fresh processes every finding must reproduce in, else it is flaky and not saved (>= 2; default 3)")
