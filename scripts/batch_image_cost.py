@@ -1,5 +1,6 @@
 """What writing a campaign's batch images costs over a long stream: microseconds a case of
-`execute.launches` (canary, values, the wanted output bytes' tail) over the first `--cases`
+`execute.launches` (canary, values, the wanted output bytes' tail), and beside it of drawing
+the case (`generate`) and preparing it (`prepare`: the NumPy oracle, the plan), over the first `--cases`
 cases of seed 0's stream as a campaign on `--device` draws it, in batches as the engine closes
 them (`--batch` cases, or fewer where `batch_engine.BATCH_BYTES` says), with the batch engine's
 image ring, three batches alive (as the engine keeps them), buffers of 1 MiB or more mapped
@@ -40,7 +41,7 @@ def measure(op: str, device: str, batch: int, cases: int) -> dict:
     return_large_frees()
     bound = getattr(batch_engine, "BATCH_BYTES", None)  # None: a revision without the bound
     ring, alive, pending, size = ImageRing(), [], [], 0
-    spent, batches = 0.0, 0
+    spent, batches, drawing, preparing = 0.0, 0, 0.0, 0.0
 
     def flush() -> None:
         nonlocal spent, batches, alive, pending, size
@@ -51,8 +52,14 @@ def measure(op: str, device: str, batch: int, cases: int) -> dict:
         alive = (alive + [pending])[-3:]
         pending, size = [], 0
 
-    for i, (_, c) in enumerate(batch_engine.case_stream(op, 0, cases, device)):
+    list(batch_engine.case_stream(op, 0, 1, device))  # the class pool, once per process: not a case's cost
+    stream = iter(batch_engine.case_stream(op, 0, cases, device))
+    for i in range(cases):
+        t0 = time.perf_counter()
+        _, c = next(stream)
+        t1 = time.perf_counter()
         p = prepare(c, i)
+        drawing, preparing = drawing + t1 - t0, preparing + time.perf_counter() - t1
         if pending and bound and size + p.plan.size > bound:
             flush()
         pending.append(p)
@@ -62,6 +69,7 @@ def measure(op: str, device: str, batch: int, cases: int) -> dict:
     if pending:
         flush()
     return {"us_per_case": round(spent / cases * 1e6, 1), "batches": batches,
+            "generate_us_per_case": round(drawing / cases * 1e6, 1), "prepare_us_per_case": round(preparing / cases * 1e6, 1),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}
 
 
@@ -96,11 +104,14 @@ def main() -> int:
                 runs[name].append(json.loads(done.stdout))
         out["ops"][op] = {name: {"us_per_case": [r["us_per_case"] for r in rs],
                                  "median_us_per_case": statistics.median(r["us_per_case"] for r in rs),
-                                 "batches": rs[0]["batches"], "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
+                                 "batches": rs[0]["batches"], "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+                                 "generate_us_per_case": statistics.median(r["generate_us_per_case"] for r in rs),
+                                 "prepare_us_per_case": statistics.median(r["prepare_us_per_case"] for r in rs)}
                           for name, rs in runs.items()}
         for name, r in out["ops"][op].items():
             print(f"{op:<24} {name:<8} {r['median_us_per_case']:>8.1f} us a case  {r['batches']:>5} batches  "
-                  f"peak {r['peak_rss_mb']} MB  ({', '.join(map(str, r['us_per_case']))})", flush=True)
+                  f"peak {r['peak_rss_mb']} MB  ({', '.join(map(str, r['us_per_case']))}); generate "
+                  f"{r['generate_us_per_case']:.0f}, prepare {r['prepare_us_per_case']:.0f} us a case", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
